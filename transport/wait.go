@@ -1,0 +1,121 @@
+package transport
+
+import (
+	"context"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Backoff is the waiting policy every Braid wait loop follows: spin briefly,
+// then yield the processor, then block (on a channel when one is given, else
+// a short sleep that grows up to MaxSleep). It never spins forever: with more
+// ranks than cores, a spinning waiter steals the time its peer needs.
+//
+// The zero value is ready to use. Call Idle each time a poll found nothing
+// to do and Reset when it did.
+type Backoff struct {
+	n     int
+	sleep time.Duration
+	timer *time.Timer
+}
+
+// Tuning of the backoff. Spinning costs nothing to the latency of a message
+// that arrives during it; yielding costs a system call; sleeping costs the
+// timer's granularity (tens of microseconds).
+const (
+	SpinPolls  = 64
+	YieldPolls = 256
+	MinSleep   = 20 * time.Microsecond
+	MaxSleep   = 2 * time.Millisecond
+)
+
+// Reset returns the backoff to spinning.
+func (b *Backoff) Reset() { b.n = 0; b.sleep = 0 }
+
+// Idle waits a little, more each call. If ch is not nil, a close of (or a
+// value on) ch ends the wait early once the backoff blocks.
+func (b *Backoff) Idle(ch <-chan struct{}) {
+	b.n++
+	switch {
+	case b.n <= SpinPolls:
+		return
+	case b.n <= SpinPolls+YieldPolls:
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		return
+	}
+	if b.sleep == 0 {
+		b.sleep = MinSleep
+	} else if b.sleep < MaxSleep {
+		b.sleep *= 2
+		if b.sleep > MaxSleep {
+			b.sleep = MaxSleep
+		}
+	}
+	if ch == nil {
+		time.Sleep(b.sleep)
+		return
+	}
+	if b.timer == nil {
+		b.timer = time.NewTimer(b.sleep)
+	} else {
+		b.timer.Reset(b.sleep)
+	}
+	select {
+	case <-ch:
+	case <-b.timer.C:
+	}
+	b.timer.Stop()
+}
+
+// Wait waits until every request completes, or one fails, or ctx ends, or
+// fail (which may be nil) returns an error. It returns the first error.
+func Wait(ctx context.Context, fail func() error, reqs ...Request) error {
+	var b Backoff
+	pending := append([]Request(nil), reqs...)
+	for polls := 0; len(pending) > 0; polls++ {
+		progressed := false
+		keep := pending[:0]
+		for _, r := range pending {
+			done, err := r.Test()
+			if err != nil {
+				return err
+			}
+			if done {
+				progressed = true
+				continue
+			}
+			keep = append(keep, r)
+		}
+		pending = keep
+		if len(pending) == 0 {
+			return nil
+		}
+		if progressed {
+			b.Reset()
+		}
+		if polls&63 == 0 || b.n > SpinPolls {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if fail != nil {
+				if err := fail(); err != nil {
+					return err
+				}
+			}
+		}
+		b.Idle(pending[0].Done())
+	}
+	return nil
+}
+
+// DoneRequest is a Request that completed at creation, with err.
+type DoneRequest struct{ Err error }
+
+// Test returns true and the request's error.
+func (d DoneRequest) Test() (bool, error) { return true, d.Err }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done returns a closed channel.
+func (d DoneRequest) Done() <-chan struct{} { return closedChan }
