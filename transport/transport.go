@@ -138,6 +138,13 @@ type Config struct {
 	// transport learns that peer died, closed, or aborted. err wraps
 	// ErrPeerLost or ErrAborted. May be nil.
 	Lost func(peer int, err error)
+
+	// Unexpected, if not nil, is called (from any goroutine) with the
+	// sender's world rank and the tag of each message that arrives before
+	// its Irecv is posted. The
+	// communicator uses it to notice ranks whose calls disagree even when
+	// no message of theirs is ever matched. It must not block.
+	Unexpected func(peer int, tag Tag)
 }
 
 // Transport makes Meshes.

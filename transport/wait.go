@@ -30,6 +30,9 @@ const (
 	MaxSleep   = 2 * time.Millisecond
 )
 
+// Spun reports whether the backoff has passed its spinning phase.
+func (b *Backoff) Spun() bool { return b.n > SpinPolls }
+
 // Reset returns the backoff to spinning.
 func (b *Backoff) Reset() { b.n = 0; b.sleep = 0 }
 

@@ -1,0 +1,40 @@
+package algo
+
+import "github.com/braid-ccl/braid/sched"
+
+func init() { Register(ringReduceScatter{base{"ring", sched.ReduceScatter}}) }
+
+// ringReduceScatter is the first half of the ring allreduce, shifted so that
+// rank r ends with block r: in step s rank r sends the partial sum of block
+// r−s−1 to r+1 and adds its own block r−s−2 to the partial sum it receives
+// from r−1. Partial sums wait in two alternating Tmp blocks; the last one is
+// added straight into Out.
+//
+// Cost: (n−1)(α + M/β + Mγ) for M bytes of output per rank.
+type ringReduceScatter struct{ base }
+
+func (ringReduceScatter) Program(p sched.Params, r int) sched.Program {
+	g := newGen(p, r)
+	n, c := p.NRanks, p.Count
+	blk := func(i int) sched.Chunk { return span(sched.In, mod(i, n)*c, c) }
+	slot := func(s int) sched.Chunk { return span(sched.Tmp, s%2*c, c) }
+	out := whole(sched.Out, c)
+	if n == 1 {
+		g.copy(blk(r), out)
+		return g.program()
+	}
+	for s := range n - 1 {
+		src := blk(r - 1)
+		if s > 0 {
+			src = slot(s - 1)
+		}
+		g.send(mod(r+1, n), s, src)
+		dst := slot(s)
+		if s == n-2 {
+			dst = out
+		}
+		g.copy(blk(r-s-2), dst)
+		g.recvReduce(mod(r-1, n), s, dst)
+	}
+	return g.program()
+}

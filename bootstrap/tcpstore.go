@@ -1,0 +1,469 @@
+package bootstrap
+
+import (
+	"bufio"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+// handshakeTimeout bounds the handshake of one connection, on both sides.
+const handshakeTimeout = 10 * time.Second
+
+// StoreServer serves a TCP store: the ranks' clients (DialTCPStore) set
+// and get keys in a table that lives in the server's memory. A Get waits in
+// the server until the key is set, so clients never poll.
+type StoreServer struct {
+	ln     net.Listener
+	secret []byte
+	logf   func(format string, args ...any)
+	t      *table
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool // set by shutdown: accept adds no more conns
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// ServeTCPStore serves a store on ln until ctx ends or Close is called; it
+// takes ownership of ln. Every connection must prove that it knows secret
+// (an HMAC-SHA256 challenge-response over a fresh nonce, in both
+// directions); one that does not is refused and logged through logf (nil
+// discards), and the server goes on serving the others. An empty secret
+// refuses every client.
+func ServeTCPStore(ctx context.Context, ln net.Listener, secret []byte, logf func(format string, args ...any)) *StoreServer {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	s := &StoreServer{
+		ln:     ln,
+		secret: append([]byte{}, secret...),
+		logf:   logf,
+		t:      newTable(),
+		conns:  map[net.Conn]struct{}{},
+	}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.wg.Add(1)
+	go s.accept()
+	context.AfterFunc(s.ctx, func() { s.shutdown() })
+	return s
+}
+
+// Addr returns the address the server listens on.
+func (s *StoreServer) Addr() net.Addr { return s.ln.Addr() }
+
+// Local returns a Store that reads and writes the server's table directly,
+// for the process that serves it. Closing it leaves the server running.
+func (s *StoreServer) Local() Store { return &memStore{t: s.t, done: make(chan struct{})} }
+
+// Close stops the server: it closes the listener and every connection
+// (their pending calls fail) and waits until its goroutines end.
+func (s *StoreServer) Close() error {
+	s.shutdown()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *StoreServer) shutdown() {
+	s.once.Do(func() {
+		// Connections first: the Gets that the table's closing wakes must
+		// not answer; their clients see the connection end instead.
+		s.ln.Close()
+		s.mu.Lock()
+		s.closed = true
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.t.close()
+	})
+}
+
+func (s *StoreServer) accept() {
+	defer s.wg.Done()
+	delay := 5 * time.Millisecond
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: wait and retry.
+			s.logf("bootstrap: store: accept: %v", err)
+			select {
+			case <-time.After(delay):
+			case <-s.ctx.Done():
+				return
+			}
+			delay = min(2*delay, time.Second)
+			continue
+		}
+		delay = 5 * time.Millisecond
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+// mac computes the handshake's HMAC for one side.
+func mac(secret []byte, side string, a, b []byte) []byte {
+	h := hmac.New(sha256.New, secret)
+	h.Write([]byte(side))
+	h.Write(a)
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+// connWriter serialises frames onto a connection.
+type connWriter struct {
+	mu  sync.Mutex
+	c   net.Conn
+	buf []byte
+}
+
+func (w *connWriter) write(f frame) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = appendFrame(w.buf[:0], f)
+	_, err := w.c.Write(w.buf)
+	if cap(w.buf) > 1<<16 {
+		w.buf = nil
+	}
+	return err
+}
+
+func (s *StoreServer) handle(c net.Conn) {
+	br := bufio.NewReader(c)
+	w := &connWriter{c: c}
+	if err := s.handshake(c, br, w); err != nil {
+		s.logf("bootstrap: store: refused client %s: %v", c.RemoteAddr(), err)
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	var (
+		mu   sync.Mutex
+		gets = map[uint32]context.CancelFunc{}
+		wg   sync.WaitGroup
+	)
+	defer func() {
+		cancel()
+		c.Close()
+		wg.Wait()
+	}()
+	for {
+		f, err := readFrame(br, maxFrame)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && s.ctx.Err() == nil {
+				s.logf("bootstrap: store: client %s: %v", c.RemoteAddr(), err)
+			}
+			return
+		}
+		switch f.op {
+		case opSet:
+			reply(w, f.id, nil, s.t.set(f.key, f.value))
+		case opAdd:
+			n, err := s.t.add(f.key, f.delta)
+			reply(w, f.id, binary.BigEndian.AppendUint64(nil, uint64(n)), err)
+		case opGet:
+			gctx, gcancel := context.WithCancel(ctx)
+			mu.Lock()
+			gets[f.id] = gcancel // ids are unique on a connection
+			mu.Unlock()
+			wg.Add(1)
+			go func(id uint32, key string) {
+				defer wg.Done()
+				v, err := s.t.get(gctx, key)
+				mu.Lock()
+				delete(gets, id)
+				mu.Unlock()
+				gcancel()
+				if s.ctx.Err() == nil { // else the server is going away
+					reply(w, id, v, err)
+				}
+			}(f.id, f.key)
+		case opCancel:
+			mu.Lock()
+			if g := gets[f.id]; g != nil {
+				g()
+				delete(gets, f.id)
+			}
+			mu.Unlock()
+		default:
+			s.logf("bootstrap: store: client %s: unexpected op %d", c.RemoteAddr(), f.op)
+			return
+		}
+	}
+}
+
+func reply(w *connWriter, id uint32, value []byte, err error) {
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > maxErrLen {
+			msg = msg[:maxErrLen]
+		}
+		w.write(frame{op: opErr, id: id, value: []byte(msg)})
+		return
+	}
+	w.write(frame{op: opOK, id: id, value: value})
+}
+
+func (s *StoreServer) handshake(c net.Conn, br *bufio.Reader, w *connWriter) error {
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer c.SetDeadline(time.Time{})
+	nonce := make([]byte, nonceLen)
+	rand.Read(nonce)
+	if err := w.write(frame{op: opHello, value: nonce}); err != nil {
+		return err
+	}
+	f, err := readFrame(br, maxHandshakeFrame)
+	if err != nil {
+		return err
+	}
+	if f.op != opAuth {
+		return fmt.Errorf("%w: op %d instead of authentication", errFrame, f.op)
+	}
+	cnonce, got := f.value[:nonceLen], f.value[nonceLen:]
+	if len(s.secret) == 0 || !hmac.Equal(got, mac(s.secret, "braid-store-client", nonce, cnonce)) {
+		w.write(frame{op: opErr, value: []byte(transport.ErrAuth.Error())})
+		if len(s.secret) == 0 {
+			return fmt.Errorf("%w: the store has no secret", transport.ErrAuth)
+		}
+		return fmt.Errorf("%w: the client does not know the job's secret", transport.ErrAuth)
+	}
+	return w.write(frame{op: opWelcome, value: mac(s.secret, "braid-store-server", cnonce, nonce)})
+}
+
+// tcpStore is a client of a StoreServer.
+type tcpStore struct {
+	addr string
+	c    net.Conn
+	w    *connWriter
+
+	mu      sync.Mutex
+	next    uint32
+	pending map[uint32]chan frame
+	err     error         // why the connection ended
+	done    chan struct{} // closed when err is set
+}
+
+// DialTCPStore connects to the TCP store at addr ("host:port") and proves
+// that it knows secret; the server proves the same in return. It retries
+// until ctx ends while the server does not answer, since rank 0 may start
+// it after the others dial. A refusal of the secret is returned at once,
+// wrapping transport.ErrAuth.
+//
+// When the connection is lost, pending and later calls fail with an
+// error wrapping transport.ErrPeerLost.
+func DialTCPStore(ctx context.Context, addr string, secret []byte) (Store, error) {
+	if len(secret) == 0 {
+		return nil, fmt.Errorf("bootstrap: dial store %s: no secret", addr)
+	}
+	var (
+		d       net.Dialer
+		lastErr error
+		delay   = 5 * time.Millisecond
+	)
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			var s *tcpStore
+			if s, err = clientHandshake(ctx, c, addr, secret); err == nil {
+				return s, nil
+			}
+			c.Close()
+			if errors.Is(err, transport.ErrAuth) {
+				return nil, err
+			}
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bootstrap: dial store %s: %w (last error: %v)", addr, ctx.Err(), lastErr)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+func clientHandshake(ctx context.Context, c net.Conn, addr string, secret []byte) (*tcpStore, error) {
+	deadline := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	br := bufio.NewReader(c)
+	w := &connWriter{c: c}
+	f, err := readFrame(br, maxHandshakeFrame)
+	if err != nil {
+		return nil, err
+	}
+	if f.op != opHello {
+		return nil, fmt.Errorf("%w: op %d instead of hello", errFrame, f.op)
+	}
+	snonce := f.value
+	cnonce := make([]byte, nonceLen)
+	rand.Read(cnonce)
+	auth := append(append([]byte{}, cnonce...), mac(secret, "braid-store-client", snonce, cnonce)...)
+	if err := w.write(frame{op: opAuth, value: auth}); err != nil {
+		return nil, err
+	}
+	if f, err = readFrame(br, maxHandshakeFrame); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.op == opErr:
+		return nil, fmt.Errorf("bootstrap: store %s refused this client: %w", addr, transport.ErrAuth)
+	case f.op != opWelcome:
+		return nil, fmt.Errorf("%w: op %d instead of welcome", errFrame, f.op)
+	case !hmac.Equal(f.value, mac(secret, "braid-store-server", cnonce, snonce)):
+		return nil, fmt.Errorf("bootstrap: store %s does not know the job's secret: %w", addr, transport.ErrAuth)
+	}
+	if !stop() {
+		return nil, ctx.Err()
+	}
+	c.SetDeadline(time.Time{})
+	s := &tcpStore{addr: addr, c: c, w: w, pending: map[uint32]chan frame{}, done: make(chan struct{})}
+	go s.read(br)
+	return s, nil
+}
+
+func (s *tcpStore) read(br *bufio.Reader) {
+	for {
+		f, err := readFrame(br, maxFrame)
+		if err == nil && f.op != opOK && f.op != opErr {
+			err = fmt.Errorf("%w: op %d in a reply", errFrame, f.op)
+		}
+		if err != nil {
+			s.fail(fmt.Errorf("bootstrap: store %s: connection lost (%v): %w", s.addr, err, transport.ErrPeerLost))
+			return
+		}
+		s.mu.Lock()
+		ch := s.pending[f.id]
+		delete(s.pending, f.id)
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- f
+		}
+	}
+}
+
+// fail ends the connection with err; the first error stays.
+func (s *tcpStore) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+		close(s.done)
+	}
+	s.mu.Unlock()
+	s.c.Close()
+}
+
+// call sends a request and waits for its reply.
+func (s *tcpStore) call(ctx context.Context, f frame) ([]byte, error) {
+	if err := checkKey(f.key); err != nil {
+		return nil, err
+	}
+	if len(f.value) > MaxValueLen {
+		return nil, fmt.Errorf("bootstrap: value of %d bytes for key %q: at most %d", len(f.value), f.key, MaxValueLen)
+	}
+	ch := make(chan frame, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.next++
+	f.id = s.next
+	s.pending[f.id] = ch
+	s.mu.Unlock()
+	if err := s.w.write(f); err != nil {
+		s.fail(fmt.Errorf("bootstrap: store %s: connection lost (%v): %w", s.addr, err, transport.ErrPeerLost))
+	}
+	select {
+	case r := <-ch:
+		if r.op == opErr {
+			return nil, fmt.Errorf("bootstrap: store %s: %s", s.addr, r.value)
+		}
+		return r.value, nil
+	case <-s.done:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return nil, s.err
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.pending, f.id)
+		s.mu.Unlock()
+		if f.op == opGet {
+			s.w.write(frame{op: opCancel, id: f.id})
+		}
+		return nil, fmt.Errorf("bootstrap: store %s: %s %q: %w", s.addr, opName(f.op), f.key, ctx.Err())
+	}
+}
+
+func opName(op byte) string {
+	switch op {
+	case opSet:
+		return "set"
+	case opGet:
+		return "waiting for key"
+	case opAdd:
+		return "add to"
+	}
+	return fmt.Sprintf("op %d", op)
+}
+
+func (s *tcpStore) Set(ctx context.Context, key string, value []byte) error {
+	_, err := s.call(ctx, frame{op: opSet, key: key, value: value})
+	return err
+}
+
+func (s *tcpStore) Get(ctx context.Context, key string) ([]byte, error) {
+	return s.call(ctx, frame{op: opGet, key: key})
+}
+
+func (s *tcpStore) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	v, err := s.call(ctx, frame{op: opAdd, key: key, delta: delta})
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("bootstrap: store %s: add reply of %d bytes", s.addr, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+func (s *tcpStore) Close() error {
+	s.fail(errClosed)
+	return nil
+}

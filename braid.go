@@ -1,0 +1,121 @@
+// Package braid is a collective communication library for distributed deep
+// learning: allreduce, broadcast, reduce, allgather, reduce-scatter, gather,
+// scatter, alltoall, barrier and point-to-point, between goroutines,
+// processes and hosts.
+//
+// A process joins a job with Init, which reads its place from the launcher
+// (braid run, Open MPI, PMI, Slurm or torchrun), and calls collectives on the
+// returned Comm with Go slices:
+//
+//	c, err := braid.Init(ctx, nil)
+//	if err != nil { ... }
+//	defer c.Close()
+//	grad := make([]float32, 1<<20)
+//	err = c.Allreduce(ctx, grad, grad, braid.Sum) // in place: the same slice twice
+//
+// Every call returns a *braid.Error naming the rank, the call and the kind of
+// failure; no call hangs on a dead peer or panics across the API. The
+// algorithm of each call is chosen by the planner (package plan) unless
+// BRAID_ALGO or Options.Algo forces one; BRAID_DEBUG=info logs the choices.
+package braid
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/braid-ccl/braid/internal/dtype"
+)
+
+// DType is the element type of a buffer.
+type DType = dtype.DType
+
+// Op is a reduction operator.
+type Op = dtype.Op
+
+// The element types.
+const (
+	Float32  = dtype.Float32
+	Float64  = dtype.Float64
+	Float16  = dtype.Float16
+	BFloat16 = dtype.BFloat16
+	Int8     = dtype.Int8
+	Uint8    = dtype.Uint8
+	Int32    = dtype.Int32
+	Uint32   = dtype.Uint32
+	Int64    = dtype.Int64
+	Uint64   = dtype.Uint64
+)
+
+// The reduction operators. Avg is defined for floating-point types and the
+// bitwise operators for integer types.
+const (
+	Sum  = dtype.Sum
+	Prod = dtype.Prod
+	Min  = dtype.Min
+	Max  = dtype.Max
+	Avg  = dtype.Avg
+	BAnd = dtype.BAnd
+	BOr  = dtype.BOr
+	BXor = dtype.BXor
+)
+
+// Half is an IEEE 754 binary16 value stored as its bits; a []Half buffer has
+// DType Float16.
+type Half uint16
+
+// BF16 is a bfloat16 value stored as its bits; a []BF16 buffer has DType
+// BFloat16.
+type BF16 uint16
+
+// Raw is untyped memory with an explicit element type. Use it for memory
+// that is not a Go slice of a numeric type.
+type Raw struct {
+	Bytes []byte
+	Type  DType
+}
+
+// view returns the bytes and element type of a buffer argument. nil (the
+// untyped nil interface) gives ok=false.
+func view(buf any) (b []byte, d DType, err error) {
+	switch v := buf.(type) {
+	case []float32:
+		return bytesOf(v), Float32, nil
+	case []float64:
+		return bytesOf(v), Float64, nil
+	case []Half:
+		return bytesOf(v), Float16, nil
+	case []BF16:
+		return bytesOf(v), BFloat16, nil
+	case []int8:
+		return bytesOf(v), Int8, nil
+	case []uint8:
+		return v, Uint8, nil
+	case []int32:
+		return bytesOf(v), Int32, nil
+	case []uint32:
+		return bytesOf(v), Uint32, nil
+	case []int64:
+		return bytesOf(v), Int64, nil
+	case []uint64:
+		return bytesOf(v), Uint64, nil
+	case Raw:
+		if !v.Type.Valid() {
+			return nil, 0, fmt.Errorf("unknown dtype %v", v.Type)
+		}
+		if len(v.Bytes)%v.Type.Size() != 0 {
+			return nil, 0, fmt.Errorf("raw buffer of %d bytes is not a whole number of %v elements", len(v.Bytes), v.Type)
+		}
+		return v.Bytes, v.Type, nil
+	case nil:
+		return nil, 0, fmt.Errorf("nil buffer")
+	}
+	return nil, 0, fmt.Errorf("unsupported buffer type %T (want a slice of float32, float64, Half, BF16, int8, uint8, int32, uint32, int64, uint64, or braid.Raw)", buf)
+}
+
+func bytesOf[T any](s []T) []byte {
+	if cap(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}

@@ -1,0 +1,60 @@
+// Command braid is Braid's one binary: it launches local jobs (run) and
+// benchmarks collectives (bench).
+//
+//	braid run -n 4 -- braid bench allreduce --check
+//	braid bench -n 4 allreduce --check      (the same: bench launches itself)
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `braid: collective communication for distributed deep learning
+
+usage:
+  braid run -n N [--prefix] -- PROG [ARGS...]   start N local ranks of PROG
+  braid bench [-n N] COLLECTIVE [flags]          benchmark a collective (see braid bench -h)
+  braid version
+
+Collectives: allreduce, reduce, bcast, allgather, reducescatter, gather,
+scatter, alltoall, barrier.
+Environment: BRAID_ALGO, BRAID_TRANSPORT, BRAID_TIMEOUT, BRAID_DEBUG=info|trace.
+`
+
+const version = "0.1.0"
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = runCmd(os.Args[2:])
+	case "bench":
+		err = benchCmd(os.Args[2:])
+	case "version", "--version", "-v":
+		fmt.Println("braid", version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "braid: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "braid:", err)
+		if e, ok := err.(exitCoder); ok {
+			os.Exit(e.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+type exitCoder interface{ ExitCode() int }
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+func (e usageError) ExitCode() int { return 2 }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/braid-ccl/braid/internal/launch"
+)
+
+func runCmd(args []string) error {
+	fs := flag.NewFlagSet("braid run", flag.ContinueOnError)
+	n := fs.Int("n", 0, "number of ranks to start on this host")
+	prefix := fs.Bool("prefix", false, "prefix every output line with [rank]")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: braid run -n N [--prefix] -- PROG [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	rest := fs.Args()
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if *n < 1 {
+		return usageError{"run: -n N (N ≥ 1) is required"}
+	}
+	if len(rest) == 0 {
+		return usageError{"run: no program given (braid run -n N -- PROG ARGS)"}
+	}
+	return launchLocal(*n, *prefix, resolveProg(rest[0]), rest[1:])
+}
+
+// resolveProg lets "braid" name this very binary, so that
+// `braid run -n 4 -- braid bench ...` works without braid on PATH.
+func resolveProg(p string) string {
+	if p == "braid" {
+		if self, err := os.Executable(); err == nil {
+			return self
+		}
+	}
+	if filepath.Base(p) == p {
+		return p
+	}
+	return p
+}
+
+func launchLocal(n int, prefix bool, prog string, args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return launch.Run(ctx, launch.Config{N: n, Prog: prog, Args: args, Prefix: prefix, Stdout: os.Stdout, Stderr: os.Stderr})
+}

@@ -1,0 +1,329 @@
+package braid
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"unsafe"
+
+	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/plan"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/transport"
+)
+
+// call is one collective call, checked and ready to run.
+type call struct {
+	name string
+	p    sched.Params
+	in   []byte
+	out  []byte
+	d    DType
+	op   Op
+}
+
+type planKey struct {
+	coll  sched.Collective
+	count int
+	root  int
+	es    int
+}
+
+type planned struct {
+	algo   string
+	reason string
+	prog   sched.Program
+}
+
+// signature summarises a call's arguments; every message of the call
+// carries it, and a receiver that expected another one reports Mismatch.
+func signature(p sched.Params, d DType, op Op) uint32 {
+	h := fnv.New32a()
+	if !p.Coll.Reduces() {
+		op = 0
+	}
+	fmt.Fprintf(h, "%d/%d/%d/%d/%d", p.Coll, p.Count, p.Root, d, op)
+	return h.Sum32()
+}
+
+// plan returns the program for p, planning and generating it on first use.
+func (c *Comm) plan(p sched.Params, es int) (*planned, error) {
+	k := planKey{p.Coll, p.Count, p.Root, es}
+	c.mu.Lock()
+	pl := c.plans[k]
+	c.mu.Unlock()
+	if pl != nil {
+		return pl, nil
+	}
+	var cand []string
+	var why []string
+	for _, a := range algo.ForCollective(p.Coll) {
+		if err := a.Supports(p); err != nil {
+			why = append(why, a.Name()+": "+err.Error())
+			continue
+		}
+		cand = append(cand, a.Name())
+	}
+	if len(cand) == 0 {
+		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
+			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
+	}
+	var d plan.Decision
+	if name, ok := c.force.perCol[p.Coll]; ok {
+		a, err := algo.Lookup(p.Coll, name)
+		if err != nil {
+			return nil, &Error{Kind: InvalidArgument, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO: %v", err)}
+		}
+		if err := a.Supports(p); err != nil {
+			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v", name, err)}
+		}
+		d = plan.Decision{Algo: name, Reason: "forced by BRAID_ALGO"}
+	} else if c.force.any != "" && contains(cand, c.force.any) {
+		d = plan.Decision{Algo: c.force.any, Reason: "forced by BRAID_ALGO"}
+	} else {
+		req := plan.Request{Coll: p.Coll, NRanks: p.NRanks, NHosts: c.nhosts, Count: p.Count, Bytes: int64(p.Count) * int64(es)}
+		d = c.w.opts.Planner.Plan(req, cand)
+		if !contains(cand, d.Algo) {
+			d = plan.Default{}.Plan(req, cand)
+		}
+	}
+	a, err := algo.Lookup(p.Coll, d.Algo)
+	if err != nil {
+		return nil, &Error{Kind: Internal, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: err}
+	}
+	pl = &planned{algo: d.Algo, reason: d.Reason, prog: a.Program(p, c.rank)}
+	if c.rank == 0 {
+		c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s); candidates %v",
+			p.Coll, c.id, p.NRanks, p.Count, p.Count*es, p.Root, d.Algo, d.Reason, cand)
+	}
+	c.mu.Lock()
+	if len(c.plans) > 1024 {
+		clear(c.plans)
+	}
+	c.plans[k] = pl
+	c.mu.Unlock()
+	return pl, nil
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// runCall executes a checked call.
+func (c *Comm) runCall(ctx context.Context, k *call) error {
+	if err := c.usable(k.name); err != nil {
+		return err
+	}
+	return c.runSeq(ctx, k, c.seq.Add(1))
+}
+
+// runSeq executes a checked call as the communicator's call number seq.
+func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) error {
+	pl, err := c.plan(k.p, k.d.Size())
+	if err != nil {
+		e := err.(*Error)
+		c.w.fail(e)
+		return e
+	}
+	ctx, cancel := c.deadline(ctx)
+	defer cancel()
+	sig := signature(k.p, k.d, k.op)
+	if peer, other, bad := c.w.begin(c.id, seq, sig); bad {
+		c.w.end(c.id, seq)
+		e := &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: peer,
+			Err: fmt.Errorf("call %d: world rank %d sent a message for other arguments (signature %08x, here %08x): the ranks called with different counts, dtypes, ops, roots or collectives", seq, peer, other, sig)}
+		c.w.fail(e)
+		return e
+	}
+	defer c.w.end(c.id, seq)
+	env := exec.Env{
+		Conn: c.conn,
+		Tag:  transport.Tag{Comm: c.id, Seq: seq, Sig: sig},
+		Fail: c.w.err,
+	}
+	c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, pl.algo)
+	err = exec.Run(ctx, &pl.prog, &env, exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks})
+	if err != nil {
+		return c.failWith(k.name, err)
+	}
+	return nil
+}
+
+// prepare checks the arguments of a collective and builds the call. It
+// reports invalid arguments as InvalidArgument and aborts the communicator
+// (peers cannot go on without this rank).
+func (c *Comm) prepare(name string, coll sched.Collective, send, recv any, op Op, root int) (*call, error) {
+	k, err := c.check(name, coll, send, recv, op, root)
+	if err != nil {
+		// The argument error is this rank's own news, even if the
+		// communicator failed already.
+		c.w.fail(err)
+		return nil, err
+	}
+	return k, nil
+}
+
+func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, root int) (*call, *Error) {
+	n := c.Size()
+	bad := func(format string, args ...any) (*call, *Error) {
+		return nil, argError(c.rank, name, format, args...)
+	}
+	if coll.Rooted() && (root < 0 || root >= n) {
+		return bad("root %d out of range [0, %d)", root, n)
+	}
+	isRoot := root == c.rank
+	var in, out []byte
+	var d DType
+	needIn := coll != sched.Barrier && coll != sched.Bcast && !(coll == sched.Scatter && !isRoot)
+	needOut := coll != sched.Barrier && !((coll == sched.Reduce || coll == sched.Gather) && !isRoot)
+	var err error
+	if needIn {
+		if in, d, err = view(send); err != nil {
+			return bad("send buffer: %v", err)
+		}
+	}
+	if needOut {
+		var od DType
+		if out, od, err = view(recv); err != nil {
+			return bad("receive buffer: %v", err)
+		}
+		if needIn && od != d {
+			return bad("send buffer is %v but receive buffer is %v", d, od)
+		}
+		d = od
+	}
+	// Non-roots of reduce and gather have no receive buffer (any given is
+	// ignored); their dtype comes from the send buffer.
+	if coll == sched.Barrier {
+		d = Uint8
+	}
+	if coll.Reduces() {
+		if !op.Valid() {
+			return bad("unknown op %v", op)
+		}
+		if !dtype.Supports(d, op) {
+			return bad("op %v is not defined on %v", op, d)
+		}
+	} else {
+		op = 0
+	}
+	es := d.Size()
+	var count int
+	switch coll {
+	case sched.Allreduce:
+		count = len(in) / es
+		if len(out) != len(in) {
+			return bad("receive buffer has %d elements, send buffer %d", len(out)/es, count)
+		}
+	case sched.Reduce:
+		count = len(in) / es
+		if isRoot && len(out) != len(in) {
+			return bad("receive buffer has %d elements, send buffer %d", len(out)/es, count)
+		}
+	case sched.Bcast:
+		count = len(out) / es
+		in = out
+	case sched.Allgather:
+		count = len(in) / es
+		if len(out) != n*len(in) {
+			return bad("receive buffer has %d elements, want %d × %d", len(out)/es, n, count)
+		}
+	case sched.Gather:
+		count = len(in) / es
+		if isRoot && len(out) != n*len(in) {
+			return bad("receive buffer has %d elements, want %d × %d", len(out)/es, n, count)
+		}
+	case sched.ReduceScatter:
+		count = len(out) / es
+		if len(in) != n*len(out) {
+			return bad("send buffer has %d elements, want %d × %d", len(in)/es, n, count)
+		}
+	case sched.Scatter:
+		count = len(out) / es
+		if isRoot && len(in) != n*len(out) {
+			return bad("send buffer has %d elements, want %d × %d", len(in)/es, n, count)
+		}
+	case sched.Alltoall:
+		if len(in)%(n*es) != 0 {
+			return bad("send buffer of %d elements does not divide into %d blocks", len(in)/es, n)
+		}
+		count = len(in) / es / n
+		if len(out) != len(in) {
+			return bad("receive buffer has %d elements, send buffer %d", len(out)/es, len(in)/es)
+		}
+	}
+	p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root}
+	if !coll.Rooted() {
+		p.Root = 0
+	}
+	if err := checkAlias(p, c.rank, in, out, es); err != nil {
+		return bad("%v", err)
+	}
+	if coll == sched.Bcast {
+		// In and Out are the same buffer by definition.
+		in = out
+	}
+	return &call{name: name, p: p, in: in, out: out, d: d, op: op}, nil
+}
+
+// checkAlias accepts disjoint buffers or exactly the in-place layout of the
+// collective (see sched's package documentation), and rejects any other
+// overlap.
+func checkAlias(p sched.Params, rank int, in, out []byte, es int) error {
+	if len(in) == 0 || len(out) == 0 {
+		return nil
+	}
+	a0 := uintptr(unsafe.Pointer(unsafe.SliceData(in)))
+	a1 := a0 + uintptr(len(in))
+	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(out)))
+	b1 := b0 + uintptr(len(out))
+	if a1 <= b0 || b1 <= a0 {
+		return nil
+	}
+	blk := uintptr(p.Count * es)
+	switch p.Coll {
+	case sched.Allreduce, sched.Reduce, sched.Bcast, sched.Alltoall:
+		if a0 == b0 && len(in) == len(out) {
+			return nil
+		}
+	case sched.Allgather, sched.Gather:
+		if a0 == b0+uintptr(rank)*blk && uintptr(len(in)) == blk {
+			return nil
+		}
+	case sched.ReduceScatter, sched.Scatter:
+		if b0 == a0+uintptr(rank)*blk && uintptr(len(out)) == blk {
+			return nil
+		}
+	}
+	return fmt.Errorf("send and receive buffers overlap but are not the in-place layout of %v (see the package documentation)", p.Coll)
+}
+
+// Explain returns the algorithm this communicator runs for a call of coll
+// ("allreduce", "bcast", ...) with count elements of d (count as the call's
+// Params count it: per rank for allgather and gather, per block for
+// reducescatter, scatter and alltoall), and the planner's reason.
+func (c *Comm) Explain(coll string, count int, d DType, root int) (algo, reason string, err error) {
+	col, err := sched.ParseCollective(coll)
+	if err != nil {
+		return "", "", argError(c.rank, "explain", "%v", err)
+	}
+	if !d.Valid() {
+		return "", "", argError(c.rank, "explain", "unknown dtype %v", d)
+	}
+	p := sched.Params{Coll: col, NRanks: c.Size(), Count: count}
+	if col.Rooted() {
+		p.Root = root
+	}
+	pl, err := c.plan(p, d.Size())
+	if err != nil {
+		return "", "", err
+	}
+	return pl.algo, pl.reason, nil
+}

@@ -1,0 +1,319 @@
+package braid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+// world is what every communicator of one process in one job shares: the
+// connections to every world rank and the job's failure state.
+type world struct {
+	rank, size int
+	hosts      []string         // host identity per world rank
+	conns      []transport.Conn // by world rank; nil for self
+	meshes     []transport.Mesh
+	closers    []func() error
+	opts       Options
+	logger     *log.Logger
+
+	failure atomic.Pointer[Error]
+	closed  atomic.Bool
+	once    sync.Once
+
+	sigs sigTable
+}
+
+// sigTable notices ranks that disagree about a call even when none of
+// their messages is matched: every message carries its call's signature,
+// and a message for a call this rank is making (or makes later) with
+// another signature proves a mismatch.
+type sigTable struct {
+	mu     sync.Mutex
+	active map[[2]uint32]uint32 // (comm, seq) -> signature of this rank's call
+	seen   map[[2]uint32]seenSig
+}
+
+type seenSig struct {
+	sig  uint32
+	peer int
+}
+
+// begin registers this rank's call and reports a message already seen for
+// it with another signature.
+func (w *world) begin(comm, seq, sig uint32) (peer int, other uint32, bad bool) {
+	t := &w.sigs
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.active == nil {
+		t.active, t.seen = map[[2]uint32]uint32{}, map[[2]uint32]seenSig{}
+	}
+	k := [2]uint32{comm, seq}
+	t.active[k] = sig
+	if s, ok := t.seen[k]; ok && s.sig != sig {
+		return s.peer, s.sig, true
+	}
+	return 0, 0, false
+}
+
+func (w *world) end(comm, seq uint32) {
+	t := &w.sigs
+	t.mu.Lock()
+	k := [2]uint32{comm, seq}
+	delete(t.active, k)
+	delete(t.seen, k)
+	t.mu.Unlock()
+}
+
+// unexpected is the transports' callback for a message that arrived before
+// its receive was posted.
+func (w *world) unexpected(peer int, tag transport.Tag) {
+	if tag.Step&transport.P2PBit != 0 {
+		return
+	}
+	t := &w.sigs
+	k := [2]uint32{tag.Comm, tag.Seq}
+	t.mu.Lock()
+	if t.active == nil {
+		t.active, t.seen = map[[2]uint32]uint32{}, map[[2]uint32]seenSig{}
+	}
+	sig, ok := t.active[k]
+	if !ok {
+		if _, dup := t.seen[k]; !dup {
+			t.seen[k] = seenSig{tag.Sig, peer}
+		}
+	}
+	t.mu.Unlock()
+	if ok && sig != tag.Sig {
+		w.fail(&Error{Kind: Mismatch, Rank: w.rank, Call: "transport", Peer: peer,
+			Err: fmt.Errorf("call %d of comm %08x: rank %d sent a message for other arguments (signature %08x, here %08x): the ranks called with different counts, dtypes, ops, roots or collectives", tag.Seq, tag.Comm, peer, tag.Sig, sig)})
+	}
+}
+
+// fail records the job's first failure and tells every peer (through the
+// transports' Abort) so that their pending calls end too.
+func (w *world) fail(e *Error) {
+	if w.failure.CompareAndSwap(nil, e) {
+		for _, m := range w.meshes {
+			m.Abort(e)
+		}
+		w.debugf("info", "communicator failed: %v", e)
+	}
+}
+
+// lost is the transports' callback for a dead or aborting peer.
+func (w *world) lost(peer int, err error) {
+	kind := PeerLost
+	if errors.Is(err, transport.ErrAborted) {
+		kind = Aborted
+	}
+	w.fail(&Error{Kind: kind, Rank: w.rank, Call: "transport", Peer: peer, Err: err})
+}
+
+func (w *world) err() error {
+	if e := w.failure.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+func (w *world) debugf(level, format string, args ...any) {
+	if w.opts.Debug == "" || (level == "trace" && w.opts.Debug != "trace") {
+		return
+	}
+	w.logger.Printf("rank %d: "+format, append([]any{w.rank}, args...)...)
+}
+
+func (w *world) close() error {
+	var first error
+	w.once.Do(func() {
+		w.closed.Store(true)
+		for _, m := range w.meshes {
+			if err := m.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+		for i := len(w.closers) - 1; i >= 0; i-- {
+			if err := w.closers[i](); err != nil && first == nil {
+				first = err
+			}
+		}
+	})
+	return first
+}
+
+// Comm is a communicator: a group of ranks that call collectives together.
+// Its methods may be called from several goroutines, but every rank must
+// issue the collectives of one communicator in the same order, as in MPI.
+type Comm struct {
+	w       *world
+	id      uint32
+	rank    int
+	members []int // communicator rank -> world rank
+	local   struct{ rank, size int }
+	nhosts  int
+	force   algoForce
+
+	seq    atomic.Uint32
+	splits atomic.Uint32
+
+	mu    sync.Mutex
+	plans map[planKey]*planned
+
+	p2pMu   sync.Mutex
+	p2pSend map[[2]int]uint32 // (peer, tag) -> messages sent
+	p2pRecv map[[2]int]uint32 // (peer, tag) -> messages received
+
+	root bool // owns the world (created by Init or NewLocal)
+}
+
+func newComm(w *world, id uint32, rank int, members []int) *Comm {
+	c := &Comm{w: w, id: id, rank: rank, members: members,
+		plans: map[planKey]*planned{}, p2pSend: map[[2]int]uint32{}, p2pRecv: map[[2]int]uint32{}}
+	c.force, _ = parseAlgo(w.opts.Algo)
+	me := w.hosts[members[rank]]
+	hosts := map[string]bool{}
+	for i, wr := range members {
+		h := w.hosts[wr]
+		hosts[h] = true
+		if h == me {
+			if i == rank {
+				c.local.rank = c.local.size
+			}
+			c.local.size++
+		}
+	}
+	c.nhosts = len(hosts)
+	return c
+}
+
+// Rank returns this process's rank in the communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks in the communicator.
+func (c *Comm) Size() int { return len(c.members) }
+
+// LocalRank returns this rank's index among the communicator's ranks on the
+// same host.
+func (c *Comm) LocalRank() int { return c.local.rank }
+
+// LocalSize returns the number of the communicator's ranks on this host.
+func (c *Comm) LocalSize() int { return c.local.size }
+
+// Hosts returns the number of distinct hosts among the communicator's ranks.
+func (c *Comm) Hosts() int { return c.nhosts }
+
+// ID returns the communicator's id, the same on every member.
+func (c *Comm) ID() uint32 { return c.id }
+
+// conn returns the connection to communicator rank peer.
+func (c *Comm) conn(peer int) transport.Conn { return c.w.conns[c.members[peer]] }
+
+// usable returns an error if the communicator can no longer be used.
+func (c *Comm) usable(call string) error {
+	if c.w.closed.Load() {
+		return &Error{Kind: Aborted, Rank: c.rank, Call: call, Peer: -1, Err: errors.New("communicator is closed")}
+	}
+	if e := c.w.failure.Load(); e != nil {
+		return &Error{Kind: e.Kind, Rank: c.rank, Call: call, Peer: e.Peer, Err: fmt.Errorf("communicator failed earlier: %w", e)}
+	}
+	return nil
+}
+
+// deadline applies the communicator's timeout to ctx if ctx has none.
+func (c *Comm) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.w.opts.Timeout)
+}
+
+// failWith classifies err, records it as the job's failure and returns it.
+func (c *Comm) failWith(call string, err error) *Error {
+	e := classify(c.rank, call, err)
+	if e.Kind == Timeout {
+		e.Err = fmt.Errorf("no progress within the timeout (%v; set BRAID_TIMEOUT or a context deadline): %w", c.w.opts.Timeout, e.Err)
+	}
+	if prior := c.w.failure.Load(); prior != nil && (e.Kind == Aborted || e.Kind == Internal) {
+		// Report the cause rather than its echo.
+		e = &Error{Kind: prior.Kind, Rank: c.rank, Call: call, Peer: prior.Peer, Err: prior}
+	}
+	c.w.fail(e)
+	return e
+}
+
+// Abort ends the communicator (and every communicator of this job in this
+// process) from any goroutine: pending and later calls here fail with
+// Aborted, and peers' calls fail too. It does not block.
+func (c *Comm) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("Abort called")
+	}
+	c.w.fail(&Error{Kind: Aborted, Rank: c.rank, Call: "abort", Peer: -1, Err: reason})
+}
+
+// Close releases the communicator. Closing the communicator returned by
+// Init or NewLocal closes the job's connections, and with them every
+// communicator split from it; closing a split communicator only forgets it.
+func (c *Comm) Close() error {
+	if !c.root {
+		return nil
+	}
+	return c.w.close()
+}
+
+// Undefined is the color that excludes a rank from Split.
+const Undefined = -1
+
+// Split partitions the communicator: ranks that pass the same color form a
+// new communicator, ordered by key and then by their rank here. Every rank
+// must call Split; a rank that passes Undefined gets nil. It works like
+// MPI_Comm_split.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	const call = "split"
+	if color < 0 && color != Undefined {
+		return nil, argError(c.rank, call, "color %d: want ≥ 0 or braid.Undefined", color)
+	}
+	mine := []int64{int64(color), int64(key)}
+	all := make([]int64, 2*c.Size())
+	if err := c.Allgather(ctx, mine, all); err != nil {
+		return nil, err
+	}
+	n := c.splits.Add(1)
+	if color == Undefined {
+		return nil, nil
+	}
+	type ent struct{ key, rank int }
+	var ents []ent
+	for r := 0; r < c.Size(); r++ {
+		if all[2*r] == int64(color) {
+			ents = append(ents, ent{int(all[2*r+1]), r})
+		}
+	}
+	sort.SliceStable(ents, func(i, j int) bool {
+		if ents[i].key != ents[j].key {
+			return ents[i].key < ents[j].key
+		}
+		return ents[i].rank < ents[j].rank
+	})
+	members := make([]int, len(ents))
+	rank := -1
+	for i, e := range ents {
+		members[i] = c.members[e.rank]
+		if e.rank == c.rank {
+			rank = i
+		}
+	}
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d/%d", c.id, n, color)
+	sub := newComm(c.w, h.Sum32(), rank, members)
+	c.w.debugf("info", "split comm %08x color %d: comm %08x, %d ranks, rank %d", c.id, color, sub.id, len(members), rank)
+	return sub, nil
+}

@@ -1,0 +1,127 @@
+package braid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/transport"
+)
+
+// ErrorKind classifies an *Error.
+type ErrorKind uint8
+
+// The kinds of error a call can return.
+const (
+	// InvalidArgument: a bad buffer, dtype, op, root or count on this rank.
+	InvalidArgument ErrorKind = iota + 1
+	// Mismatch: ranks called with different counts, dtypes, ops or roots.
+	Mismatch
+	// PeerLost: a peer process died or its connection closed.
+	PeerLost
+	// Timeout: the call did not finish within its deadline (BRAID_TIMEOUT).
+	Timeout
+	// Aborted: Abort was called, here or on a peer, or the communicator
+	// failed earlier.
+	Aborted
+	// Unsupported: the request is valid but not implemented here (for
+	// example GPU memory without a CUDA driver).
+	Unsupported
+	// Internal: a bug in Braid.
+	Internal
+)
+
+var kindNames = [...]string{"", "invalid argument", "mismatch between ranks", "peer lost", "timeout", "aborted", "unsupported", "internal error"}
+
+func (k ErrorKind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Error is the error every Braid call returns. It names the rank that
+// reports it, the call, and where known the peer concerned.
+type Error struct {
+	Kind ErrorKind
+	Rank int    // the reporting rank in the communicator
+	Call string // "allreduce", "send", "init", ...
+	Peer int    // the peer concerned, or -1
+	Err  error  // the underlying cause
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("braid: rank %d: %s: %s", e.Rank, e.Call, e.Kind)
+	if e.Peer >= 0 {
+		msg += fmt.Sprintf(" (peer rank %d)", e.Peer)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, &braid.Error{Kind: k}) match any *Error of kind k.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Kind == e.Kind && t.Call == "" && t.Err == nil
+}
+
+// KindOf returns the kind of err if it is (or wraps) an *Error, else 0.
+func KindOf(err error) ErrorKind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return 0
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrInvalidArgument = &Error{Kind: InvalidArgument}
+	ErrMismatch        = &Error{Kind: Mismatch}
+	ErrPeerLost        = &Error{Kind: PeerLost}
+	ErrTimeout         = &Error{Kind: Timeout}
+	ErrAborted         = &Error{Kind: Aborted}
+	ErrUnsupported     = &Error{Kind: Unsupported}
+)
+
+func argError(rank int, call string, format string, args ...any) *Error {
+	return &Error{Kind: InvalidArgument, Rank: rank, Call: call, Peer: -1, Err: fmt.Errorf(format, args...)}
+}
+
+// classify turns an executor or transport error into an *Error.
+func classify(rank int, call string, err error) *Error {
+	var be *Error
+	if errors.As(err, &be) {
+		if be.Call == call && be.Rank == rank {
+			return be
+		}
+		return &Error{Kind: be.Kind, Rank: rank, Call: call, Peer: be.Peer, Err: err}
+	}
+	e := &Error{Rank: rank, Call: call, Peer: -1, Err: err}
+	var se *exec.StepError
+	if errors.As(err, &se) && se.Step.Kind != 0 {
+		switch se.Step.Kind {
+		case 1, 2, 3: // send, recv, recvreduce
+			e.Peer = se.Step.Peer
+		}
+	}
+	switch {
+	case errors.Is(err, transport.ErrMismatch):
+		e.Kind = Mismatch
+	case errors.Is(err, transport.ErrPeerLost):
+		e.Kind = PeerLost
+	case errors.Is(err, transport.ErrAborted), errors.Is(err, transport.ErrClosed), errors.Is(err, context.Canceled):
+		e.Kind = Aborted
+	case errors.Is(err, context.DeadlineExceeded):
+		e.Kind = Timeout
+	default:
+		e.Kind = Internal
+	}
+	return e
+}

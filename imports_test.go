@@ -1,0 +1,55 @@
+package braid_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportRules keeps the layers apart (DESIGN.md): sched imports nothing
+// of Braid; algo only sched and cost; exec and sim never algo; transports
+// nothing above them; only the root package and cmd/ join the layers.
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", "./...").CombinedOutput()
+	if err != nil {
+		t.Skipf("go list: %v\n%s", err, out)
+	}
+	const mod = "github.com/braid-ccl/braid"
+	allowed := map[string][]string{
+		"sched":     {},
+		"algo":      {"sched", "cost"},
+		"plan":      {"sched", "cost"},
+		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
+		"transport": {},
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imps, _ := strings.Cut(line, ":")
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, mod), "/")
+		top := strings.Split(rel, "/")[0]
+		for _, imp := range strings.Fields(imps) {
+			if !strings.HasPrefix(imp, mod+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, mod+"/")
+			if strings.HasPrefix(rel, "transport/") && !strings.HasPrefix(dep, "transport") && !strings.HasPrefix(dep, "internal/") {
+				t.Errorf("%s imports %s: transports may import only transport packages", rel, dep)
+			}
+			ok, rule := allowed[rel]
+			if !rule {
+				if top == "sim" && strings.HasPrefix(dep, "algo") {
+					t.Errorf("%s imports %s: the simulator never imports algo", rel, dep)
+				}
+				continue
+			}
+			good := false
+			for _, a := range ok {
+				if dep == a || strings.HasPrefix(dep, a+"/") {
+					good = true
+				}
+			}
+			if !good {
+				t.Errorf("%s imports %s: allowed %v", rel, dep, ok)
+			}
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package braid
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/braid-ccl/braid/bootstrap"
+	"github.com/braid-ccl/braid/transport"
+	"github.com/braid-ccl/braid/transport/shm"
+	"github.com/braid-ccl/braid/transport/tcp"
+)
+
+// Init joins the job this process was launched into and returns the world
+// communicator. It reads the rank's place from the environment (braid run,
+// Open MPI, PMI, Slurm, torchrun; see package bootstrap), meets the other
+// ranks through the job's store, and connects to every peer: shared memory
+// within a host, TCP across hosts. A process started without a launcher is
+// a job of one rank. Init blocks until every rank has joined or ctx ends.
+func Init(ctx context.Context, opts *Options) (*Comm, error) {
+	o, err := opts.resolve(os.Getenv)
+	if err != nil {
+		return nil, &Error{Kind: InvalidArgument, Rank: -1, Call: "init", Peer: -1, Err: err}
+	}
+	info, err := bootstrap.FromEnv()
+	if err != nil {
+		return nil, &Error{Kind: InvalidArgument, Rank: -1, Call: "init", Peer: -1, Err: err}
+	}
+	c, err := initFrom(ctx, o, info)
+	if err != nil {
+		return nil, classify(info.Rank, "init", err)
+	}
+	return c, nil
+}
+
+func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error) {
+	w := &world{rank: info.Rank, size: info.Size, opts: o,
+		logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
+	w.hosts = make([]string, info.Size)
+	w.conns = make([]transport.Conn, info.Size)
+	host := o.Host
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	if info.Size == 1 {
+		w.hosts[0] = host
+		c := newComm(w, jobComm(info.JobID), 0, []int{0})
+		c.root = true
+		return c, nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	store, closeStore, err := bootstrap.Open(ctx, info)
+	if err != nil {
+		return nil, fmt.Errorf("opening the job's store %q: %w", info.Store, err)
+	}
+	w.closers = append(w.closers, closeStore)
+	fail := func(err error) (*Comm, error) {
+		w.close()
+		return nil, err
+	}
+	prefix := "braid/" + info.JobID
+	self := transport.Endpoint{Rank: info.Rank, Host: host, PID: os.Getpid()}
+	if err := store.Set(ctx, fmt.Sprintf("%s/ep/%d", prefix, info.Rank), []byte(fmt.Sprintf("%d\t%s", self.PID, host))); err != nil {
+		return fail(fmt.Errorf("publishing this rank's endpoint: %w", err))
+	}
+	eps := make([]transport.Endpoint, info.Size)
+	for r := range info.Size {
+		v, err := store.Get(ctx, fmt.Sprintf("%s/ep/%d", prefix, r))
+		if err != nil {
+			return fail(fmt.Errorf("waiting for rank %d to join (%d ranks expected): %w", r, info.Size, err))
+		}
+		pid, h, ok := strings.Cut(string(v), "\t")
+		p, err := strconv.Atoi(pid)
+		if !ok || err != nil {
+			return fail(fmt.Errorf("rank %d published a malformed endpoint %q", r, v))
+		}
+		eps[r] = transport.Endpoint{Rank: r, Host: h, PID: p}
+		w.hosts[r] = h
+	}
+	// One transport per pair: shm within a host unless tcp is forced.
+	var local, remote []transport.Endpoint
+	for _, e := range eps {
+		if e.Rank == info.Rank {
+			continue
+		}
+		if e.Host == host && o.Transport != "tcp" {
+			local = append(local, e)
+		} else {
+			remote = append(remote, e)
+		}
+	}
+	connect := func(t transport.Transport, peers []transport.Endpoint) error {
+		if len(peers) == 0 {
+			return nil
+		}
+		m, err := t.Connect(ctx, transport.Config{
+			Self: self, Peers: peers, World: info.Size, Store: store,
+			Prefix: prefix + "/" + t.Name(), Secret: info.Secret, Lost: w.lost,
+		})
+		if err != nil {
+			return fmt.Errorf("connecting %s to ranks %v: %w", t.Name(), ranksOf(peers), err)
+		}
+		w.meshes = append(w.meshes, m)
+		for _, p := range peers {
+			w.conns[p.Rank] = m.Conn(p.Rank)
+			if w.conns[p.Rank] == nil {
+				return fmt.Errorf("%s did not connect rank %d", t.Name(), p.Rank)
+			}
+		}
+		return nil
+	}
+	if err := connect(shm.New(), local); err != nil {
+		return fail(err)
+	}
+	if err := connect(tcp.New(tcp.Options{}), remote); err != nil {
+		return fail(err)
+	}
+	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
+	c.root = true
+	if info.Rank == 0 {
+		w.debugf("info", "job %s: %d ranks on %d hosts via %s; %d local ranks (shm), %d remote (tcp)",
+			info.JobID, info.Size, c.nhosts, info.Launcher, len(local)+1, len(remote))
+	}
+	return c, nil
+}
+
+func ranksOf(eps []transport.Endpoint) []int {
+	out := make([]int, len(eps))
+	for i, e := range eps {
+		out[i] = e.Rank
+	}
+	return out
+}
+
+
+func jobComm(job string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(job))
+	return h.Sum32()
+}
+

@@ -1,0 +1,332 @@
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/braid-ccl/braid/bootstrap"
+)
+
+// DefaultGrace is how long Run waits, after it asked the ranks to stop
+// with SIGTERM, before it kills them with SIGKILL.
+const DefaultGrace = 3 * time.Second
+
+// Config says what Run starts.
+type Config struct {
+	N    int      // the number of ranks, at least 1
+	Prog string   // the program, looked up in PATH if it has no slash
+	Args []string // its arguments, without the program's name
+	Env  []string // extra KEY=VALUE variables, after the inherited ones
+
+	// Prefix prefixes each line of the ranks' output with "[RANK] ". Lines
+	// of different ranks never mix, but a line longer than 64 KiB may be
+	// split. Without Prefix, the ranks write straight to Stdout and Stderr
+	// when they are files.
+	Prefix bool
+
+	Stdout io.Writer // the ranks' standard output; nil means os.Stdout
+	Stderr io.Writer // the ranks' standard error; nil means os.Stderr
+
+	// Timeout, if not zero, stops the ranks when it passes.
+	Timeout time.Duration
+	// Grace is the time between SIGTERM and SIGKILL when Run stops the
+	// ranks; zero means DefaultGrace.
+	Grace time.Duration
+	// JobID names the job in BRAID_JOB; empty means a fresh one.
+	JobID string
+	// Logf logs what the store refuses; nil means log.Printf.
+	Logf func(format string, args ...any)
+}
+
+// ExitError reports a rank that exited with a non-zero status or was
+// killed by a signal.
+type ExitError struct {
+	Rank   int
+	Status int            // the exit status, or -1 if a signal killed the rank
+	Signal syscall.Signal // the signal that killed the rank, or 0
+}
+
+// Error says which rank failed and how: "rank 2 exited with signal
+// killed", "rank 1 exited with status 3".
+func (e *ExitError) Error() string {
+	if e.Signal != 0 {
+		return fmt.Sprintf("rank %d exited with signal %v", e.Rank, e.Signal)
+	}
+	return fmt.Sprintf("rank %d exited with status %d", e.Rank, e.Status)
+}
+
+// ExitCode returns the status a launcher should exit with: the rank's, or
+// 128 plus the signal's number, as shells do.
+func (e *ExitError) ExitCode() int {
+	if e.Signal != 0 {
+		return 128 + int(e.Signal)
+	}
+	return e.Status
+}
+
+// Run starts cfg.N ranks of cfg.Prog on this host and waits for them.
+//
+// It serves the job's TCP store on 127.0.0.1 with a fresh random secret,
+// and gives each rank BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK,
+// BRAID_LOCAL_SIZE, BRAID_STORE, BRAID_SECRET (hex), BRAID_JOB and
+// BRAID_STORE_EXTERNAL=1 (see bootstrap.FromEnv). Each rank runs in its own
+// process group, with standard input from /dev/null, and is killed if Run's
+// process dies (Linux).
+//
+// Run forwards SIGINT and SIGTERM to the ranks; a second one kills them.
+// When a rank exits with a non-zero status or by a signal, Run stops the
+// others (SIGTERM to their process groups, SIGKILL after cfg.Grace) and
+// returns an *ExitError naming the first rank that failed. When ctx ends
+// or cfg.Timeout passes, it stops them likewise and returns an error
+// wrapping ctx's. It returns nil only if every rank exits with status 0.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.N < 1 {
+		return fmt.Errorf("launch: %d ranks: want at least 1", cfg.N)
+	}
+	if cfg.Prog == "" {
+		return errors.New("launch: no program")
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
+	if cfg.JobID == "" {
+		var b [4]byte
+		rand.Read(b[:])
+		cfg.JobID = fmt.Sprintf("braid-%d-%x", os.Getpid(), b)
+	}
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+
+	secret := bootstrap.NewSecret()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("launch: serving the store: %w", err)
+	}
+	srv := bootstrap.ServeTCPStore(context.Background(), ln, secret, cfg.Logf)
+	defer srv.Close()
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	j := &job{cfg: cfg, out: &output{}}
+	env := append(append(os.Environ(), cfg.Env...),
+		bootstrap.EnvSize+"="+strconv.Itoa(cfg.N),
+		bootstrap.EnvLocalSize+"="+strconv.Itoa(cfg.N),
+		bootstrap.EnvStore+"="+srv.Addr().String(),
+		bootstrap.EnvStoreExternal+"=1",
+		bootstrap.EnvSecret+"="+hex.EncodeToString(secret),
+		bootstrap.EnvJob+"="+cfg.JobID,
+	)
+	if err := j.start(env); err != nil {
+		return err
+	}
+	return j.wait(ctx, sigs)
+}
+
+// job is a running set of ranks.
+type job struct {
+	cfg     Config
+	out     *output
+	cmds    []*exec.Cmd
+	copiers sync.WaitGroup // the goroutines that copy the ranks' output
+	pipes   []*os.File     // their read ends
+	release chan struct{}  // closed when the ranks are reaped: see start
+}
+
+// start starts the ranks. It does so from a goroutine locked to its OS
+// thread that stays until the ranks are reaped, because Linux sends the
+// parent-death signal when the thread that forked a child exits, not the
+// process.
+func (j *job) start(env []string) error {
+	j.release = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		errc <- j.startLocked(env)
+		<-j.release
+	}()
+	if err := <-errc; err != nil {
+		j.stop(syscall.SIGKILL)
+		for _, c := range j.cmds {
+			c.Wait()
+		}
+		close(j.release)
+		j.closeOutput(j.cfg.Grace)
+		return err
+	}
+	return nil
+}
+
+func (j *job) startLocked(env []string) error {
+	for r := range j.cfg.N {
+		cmd := exec.Command(j.cfg.Prog, j.cfg.Args...)
+		cmd.Env = append(env[:len(env):len(env)],
+			bootstrap.EnvRank+"="+strconv.Itoa(r),
+			bootstrap.EnvLocalRank+"="+strconv.Itoa(r))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		var closeAfter []*os.File
+		for _, s := range []struct {
+			dst  *io.Writer
+			w    io.Writer
+			name string
+		}{{&cmd.Stdout, j.cfg.Stdout, "stdout"}, {&cmd.Stderr, j.cfg.Stderr, "stderr"}} {
+			if f, ok := s.w.(*os.File); ok && !j.cfg.Prefix {
+				*s.dst = f
+				continue
+			}
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return fmt.Errorf("launch: rank %d: %w", r, err)
+			}
+			*s.dst = pw
+			closeAfter = append(closeAfter, pw)
+			j.pipes = append(j.pipes, pr)
+			j.copiers.Add(1)
+			go func() {
+				defer j.copiers.Done()
+				if j.cfg.Prefix {
+					j.out.copyLines(s.w, pr, fmt.Sprintf("[%d] ", r))
+				} else {
+					j.out.copyRaw(s.w, pr)
+				}
+			}()
+		}
+		err := cmd.Start()
+		for _, f := range closeAfter {
+			f.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("launch: rank %d: %w", r, err)
+		}
+		j.cmds = append(j.cmds, cmd)
+	}
+	return nil
+}
+
+// stop signals the process group of every rank started.
+func (j *job) stop(sig syscall.Signal) {
+	for _, c := range j.cmds {
+		syscall.Kill(-c.Process.Pid, sig)
+	}
+}
+
+// exit is a rank's end.
+type exit struct {
+	rank int
+	err  *ExitError // nil if it exited with status 0
+}
+
+func exitOf(rank int, state *os.ProcessState) *ExitError {
+	ws, ok := state.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		return &ExitError{Rank: rank, Status: -1, Signal: ws.Signal()}
+	case state.ExitCode() != 0:
+		return &ExitError{Rank: rank, Status: state.ExitCode()}
+	}
+	return nil
+}
+
+// wait reaps the ranks, stopping them all when one fails, ctx ends, or a
+// signal comes, and returns the first failure.
+func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
+	exits := make(chan exit, len(j.cmds))
+	for r, c := range j.cmds {
+		go func() {
+			c.Wait()
+			exits <- exit{r, exitOf(r, c.ProcessState)}
+		}()
+	}
+	var (
+		first    error
+		stopping bool
+		kill     <-chan time.Time
+		signals  int
+		done     = ctx.Done()
+	)
+	stopAll := func() {
+		if !stopping {
+			stopping = true
+			j.stop(syscall.SIGTERM)
+			kill = time.After(j.cfg.Grace)
+		}
+	}
+	for running := len(j.cmds); running > 0; {
+		select {
+		case e := <-exits:
+			running--
+			if e.err != nil && first == nil {
+				first = e.err
+				stopAll()
+			}
+		case <-done:
+			done = nil
+			if first == nil {
+				first = fmt.Errorf("launch: stopped the ranks: %w", ctx.Err())
+			}
+			stopAll()
+		case s := <-sigs:
+			signals++
+			if signals == 1 {
+				j.stop(s.(syscall.Signal))
+			} else {
+				j.stop(syscall.SIGKILL)
+			}
+		case <-kill:
+			kill = nil
+			j.stop(syscall.SIGKILL)
+		}
+	}
+	close(j.release)
+	// Processes that a rank left behind may hold its output open: give them
+	// the grace period, then kill them and stop copying.
+	j.closeOutput(j.cfg.Grace)
+	return first
+}
+
+// closeOutput waits up to grace for the output copiers to finish, then
+// kills what is left in the ranks' process groups and closes the pipes.
+func (j *job) closeOutput(grace time.Duration) {
+	done := make(chan struct{})
+	go func() { j.copiers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		j.stop(syscall.SIGKILL)
+		for _, p := range j.pipes {
+			p.Close()
+		}
+		<-done
+	}
+	for _, p := range j.pipes {
+		p.Close()
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package reduce
+
+const raceLengthsDropped = 1

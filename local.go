@@ -1,0 +1,59 @@
+package braid
+
+import (
+	"context"
+	"log"
+	"os"
+
+	"github.com/braid-ccl/braid/transport"
+	"github.com/braid-ccl/braid/transport/inproc"
+)
+
+// NewLocal returns a job of n ranks that are goroutines of this process,
+// one communicator per rank, connected in memory. It is what tests and
+// single-process experiments use; every call on comms[r] must come from a
+// different goroutine per rank, as with processes.
+func NewLocal(n int, opts *Options) ([]*Comm, error) {
+	if n < 1 {
+		return nil, argError(-1, "newlocal", "rank count %d: want ≥ 1", n)
+	}
+	o, err := opts.resolve(os.Getenv)
+	if err != nil {
+		return nil, &Error{Kind: InvalidArgument, Rank: -1, Call: "newlocal", Peer: -1, Err: err}
+	}
+	t := inproc.New(n)
+	comms := make([]*Comm, n)
+	hosts := make([]string, n)
+	host := o.Host
+	if host == "" {
+		host = "local"
+	}
+	for i := range hosts {
+		hosts[i] = host
+	}
+	for r := range n {
+		w := &world{rank: r, size: n, opts: o, hosts: hosts,
+			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
+		m, err := t.Connect(context.Background(), transport.Config{Self: transport.Endpoint{Rank: r}, World: n, Lost: w.lost, Unexpected: w.unexpected})
+		if err != nil {
+			return nil, err
+		}
+		w.meshes = []transport.Mesh{m}
+		for p := range n {
+			if p != r {
+				w.conns[p] = m.Conn(p)
+			}
+		}
+		comms[r] = newComm(w, 1, r, identity(n))
+		comms[r].root = true
+	}
+	return comms, nil
+}
+
+func identity(n int) []int {
+	m := make([]int, n)
+	for i := range m {
+		m[i] = i
+	}
+	return m
+}

@@ -1,0 +1,252 @@
+package braid_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/internal/check"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/sched"
+)
+
+// full runs the whole product of the matrix (BRAID_TEST_FULL=1): every
+// collective × algorithm × dtype × op × rank count 1–9 × every count. The
+// default run covers each dimension fully but not every combination: see
+// TestMatrix.
+var full = os.Getenv("BRAID_TEST_FULL") != ""
+
+var (
+	smallCounts = []int{0, 1, 7, 1000}
+	largeCounts = []int{65537, 1<<20 + 3}
+)
+
+// onRanks runs f on every rank of a fresh local job and returns the errors.
+func onRanks(t testing.TB, n int, opts *braid.Options, f func(c *braid.Comm) error) []error {
+	t.Helper()
+	comms, err := braid.NewLocal(n, opts)
+	if err != nil {
+		t.Fatalf("NewLocal(%d): %v", n, err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(comms[r])
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(120 * time.Second):
+		t.Fatalf("%d ranks: hang: not every rank returned within 120 s", n)
+	}
+	for _, c := range comms {
+		c.Close()
+	}
+	return errs
+}
+
+// runCase runs one collective call on n ranks and verifies every output.
+func runCase(t *testing.T, coll sched.Collective, algoName string, d dtype.DType, op dtype.Op, n, count, root int, inPlace bool) {
+	t.Helper()
+	opts := &braid.Options{}
+	if algoName != "" {
+		opts.Algo = coll.String() + "=" + algoName
+	}
+	p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root}
+	es := d.Size()
+	salt := count + 7*n
+	errs := onRanks(t, n, opts, func(c *braid.Comm) error {
+		rank := c.Rank()
+		in, out := buffersFor(p, rank, es, inPlace)
+		if coll == sched.Bcast {
+			for i := range out {
+				out[i] = 0xA5
+			}
+			if rank == root {
+				check.Fill(d, op, out, rank, 0, salt)
+			}
+		} else {
+			for i := range out {
+				out[i] = 0xA5
+			}
+			check.Fill(d, op, in, rank, 0, salt)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		send, recv := braid.Raw{Bytes: in, Type: d}, braid.Raw{Bytes: out, Type: d}
+		var err error
+		switch coll {
+		case sched.Allreduce:
+			err = c.Allreduce(ctx, send, recv, op)
+		case sched.Reduce:
+			err = c.Reduce(ctx, send, recv, op, root)
+		case sched.Bcast:
+			err = c.Bcast(ctx, recv, root)
+		case sched.Allgather:
+			err = c.Allgather(ctx, send, recv)
+		case sched.ReduceScatter:
+			err = c.ReduceScatter(ctx, send, recv, op)
+		case sched.Gather:
+			err = c.Gather(ctx, send, recv, root)
+		case sched.Scatter:
+			err = c.Scatter(ctx, send, recv, root)
+		case sched.Alltoall:
+			err = c.Alltoall(ctx, send, recv)
+		case sched.Barrier:
+			err = c.Barrier(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		return check.Verify(p, d, op, rank, out[:p.OutLen(rank)*es], salt)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("%v algo=%s %v %v n=%d count=%d root=%d inplace=%v: rank %d: %v", coll, algoName, d, op, n, count, root, inPlace, r, err)
+		}
+	}
+}
+
+// buffersFor allocates rank's buffers, aliased as the in-place call
+// defines when inPlace.
+func buffersFor(p sched.Params, rank, es int, inPlace bool) (in, out []byte) {
+	inLen, outLen := p.InLen(rank)*es, p.OutLen(rank)*es
+	blk := p.Count * es
+	if !inPlace {
+		if p.Coll == sched.Bcast {
+			return nil, make([]byte, p.Count*es)
+		}
+		return make([]byte, inLen), make([]byte, outLen)
+	}
+	switch p.Coll {
+	case sched.Allreduce, sched.Alltoall:
+		out = make([]byte, outLen)
+		return out, out
+	case sched.Reduce:
+		if rank == p.Root {
+			out = make([]byte, outLen)
+			return out, out
+		}
+		return make([]byte, inLen), nil
+	case sched.Allgather, sched.Gather:
+		if outLen == 0 {
+			return make([]byte, inLen), nil
+		}
+		out = make([]byte, outLen)
+		return out[rank*blk : (rank+1)*blk], out
+	case sched.ReduceScatter, sched.Scatter:
+		if inLen == 0 {
+			return nil, make([]byte, outLen)
+		}
+		in = make([]byte, inLen)
+		return in, in[rank*blk : (rank+1)*blk]
+	case sched.Bcast:
+		return nil, make([]byte, p.Count*es)
+	}
+	return make([]byte, inLen), make([]byte, outLen)
+}
+
+func opsFor(coll sched.Collective, d dtype.DType) []dtype.Op {
+	if !coll.Reduces() {
+		return []dtype.Op{dtype.Sum}
+	}
+	var ops []dtype.Op
+	for _, o := range dtype.AllOps() {
+		if dtype.Supports(d, o) {
+			ops = append(ops, o)
+		}
+	}
+	return ops
+}
+
+func rootsFor(coll sched.Collective, n int) []int {
+	if !coll.Rooted() || n == 1 {
+		return []int{0}
+	}
+	if n == 2 {
+		return []int{0, 1}
+	}
+	return []int{0, n - 1, n / 2}
+}
+
+// TestMatrix checks every collective against its definition over inproc
+// ranks. By default it covers:
+//   - schedules: every algorithm × rank counts 1–9 × counts {0, 1, 7,
+//     1000, 65537, 1<<20+3} × roots × in-place and not, with float32 sum
+//     (schedules do not depend on the dtype or op);
+//   - kernels in collectives: every dtype × every op it supports × rank
+//     counts 1–9 × counts {0, 1, 7, 1000}, with every algorithm.
+//
+// BRAID_TEST_FULL=1 runs the complete product.
+func TestMatrix(t *testing.T) {
+	for _, coll := range sched.Collectives() {
+		for _, a := range algo.ForCollective(coll) {
+			t.Run(coll.String()+"/"+a.Name(), func(t *testing.T) {
+				t.Parallel()
+				for n := 1; n <= 9; n++ {
+					counts := append(append([]int{}, smallCounts...), largeCounts...)
+					if coll == sched.Barrier {
+						counts = []int{0}
+					}
+					for _, count := range counts {
+						large := count > 1000
+						if large && testing.Short() {
+							continue
+						}
+						if large && !full && raceEnabled && n%4 != 1 {
+							// Under the race detector, large counts on 1, 5 and 9 ranks.
+							continue
+						}
+						p := sched.Params{Coll: coll, NRanks: n, Count: count}
+						for _, root := range rootsFor(coll, n) {
+							p.Root = root
+							if a.Supports(p) != nil {
+								continue
+							}
+							dts := []dtype.DType{dtype.Float32}
+							if full || !large {
+								dts = dtype.All()
+							}
+							for _, d := range dts {
+								ops := opsFor(coll, d)
+								if !full && large {
+									ops = ops[:1]
+								}
+								for _, op := range ops {
+									for _, inPlace := range []bool{false, true} {
+										if !full && inPlace && (d != dtype.Float32 || op != opsFor(coll, d)[0]) {
+											continue
+										}
+										runCase(t, coll, a.Name(), d, op, n, count, root, inPlace)
+									}
+								}
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv("BRAID_TEST_CHILD"); v != "" {
+		os.Exit(childMain(v))
+	}
+	os.Exit(m.Run())
+}
+
+func childMain(role string) int {
+	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
+	return 2
+}

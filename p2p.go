@@ -1,0 +1,86 @@
+package braid
+
+import (
+	"context"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+// Point-to-point messages between a pair of ranks with the same tag arrive
+// in the order they were sent (MPI's non-overtaking rule). The receive
+// buffer must have exactly the sent number of elements and the same type.
+
+// Send sends buf to rank peer with tag and returns when the transport has
+// taken the data (which may be before the peer received it).
+func (c *Comm) Send(ctx context.Context, buf any, peer, tag int) error {
+	return c.ISend(ctx, buf, peer, tag).Wait(context.Background())
+}
+
+// Recv receives the next message from rank peer with tag into buf.
+func (c *Comm) Recv(ctx context.Context, buf any, peer, tag int) error {
+	return c.IRecv(ctx, buf, peer, tag).Wait(context.Background())
+}
+
+// ISend starts Send and returns at once; buf must not change until the
+// request completes.
+func (c *Comm) ISend(ctx context.Context, buf any, peer, tag int) *Request {
+	return c.p2p(ctx, "send", buf, peer, tag, true)
+}
+
+// IRecv starts Recv and returns at once.
+func (c *Comm) IRecv(ctx context.Context, buf any, peer, tag int) *Request {
+	return c.p2p(ctx, "recv", buf, peer, tag, false)
+}
+
+func (c *Comm) p2p(ctx context.Context, name string, buf any, peer, tag int, send bool) *Request {
+	r := newRequest()
+	fail := func(e *Error) *Request {
+		r.finish(e)
+		return r
+	}
+	if err := c.usable(name); err != nil {
+		return fail(err.(*Error))
+	}
+	b, d, err := view(buf)
+	if err != nil {
+		return fail(argError(c.rank, name, "buffer: %v", err))
+	}
+	if peer < 0 || peer >= c.Size() || peer == c.rank {
+		return fail(argError(c.rank, name, "peer %d: want another rank in [0, %d)", peer, c.Size()))
+	}
+	if tag < 0 || tag >= 1<<31 {
+		return fail(argError(c.rank, name, "tag %d: want 0 ≤ tag < 2^31", tag))
+	}
+	key := [2]int{peer, tag}
+	c.p2pMu.Lock()
+	var n uint32
+	if send {
+		n = c.p2pSend[key]
+		c.p2pSend[key] = n + 1
+	} else {
+		n = c.p2pRecv[key]
+		c.p2pRecv[key] = n + 1
+	}
+	c.p2pMu.Unlock()
+	t := transport.Tag{Comm: c.id, Seq: uint32(tag), Step: transport.P2PBit | (n & (transport.P2PBit - 1)), Sig: uint32(d)}
+	conn := c.conn(peer)
+	var req transport.Request
+	if send {
+		req, err = conn.Isend(t, b)
+	} else {
+		req, err = conn.Irecv(t, b)
+	}
+	if err != nil {
+		return fail(c.failWith(name, err))
+	}
+	go func() {
+		ctx, cancel := c.deadline(ctx)
+		defer cancel()
+		if err := transport.Wait(ctx, c.w.err, req); err != nil {
+			r.finish(c.failWith(name, err))
+			return
+		}
+		r.finish(nil)
+	}()
+	return r
+}

@@ -1,0 +1,96 @@
+// Package plan chooses the algorithm for each collective call. The Planner
+// interface has one method; Default is the built-in choice by collective,
+// rank count and message size, and the fallback of any other planner.
+//
+// Example:
+//
+//	d := plan.Default{}.Plan(plan.Request{Coll: sched.Allreduce, NRanks: 4, Bytes: 1 << 20},
+//		[]string{"ring", "recdouble", "rabenseifner"})
+//	fmt.Println(d.Algo, d.Reason)
+package plan
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/braid-ccl/braid/sched"
+)
+
+// Request describes a call to plan.
+type Request struct {
+	Coll   sched.Collective
+	NRanks int
+	NHosts int   // distinct hosts among the ranks
+	Count  int   // elements, as sched.Params counts them
+	Bytes  int64 // bytes of the call's buffer (Count × element size)
+}
+
+// Decision is a planner's choice.
+type Decision struct {
+	Algo   string // an algorithm name from the candidates
+	Reason string // why, for BRAID_DEBUG=info
+}
+
+// Planner picks one of the candidate algorithms (those that support the
+// call) for a request. It must return one of the candidates.
+type Planner interface {
+	Plan(r Request, candidates []string) Decision
+}
+
+// Default is Braid's built-in planner: latency-bound algorithms
+// (recursive doubling, binomial trees) for small messages, bandwidth-bound
+// ones (ring, Rabenseifner) for large messages.
+type Default struct{}
+
+// Thresholds of the Default planner, in bytes.
+const (
+	SmallMessage = 16 << 10
+	LargeMessage = 512 << 10
+)
+
+// Plan implements Planner.
+func (Default) Plan(r Request, cand []string) Decision {
+	pick := func(reason string, names ...string) (Decision, bool) {
+		for _, n := range names {
+			if slices.Contains(cand, n) {
+				return Decision{Algo: n, Reason: reason}, true
+			}
+		}
+		return Decision{}, false
+	}
+	var d Decision
+	var ok bool
+	size := fmt.Sprintf("%d B", r.Bytes)
+	switch r.Coll {
+	case sched.Allreduce:
+		switch {
+		case r.Bytes <= SmallMessage:
+			d, ok = pick(size+" ≤ 16 KiB: latency-bound, log2(n) rounds", "recdouble", "rabenseifner", "ring")
+		case r.Bytes < LargeMessage:
+			d, ok = pick(size+" < 512 KiB: Rabenseifner halves the bytes each round in log2(n) rounds", "rabenseifner", "ring")
+		default:
+			d, ok = pick(size+" ≥ 512 KiB: bandwidth-bound, ring moves 2(n-1)/n of the buffer per rank", "ring", "rabenseifner")
+		}
+	case sched.Allgather:
+		if r.Bytes*int64(r.NRanks) <= SmallMessage {
+			d, ok = pick(size+" per rank, small: log2(n) rounds", "recdouble", "ring")
+		} else {
+			d, ok = pick(size+" per rank: ring is bandwidth-optimal", "ring", "recdouble")
+		}
+	case sched.Bcast, sched.Reduce:
+		d, ok = pick("binomial tree: log2(n) rounds", "binomial", "linear")
+	case sched.ReduceScatter:
+		d, ok = pick("ring: bandwidth-optimal", "ring")
+	case sched.Alltoall:
+		d, ok = pick("pairwise exchange: n-1 rounds, one peer each", "pairwise")
+	case sched.Barrier:
+		d, ok = pick("dissemination: ceil(log2 n) rounds", "dissemination")
+	}
+	if !ok {
+		if len(cand) == 0 {
+			return Decision{}
+		}
+		return Decision{Algo: cand[0], Reason: "the only or first available algorithm"}
+	}
+	return d
+}

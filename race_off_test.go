@@ -1,0 +1,5 @@
+//go:build !race
+
+package braid_test
+
+const raceEnabled = false

@@ -1,0 +1,517 @@
+package shm
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+// key is the part of a tag that matching uses.
+type key [3]uint32
+
+// conn is the connection to one peer. Its receive side (the inbound ring,
+// posted receives, unexpected messages) is guarded by rmu; its send side
+// (the outbound ring in the peer's segment, the completion slots) by smu.
+// Every access to a mapping happens under one of the two with closed false,
+// so Close, which takes both, can unmap safely.
+type conn struct {
+	m         *mesh
+	peer      int // world rank
+	peerPID   int
+	peerStart uint64   // the peer process's start time, against pid reuse
+	idx       int      // the peer's index in our segment
+	peerSeg   *segment // our mapping of the peer's segment
+	cma       bool     // the peer copies our large messages out of our memory
+
+	closed atomic.Bool
+	err    atomic.Pointer[error] // the first failure: peer lost, aborted
+
+	rmu      sync.Mutex
+	in       rx
+	posted   map[key]*recvReq // FIFO per key, linked by next
+	unexp    map[key]*unexpMsg
+	partial  map[key]partial // messages received in chunks, not yet complete
+	freeMsgs *unexpMsg
+	acks     int // offset of our completion slots in the peer's segment
+
+	smu       sync.Mutex
+	out       tx
+	slots     []*sendReq // outstanding rendezvous sends by slot
+	freeSlots []uint32
+	gen       uint32
+	mySlots   int // offset of the completion slots for this peer in our segment
+}
+
+// partial is where the rest of a chunked message goes: a receive, an
+// unexpected message, or nowhere (drop). A receive that does not match a
+// chunked message is dropping it: it fails, with the error already in its
+// err, only when the last chunk is read, so that its owner keeps draining
+// the ring for the sender until then.
+type partial struct {
+	r    *recvReq
+	u    *unexpMsg
+	drop bool
+}
+
+// unexpMsg is a message, or a rendezvous descriptor, that arrived before its
+// receive was posted.
+type unexpMsg struct {
+	next  *unexpMsg
+	sig   uint32
+	total uint64
+	got   uint64
+	data  []byte
+	rndv  bool
+	addr  uint64
+	slot  uint32
+	gen   uint32
+}
+
+// Completion word values: gen<<8 | status.
+const (
+	ackOK       = 1
+	ackMismatch = 2
+	ackFailed   = 3
+)
+
+// Peer returns the peer's world rank.
+func (c *conn) Peer() int { return c.peer }
+
+// failure returns the error that requests on the conn fail with, or nil.
+func (c *conn) failure() error {
+	if c.closed.Load() {
+		return c.closedErr()
+	}
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (c *conn) closedErr() error {
+	return fmt.Errorf("shm: rank %d: connection to rank %d: %w", c.m.rank, c.peer, transport.ErrClosed)
+}
+
+// fail records the conn's first failure and, if lost, tells the Lost
+// callback (in its own goroutine, as fail may run under a lock).
+func (c *conn) fail(err error, lost bool) {
+	if !c.err.CompareAndSwap(nil, &err) {
+		return
+	}
+	if lost && c.m.cfg.Lost != nil {
+		go c.m.cfg.Lost(c.peer, err)
+	}
+}
+
+// mismatch returns the error for a message that does not fit a receive.
+func (c *conn) mismatch(tag transport.Tag, buf []byte, sig uint32, total uint64) error {
+	if uint64(len(buf)) != total {
+		return fmt.Errorf("shm: rank %d: message %v from rank %d has %d bytes, receive expects %d: %w",
+			c.m.rank, tag, c.peer, total, len(buf), transport.ErrMismatch)
+	}
+	if sig != tag.Sig {
+		return fmt.Errorf("shm: rank %d: message %v from rank %d has signature %08x, receive expects %08x: %w",
+			c.m.rank, tag, c.peer, sig, tag.Sig, transport.ErrMismatch)
+	}
+	return nil
+}
+
+// Irecv posts a receive; see transport.Conn.
+func (c *conn) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
+	k := tag.Key()
+	c.rmu.Lock()
+	if c.closed.Load() {
+		c.rmu.Unlock()
+		return nil, c.closedErr()
+	}
+	if u := c.popUnexp(k); u != nil {
+		req, err := c.takeUnexp(tag, buf, u)
+		c.rmu.Unlock()
+		return req, err
+	}
+	r := &recvReq{c: c, tag: tag, buf: buf}
+	c.post(k, r)
+	c.progress()
+	c.rmu.Unlock()
+	return r, nil
+}
+
+// takeUnexp receives the unexpected message u into buf. Called under rmu.
+func (c *conn) takeUnexp(tag transport.Tag, buf []byte, u *unexpMsg) (transport.Request, error) {
+	defer c.freeUnexp(u)
+	k := tag.Key()
+	if err := c.mismatch(tag, buf, u.sig, u.total); err != nil {
+		if u.rndv {
+			c.ack(u.slot, u.gen, ackMismatch)
+		} else if u.got < u.total {
+			r := &recvReq{c: c, tag: tag, buf: buf, err: err}
+			c.partial[k] = partial{r: r, drop: true}
+			return r, nil
+		}
+		return transport.DoneRequest{Err: err}, nil
+	}
+	if u.rndv {
+		r := &recvReq{c: c, tag: tag, buf: buf, addr: u.addr, slot: u.slot, gen: u.gen}
+		r.state.Store(recvRndv)
+		return r, nil
+	}
+	copy(buf, u.data[:u.got])
+	if u.got == u.total {
+		return doneOK, nil
+	}
+	r := &recvReq{c: c, tag: tag, buf: buf, got: u.got}
+	c.partial[k] = partial{r: r}
+	return r, nil
+}
+
+// post appends r to the posted receives of k.
+func (c *conn) post(k key, r *recvReq) {
+	p := c.posted[k]
+	if p == nil {
+		c.posted[k] = r
+		return
+	}
+	for p.next != nil {
+		p = p.next
+	}
+	p.next = r
+}
+
+// popPosted removes and returns the oldest posted receive of k, or nil.
+func (c *conn) popPosted(k key) *recvReq {
+	r := c.posted[k]
+	if r == nil {
+		return nil
+	}
+	if r.next == nil {
+		delete(c.posted, k)
+	} else {
+		c.posted[k] = r.next
+		r.next = nil
+	}
+	return r
+}
+
+// unpost removes r from the posted receives, if it is there.
+func (c *conn) unpost(r *recvReq) {
+	k := r.tag.Key()
+	var prev *recvReq
+	for p := c.posted[k]; p != nil; prev, p = p, p.next {
+		if p != r {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = p.next
+		case p.next != nil:
+			c.posted[k] = p.next
+		default:
+			delete(c.posted, k)
+		}
+		p.next = nil
+		return
+	}
+}
+
+// popUnexp removes and returns the oldest unexpected message of k, or nil.
+func (c *conn) popUnexp(k key) *unexpMsg {
+	if len(c.unexp) == 0 {
+		return nil
+	}
+	u := c.unexp[k]
+	if u == nil {
+		return nil
+	}
+	if u.next == nil {
+		delete(c.unexp, k)
+	} else {
+		c.unexp[k] = u.next
+		u.next = nil
+	}
+	return u
+}
+
+// pushUnexp appends u to the unexpected messages of k and calls the
+// Config's Unexpected hook (with rmu held: the hook must not use the Conn).
+func (c *conn) pushUnexp(k key, u *unexpMsg) {
+	if f := c.m.cfg.Unexpected; f != nil {
+		f(c.peer, transport.Tag{Comm: k[0], Seq: k[1], Step: k[2], Sig: u.sig})
+	}
+	p := c.unexp[k]
+	if p == nil {
+		c.unexp[k] = u
+		return
+	}
+	for p.next != nil {
+		p = p.next
+	}
+	p.next = u
+}
+
+// newUnexp returns an unexpected message for the frame h, with room for
+// its data, reusing a freed one where possible.
+func (c *conn) newUnexp(h *frameHdr) *unexpMsg {
+	u := c.freeMsgs
+	if u != nil {
+		c.freeMsgs = u.next
+		u.next = nil
+	} else {
+		u = &unexpMsg{}
+	}
+	u.sig, u.total, u.got = h.sig, h.total, 0
+	u.rndv = h.kind == kindRndv
+	if u.rndv {
+		u.addr, u.slot, u.gen = h.off, h.slot, h.gen
+		return u
+	}
+	if uint64(cap(u.data)) >= h.total {
+		u.data = u.data[:h.total]
+	} else {
+		u.data = make([]byte, h.total, max(h.total, 256))
+	}
+	return u
+}
+
+func (c *conn) freeUnexp(u *unexpMsg) {
+	if cap(u.data) > c.m.opts.EagerLimit {
+		u.data = nil
+	}
+	u.next = c.freeMsgs
+	c.freeMsgs = u
+}
+
+// progress drains the inbound ring and notices the peer's abort or close.
+// It reports whether it read any frame. Called under rmu.
+func (c *conn) progress() bool {
+	if c.closed.Load() {
+		return false
+	}
+	st := c.peerSeg.state() // before draining: what the peer wrote before closing is in the ring
+	moved := c.drain()
+	if st != stateAlive && c.err.Load() == nil {
+		if st == stateAborted {
+			c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) aborted: %w", c.m.rank, c.peer, c.peerPID, transport.ErrAborted), true)
+		} else {
+			c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) closed its connections: %w", c.m.rank, c.peer, c.peerPID, transport.ErrPeerLost), true)
+		}
+	}
+	if p := c.err.Load(); p != nil {
+		c.failAll(*p)
+	}
+	return moved
+}
+
+// drain handles every frame in the inbound ring. Called under rmu.
+func (c *conn) drain() (moved bool) {
+	head := atomic.LoadUint64(c.in.head)
+	for {
+		h, payload, ok := c.in.next(head)
+		if !ok {
+			return moved
+		}
+		moved = true
+		switch h.kind {
+		case kindData:
+			c.onData(&h, payload)
+		case kindRndv:
+			c.onRndv(&h)
+		default:
+			c.fail(fmt.Errorf("shm: rank %d: corrupt frame (kind %d) from rank %d: %w", c.m.rank, h.kind, c.peer, transport.ErrPeerLost), true)
+			return moved
+		}
+		c.in.release(&h)
+	}
+}
+
+// onData handles a data frame: a whole message or one chunk of one.
+func (c *conn) onData(h *frameHdr, p []byte) {
+	k := key{h.comm, h.seq, h.step}
+	last := h.off+uint64(len(p)) == h.total
+	if h.off == 0 {
+		if r := c.popPosted(k); r != nil {
+			if err := c.mismatch(r.tag, r.buf, h.sig, h.total); err != nil {
+				if last {
+					r.complete(err)
+				} else {
+					r.err = err
+					c.partial[k] = partial{r: r, drop: true}
+				}
+				return
+			}
+			copy(r.buf, p)
+			if last {
+				r.complete(nil)
+				return
+			}
+			r.got = uint64(len(p))
+			c.partial[k] = partial{r: r}
+			return
+		}
+		u := c.newUnexp(h)
+		copy(u.data, p)
+		u.got = uint64(len(p))
+		c.pushUnexp(k, u)
+		if !last {
+			c.partial[k] = partial{u: u}
+		}
+		return
+	}
+	ref, ok := c.partial[k]
+	if !ok {
+		return // the rest of a message whose receive failed
+	}
+	switch {
+	case ref.drop:
+		if last && ref.r != nil {
+			ref.r.complete(ref.r.err)
+		}
+	case ref.r != nil:
+		copy(ref.r.buf[h.off:], p)
+		ref.r.got += uint64(len(p))
+		if last {
+			ref.r.complete(nil)
+		}
+	case ref.u != nil:
+		copy(ref.u.data[h.off:], p)
+		ref.u.got += uint64(len(p))
+	}
+	if last {
+		delete(c.partial, k)
+	}
+}
+
+// onRndv handles a rendezvous descriptor.
+func (c *conn) onRndv(h *frameHdr) {
+	k := key{h.comm, h.seq, h.step}
+	r := c.popPosted(k)
+	if r == nil {
+		c.pushUnexp(k, c.newUnexp(h))
+		return
+	}
+	if err := c.mismatch(r.tag, r.buf, h.sig, h.total); err != nil {
+		c.ack(h.slot, h.gen, ackMismatch)
+		r.complete(err)
+		return
+	}
+	r.addr, r.slot, r.gen = h.off, h.slot, h.gen
+	r.state.Store(recvRndv) // the receive's owner copies in Test
+}
+
+// ack tells the peer that its rendezvous send in slot completed. Called
+// under rmu with closed false.
+func (c *conn) ack(slot, gen uint32, status uint64) {
+	atomic.StoreUint64(c.peerSeg.u64(c.acks+8*int(slot)), uint64(gen)<<8|status)
+}
+
+// failAll fails the posted and partly received receives with err. Called
+// under rmu.
+func (c *conn) failAll(err error) {
+	for k, r := range c.posted {
+		for ; r != nil; r = r.next {
+			r.complete(err)
+		}
+		delete(c.posted, k)
+	}
+	for k, p := range c.partial {
+		if p.r != nil && p.r.state.Load() != recvDone {
+			p.r.complete(err)
+		}
+		delete(c.partial, k)
+	}
+}
+
+// pollRecv makes receive-side progress if no one else is, so that a rank
+// that only sends still empties its inbound ring and sees failures.
+func (c *conn) pollRecv() (moved bool) {
+	if c.rmu.TryLock() {
+		moved = c.progress()
+		c.rmu.Unlock()
+	}
+	return moved
+}
+
+// Isend starts a send; see transport.Conn.
+func (c *conn) Isend(tag transport.Tag, data []byte) (transport.Request, error) {
+	if err := c.failure(); err != nil {
+		return nil, err
+	}
+	c.smu.Lock()
+	if c.closed.Load() {
+		c.smu.Unlock()
+		return nil, c.closedErr()
+	}
+	if len(data) <= c.m.opts.EagerLimit || !c.cma {
+		var p progress
+		if c.pushData(tag, data, &p) {
+			c.smu.Unlock()
+			return doneOK, nil
+		}
+		c.smu.Unlock()
+		return &sendReq{c: c, tag: tag, data: data, progress: p}, nil
+	}
+	s := &sendReq{c: c, tag: tag, data: data, rndv: true}
+	c.pushRndv(s)
+	c.smu.Unlock()
+	return s, nil
+}
+
+// progress is how far a send got.
+type progress struct {
+	sent    int  // bytes written into the ring
+	started bool // the first frame is written
+}
+
+// pushData writes as much of a message into the ring as fits, continuing
+// from p, and reports whether all of it is written. Called under smu.
+func (c *conn) pushData(tag transport.Tag, data []byte, p *progress) bool {
+	limit := c.m.opts.EagerLimit
+	if !c.cma {
+		limit = c.m.opts.chunk
+	}
+	h := frameHdr{kind: kindData, comm: tag.Comm, seq: tag.Seq, step: tag.Step, sig: tag.Sig, total: uint64(len(data))}
+	for !p.started || p.sent < len(data) {
+		n := min(len(data)-p.sent, limit)
+		h.chunk, h.off = uint32(n), uint64(p.sent)
+		if !c.out.write(&h, data[p.sent:p.sent+n]) {
+			return false
+		}
+		p.started = true
+		p.sent += n
+	}
+	return true
+}
+
+// pushRndv takes a completion slot for s and writes its descriptor, as far
+// as resources allow. Called under smu.
+func (c *conn) pushRndv(s *sendReq) {
+	if !s.hasSlot {
+		n := len(c.freeSlots)
+		if n == 0 {
+			return
+		}
+		s.slot = c.freeSlots[n-1]
+		c.freeSlots = c.freeSlots[:n-1]
+		c.gen++
+		s.gen = c.gen
+		s.hasSlot = true
+		c.slots[s.slot] = s
+	}
+	h := frameHdr{kind: kindRndv, comm: s.tag.Comm, seq: s.tag.Seq, step: s.tag.Step, sig: s.tag.Sig,
+		total: uint64(len(s.data)), slot: s.slot, gen: s.gen}
+	h.off = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.data))))
+	if c.out.write(&h, nil) {
+		s.started = true
+	}
+}
+
+// releaseSlot frees s's completion slot. Called under smu.
+func (c *conn) releaseSlot(s *sendReq) {
+	if s.hasSlot {
+		c.slots[s.slot] = nil
+		c.freeSlots = append(c.freeSlots, s.slot)
+		s.hasSlot = false
+	}
+}

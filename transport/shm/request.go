@@ -1,0 +1,247 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+// doneReq is a request that completed successfully when it was posted. One
+// value serves every such request, so that the common small send and the
+// receive of a message that was already there allocate nothing.
+type doneReq struct{}
+
+func (*doneReq) Test() (bool, error)   { return true, nil }
+func (*doneReq) Done() <-chan struct{} { return nil }
+
+var doneOK transport.Request = &doneReq{}
+
+// States of a receive.
+const (
+	recvPending = iota // posted, waiting for a frame
+	recvRndv           // matched a descriptor; its owner copies in Test
+	recvDone           // complete; err holds the result
+)
+
+// recvReq is a posted receive. Its fields other than state are written
+// under the conn's rmu until state becomes recvRndv or recvDone; after that
+// only the goroutine calling Test touches them.
+type recvReq struct {
+	c     *conn
+	tag   transport.Tag
+	buf   []byte
+	next  *recvReq // next posted receive with the same key
+	state atomic.Uint32
+	err   error
+	got   uint64 // bytes received so far of a chunked message
+	addr  uint64 // recvRndv: the sender's buffer
+	slot  uint32
+	gen   uint32
+}
+
+func (r *recvReq) complete(err error) {
+	r.err = err
+	r.state.Store(recvDone)
+}
+
+// Done returns nil: shm requests progress only when tested.
+func (r *recvReq) Done() <-chan struct{} { return nil }
+
+// Streaming: a Test that moved data keeps polling, so that a message
+// carried in chunks flows without a return to the caller's backoff between
+// chunks. It stops after streamSpins polls that moved nothing, or after
+// streamBudget.
+const (
+	streamSpins  = 256
+	streamBudget = 500 * time.Microsecond
+)
+
+// stream tracks a streaming loop.
+type stream struct {
+	idle, polls int
+	start       time.Time
+}
+
+// more reports whether to poll again after a poll that moved data or not.
+func (s *stream) more(moved bool) bool {
+	if !moved {
+		s.idle++
+		return s.idle > 0 && s.idle <= streamSpins && s.polls > 0
+	}
+	s.idle = 0
+	s.polls++
+	if s.polls == 1 {
+		s.start = time.Now()
+	} else if s.polls%16 == 0 && time.Since(s.start) > streamBudget {
+		return false
+	}
+	return true
+}
+
+// Test drains the inbound ring, unless another goroutine is doing so, and
+// copies a rendezvous message matched to r; see transport.Request.
+func (r *recvReq) Test() (bool, error) {
+	var st stream
+	for {
+		switch r.state.Load() {
+		case recvDone:
+			return true, r.err
+		case recvRndv:
+			return r.copyRndv()
+		}
+		c := r.c
+		if !c.rmu.TryLock() {
+			return false, nil
+		}
+		moved := c.progress()
+		if c.closed.Load() && r.state.Load() == recvPending {
+			c.unpost(r)
+			r.complete(c.closedErr())
+		}
+		c.rmu.Unlock()
+		if r.state.Load() == recvPending && !st.more(moved) {
+			return false, nil
+		}
+	}
+}
+
+// copyRndv copies a rendezvous message from the sender's memory into r.buf
+// and acknowledges it.
+func (r *recvReq) copyRndv() (bool, error) {
+	c := r.c
+	if err := c.failure(); err != nil {
+		r.complete(err)
+		return true, err
+	}
+	err := cmaRead(c.peerPID, r.buf, r.addr)
+	status := uint64(ackOK)
+	if err != nil {
+		status = ackFailed
+		if errors.Is(err, unix.ESRCH) {
+			err = fmt.Errorf("shm: rank %d: peer rank %d (pid %d) died: %w", c.m.rank, c.peer, c.peerPID, transport.ErrPeerLost)
+			c.fail(err, true)
+		} else {
+			err = fmt.Errorf("shm: rank %d: copy of message %v (%d bytes) from rank %d: %w", c.m.rank, r.tag, len(r.buf), c.peer, err)
+		}
+	}
+	c.rmu.Lock()
+	if c.closed.Load() {
+		if err == nil {
+			err = c.closedErr()
+		}
+	} else {
+		c.ack(r.slot, r.gen, status)
+	}
+	c.rmu.Unlock()
+	r.complete(err)
+	return true, err
+}
+
+// cmaRead copies len(dst) bytes at addr in process pid into dst with
+// process_vm_readv.
+func cmaRead(pid int, dst []byte, addr uint64) error {
+	for len(dst) > 0 {
+		local := [1]unix.Iovec{{Base: &dst[0]}}
+		local[0].SetLen(len(dst))
+		remote := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(dst)}}
+		n, err := unix.ProcessVMReadv(pid, local[:], remote[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return unix.EFAULT
+		}
+		dst = dst[n:]
+		addr += uint64(n)
+	}
+	return nil
+}
+
+// sendReq is a send that did not complete when posted: a message waiting
+// for ring space, or a rendezvous send waiting for the receiver's copy.
+// Its fields other than state are guarded by the conn's smu.
+type sendReq struct {
+	c    *conn
+	tag  transport.Tag
+	data []byte
+	progress
+	rndv    bool
+	hasSlot bool
+	slot    uint32
+	gen     uint32
+	state   atomic.Uint32 // 1 when done
+	err     error
+}
+
+// Done returns nil: shm requests progress only when tested.
+func (s *sendReq) Done() <-chan struct{} { return nil }
+
+// Test writes what fits of the message into the ring, or checks whether the
+// receiver copied it; see transport.Request.
+func (s *sendReq) Test() (bool, error) {
+	if s.state.Load() != 0 {
+		return true, s.err
+	}
+	c := s.c
+	var st stream
+	for {
+		c.smu.Lock()
+		sent := s.sent
+		done, err := s.advance()
+		moved := s.sent != sent
+		c.smu.Unlock()
+		if done {
+			s.err = err
+			s.state.Store(1)
+			return true, err
+		}
+		if c.pollRecv() {
+			moved = true
+		}
+		if !st.more(moved) {
+			return false, nil
+		}
+	}
+}
+
+// advance makes what progress it can. Called under smu.
+func (s *sendReq) advance() (bool, error) {
+	c := s.c
+	if c.closed.Load() {
+		c.releaseSlot(s)
+		return true, c.closedErr()
+	}
+	if s.rndv && s.started {
+		v := atomic.LoadUint64((*uint64)(unsafe.Pointer(&c.m.seg.mem[c.mySlots+8*int(s.slot)])))
+		if uint32(v>>8) == s.gen {
+			c.releaseSlot(s)
+			switch v & 0xff {
+			case ackOK:
+				return true, nil
+			case ackMismatch:
+				return true, fmt.Errorf("shm: rank %d: rank %d refused message %v of %d bytes: %w", c.m.rank, c.peer, s.tag, len(s.data), transport.ErrMismatch)
+			}
+			return true, fmt.Errorf("shm: rank %d: rank %d failed to copy message %v of %d bytes", c.m.rank, c.peer, s.tag, len(s.data))
+		}
+	}
+	if err := c.failure(); err != nil {
+		c.releaseSlot(s)
+		return true, err
+	}
+	switch {
+	case !s.rndv:
+		return c.pushData(s.tag, s.data, &s.progress), nil
+	case !s.started:
+		c.pushRndv(s)
+	}
+	return false, nil
+}

@@ -1,0 +1,119 @@
+package shm
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// A segment is one rank's shared-memory file: a header, the completion
+// slots of its rendezvous sends, and one inbound ring per peer.
+//
+//	offset     size               contents
+//	0          64                 magic, version, nPeers, rank, pid, ring size, slots per peer, secret hash
+//	64         8 (own line)       state: alive, aborted or closed (written by the owner)
+//	128        8 (own line)       mapped: how many peers mapped the segment (added to by peers)
+//	192        4·nPeers           the world ranks of the owner's peers, in ring order
+//	slotsOff   8·nSlots·nPeers    completion words of the owner's rendezvous sends to each peer
+//	ringsOff   nPeers·(128+ring)  per peer: ring control (head, tail, cma flag), then the ring's bytes
+//
+// Ring i carries frames from peer i to the owner: the peer writes frames and
+// the head; the owner reads them and writes the tail. The completion word of
+// slot s of peer i is written by peer i when it has copied the owner's
+// message out, and read by the owner.
+type segment struct {
+	mem []byte
+	l   layout
+}
+
+// Header offsets.
+const (
+	offMagic    = 0
+	offVersion  = 8
+	offNPeers   = 12
+	offRank     = 16
+	offPID      = 20
+	offRingSize = 24
+	offNSlots   = 32
+	offSecret   = 40 // 16 bytes
+	offState    = 64
+	offMapped   = 128
+	offPeers    = 192
+
+	magic   = 0x4d48534449415242 // "BRAIDSHM"
+	version = 1
+
+	// ctrlSize is the size of a ring's control block: the head on one cache
+	// line, the tail and the cma flag on the next.
+	ctrlSize  = 128
+	ctrlHead  = 0
+	ctrlTail  = 64
+	ctrlCMA   = 72
+	pageBytes = 4096
+)
+
+// Values of the state word.
+const (
+	stateAlive   = 0
+	stateAborted = 1
+	stateClosed  = 2
+)
+
+// layout gives the offsets of a segment's parts.
+type layout struct {
+	nPeers, nSlots, ringSize int
+	slotsOff, ringsOff, size int
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+func newLayout(nPeers, nSlots, ringSize int) layout {
+	l := layout{nPeers: nPeers, nSlots: nSlots, ringSize: ringSize}
+	l.slotsOff = roundUp(offPeers+4*nPeers, 64)
+	l.ringsOff = roundUp(l.slotsOff+8*nSlots*nPeers, pageBytes)
+	l.size = l.ringsOff + nPeers*(ctrlSize+ringSize)
+	l.size = roundUp(l.size, pageBytes)
+	return l
+}
+
+func (l layout) slot(peer, slot int) int { return l.slotsOff + 8*(peer*l.nSlots+slot) }
+func (l layout) ctrl(peer int) int       { return l.ringsOff + peer*(ctrlSize+l.ringSize) }
+
+func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
+func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
+
+func (s *segment) state() uint64 { return atomic.LoadUint64(s.u64(offState)) }
+
+// peerRank returns the world rank of the owner's i-th peer.
+func (s *segment) peerRank(i int) int { return int(*s.u32(offPeers + 4*i)) }
+
+// ring returns the ring that carries frames from the owner's i-th peer.
+func (s *segment) ring(i int) ring {
+	c := s.l.ctrl(i)
+	return ring{
+		head: s.u64(c + ctrlHead),
+		tail: s.u64(c + ctrlTail),
+		cma:  s.u64(c + ctrlCMA),
+		data: s.mem[c+ctrlSize : c+ctrlSize+s.l.ringSize : c+ctrlSize+s.l.ringSize],
+	}
+}
+
+// readLayout returns the layout that a mapped segment's header describes,
+// or false if the header is not a valid segment of the given size.
+func readLayout(mem []byte) (layout, bool) {
+	if len(mem) < offPeers {
+		return layout{}, false
+	}
+	s := segment{mem: mem}
+	if atomic.LoadUint64(s.u64(offMagic)) != magic || *s.u32(offVersion) != version {
+		return layout{}, false
+	}
+	nPeers, ringSize, nSlots := int(*s.u32(offNPeers)), int(*s.u64(offRingSize)), int(*s.u32(offNSlots))
+	if ringSize <= 0 || ringSize%pageBytes != 0 || nSlots <= 0 || nPeers < 0 || nPeers > 1<<20 {
+		return layout{}, false
+	}
+	l := newLayout(nPeers, nSlots, ringSize)
+	if l.size != len(mem) {
+		return layout{}, false
+	}
+	return l, true
+}

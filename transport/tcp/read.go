@@ -1,0 +1,263 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+const (
+	// readBufSize is the size of each connection's read buffer.
+	readBufSize = 64 << 10
+	// directRead is the payload length from which the rest of a frame is
+	// read straight into its destination rather than through the buffer.
+	directRead = 4 << 10
+)
+
+// readState is a stream's read side: a buffer and the frame in progress.
+// Frames are parsed incrementally, so that any goroutine can move the
+// stream forward with non-blocking reads and stop at any byte.
+type readState struct {
+	buf     []byte
+	r, w    int // buf[r:w] is read but not yet used
+	inFrame bool
+	h       header
+	left    int      // payload bytes of the frame still to read
+	dst     []byte   // where they go; nil means drop them
+	e       *message // the data frame's message
+	direct  bool     // dst is a receive's buffer (counted in peer.busy)
+	ctl     []byte   // a control frame's payload
+	dead    bool     // the stream is finished; nothing more is read
+	closed  bool     // the socket is closed
+}
+
+var errProtocol = errors.New("protocol error")
+
+// Pump events.
+const (
+	evAgain  = iota // the socket is empty
+	evBudget        // the budget is spent; the socket may hold more
+	evEnded         // the peer ended the stream cleanly
+	evAbort         // the peer aborted
+	evError         // the connection failed
+	evDead          // the stream was already finished
+)
+
+type event struct {
+	kind int
+	err  error  // evError
+	text string // evEnded: why; evAbort: the peer's reason
+}
+
+// pump reads and delivers frames with non-blocking reads until the socket
+// is empty, the stream ends, or budget bytes (if budget >= 0) are read.
+// The caller holds rmu, and handles the event after letting go of it.
+func (s *stream) pump(budget int) event {
+	rd := &s.rd
+	if rd.dead || rd.closed {
+		rd.dead = true
+		return event{kind: evDead}
+	}
+	for {
+		if !rd.inFrame {
+			if rd.w-rd.r < hdrLen {
+				if budget == 0 {
+					return event{kind: evBudget}
+				}
+				if rd.r > 0 {
+					rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
+					rd.r = 0
+				}
+				n, err := s.sysread(rd.buf[rd.w:])
+				if err != nil {
+					if err == unix.EAGAIN {
+						return event{kind: evAgain}
+					}
+					if err == io.EOF && rd.w == 0 {
+						return s.die(event{kind: evEnded, text: "connection closed by the peer"})
+					}
+					if err == io.EOF {
+						err = io.ErrUnexpectedEOF
+					}
+					return s.die(event{kind: evError, err: err})
+				}
+				rd.w += n
+				budget = spend(budget, n)
+				continue
+			}
+			if err := rd.h.decode(rd.buf[rd.r:]); err != nil {
+				return s.die(event{kind: evError, err: fmt.Errorf("%w: %v", errProtocol, err)})
+			}
+			rd.r += hdrLen
+			rd.inFrame = true
+			rd.left = int(rd.h.length)
+			rd.dst, rd.e, rd.direct, rd.ctl = nil, nil, false, rd.ctl[:0]
+			if rd.h.typ == frameData {
+				if err := s.p.beginFrame(rd); err != nil {
+					rd.inFrame = false
+					return s.die(event{kind: evError, err: fmt.Errorf("%w: %v", errProtocol, err)})
+				}
+			}
+		}
+		for rd.left > 0 {
+			if rd.r < rd.w {
+				k := min(rd.left, rd.w-rd.r)
+				b := rd.buf[rd.r : rd.r+k]
+				switch {
+				case rd.dst != nil:
+					rd.dst = rd.dst[copy(rd.dst, b):]
+				case rd.h.typ == frameAbort:
+					rd.ctl = append(rd.ctl, b...)
+				}
+				rd.r += k
+				rd.left -= k
+				continue
+			}
+			rd.r, rd.w = 0, 0
+			if budget == 0 {
+				return event{kind: evBudget}
+			}
+			var n int
+			var err error
+			if rd.dst != nil && rd.left >= directRead {
+				if n, err = s.sysread(rd.dst[:rd.left]); err == nil {
+					rd.dst = rd.dst[n:]
+					rd.left -= n
+				}
+			} else if n, err = s.sysread(rd.buf); err == nil {
+				rd.w = n
+			}
+			if err != nil {
+				if err == unix.EAGAIN {
+					return event{kind: evAgain}
+				}
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return s.die(event{kind: evError, err: err})
+			}
+			budget = spend(budget, n)
+		}
+		rd.inFrame = false
+		switch rd.h.typ {
+		case frameData:
+			s.p.endFrame(rd)
+		case frameAbort:
+			return s.die(event{kind: evAbort, text: string(rd.ctl)})
+		case frameClose:
+			return s.die(event{kind: evEnded, text: "the peer closed its mesh"})
+		}
+	}
+}
+
+func spend(budget, n int) int {
+	if budget < 0 {
+		return budget
+	}
+	return max(budget-n, 0)
+}
+
+// die finishes the stream's read side with ev.
+func (s *stream) die(ev event) event {
+	rd := &s.rd
+	rd.dead = true
+	if rd.inFrame && rd.direct {
+		p := s.p
+		p.mu.Lock()
+		p.busy--
+		p.failRequestsLocked()
+		p.mu.Unlock()
+	}
+	rd.inFrame, rd.dst, rd.e, rd.direct = false, nil, nil, false
+	return ev
+}
+
+func (s *stream) sysread(b []byte) (int, error) {
+	for {
+		n, err := unix.Read(s.fd, b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// handle acts on what pump returned, without holding rmu. It reports
+// whether the stream's read side is finished.
+func (s *stream) handle(ev event) bool {
+	p := s.p
+	switch ev.kind {
+	case evAgain, evBudget:
+		return false
+	case evEnded:
+		p.streamEnded(s, ev.text)
+	case evAbort:
+		p.fail(fmt.Errorf("tcp: rank %d: peer %d at %s %w: %s", p.m.self, p.rank, p.addr, transport.ErrAborted, ev.text), true, true)
+	case evError:
+		if p.failed.Load() {
+			s.closeConn()
+		} else {
+			if errors.Is(ev.err, errProtocol) {
+				p.m.log.Printf("braid/tcp: rank %d: peer %d at %s: %v; dropping the connection", p.m.self, p.rank, p.addr, ev.err)
+			}
+			p.fail(p.lostErr(ev.err), true, true)
+		}
+	}
+	return true
+}
+
+// progressRecv reads what the peer's sockets hold now, for Test.
+func (p *peer) progressRecv() {
+	for _, s := range p.streams {
+		if !s.rmu.TryLock() {
+			continue
+		}
+		ev := s.pump(testBudget)
+		s.rmu.Unlock()
+		switch {
+		case ev.kind == evBudget:
+			if s.rwaiting.Load() {
+				s.conn.SetReadDeadline(aLongTimeAgo)
+			}
+		case ev.kind != evAgain:
+			s.handle(ev)
+			s.conn.SetReadDeadline(aLongTimeAgo) // let the reader goroutine see it
+		}
+	}
+}
+
+// readLoop is the stream's reader goroutine. It delivers frames as they
+// come, and parks in the netpoller while the socket is empty.
+func (s *stream) readLoop() {
+	defer s.p.m.wg.Done()
+	for {
+		s.rmu.Lock()
+		ev := s.pump(-1)
+		s.rmu.Unlock()
+		if s.handle(ev) {
+			return
+		}
+		s.rwaiting.Store(true)
+		err := s.raw.Read(func(uintptr) bool {
+			// Wait unless the socket has data (or news) already.
+			var b [1]byte
+			_, _, err := unix.Recvfrom(s.fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			return err != unix.EAGAIN
+		})
+		s.rwaiting.Store(false)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.conn.SetReadDeadline(time.Time{})
+		}
+	}
+}

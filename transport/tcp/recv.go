@@ -1,0 +1,201 @@
+package tcp
+
+import (
+	"fmt"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+// message is a message whose first frame has arrived. Until an Irecv
+// matches it, its payload goes into a pooled buffer (it is "unexpected");
+// once one does, later frames go straight into the Irecv's buffer and the
+// parts already pooled are copied when the last frame is in.
+type message struct {
+	id       uint32
+	tag      transport.Tag
+	total    int
+	got      int // payload bytes read
+	claimed  int // payload bytes of the frames begun
+	pool     *[]byte
+	spill    []span // parts of the payload read into pool
+	req      *recvReq
+	discard  bool // a mismatch: drain the rest, deliver nothing
+	complete bool
+}
+
+type span struct{ off, n int }
+
+// Irecv posts a receive of the message with tag into buf. If the message
+// has already arrived (in part or in full) it is taken from the unexpected
+// messages; otherwise the reader fills buf directly when it arrives.
+func (p *peer) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
+	r := &recvReq{p: p, tag: tag, buf: buf}
+	r.init()
+	key := tag.Key()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.takeUnexpectedLocked(key, len(buf))
+	if e == nil {
+		if p.err != nil {
+			return transport.DoneRequest{Err: p.err}, p.err
+		}
+		p.posted[key] = append(p.posted[key], r)
+		return r, nil
+	}
+	if !p.attachLocked(e, r) {
+		return r, nil
+	}
+	if e.complete {
+		copy(buf, (*e.pool)[:e.total])
+		putBuf(e.pool)
+		e.pool = nil
+		r.finish(nil)
+	}
+	return r, nil
+}
+
+// attachLocked matches receive r with message e, failing r on a length or
+// signature mismatch (e's payload is then dropped). It reports whether r
+// still waits on e.
+func (p *peer) attachLocked(e *message, r *recvReq) bool {
+	if e.total != len(r.buf) || e.tag.Sig != r.tag.Sig {
+		r.finish(fmt.Errorf("tcp: rank %d: receive from peer %d (%v): %w: message of %d bytes with signature %08x, receive of %d bytes with signature %08x",
+			p.m.self, p.rank, r.tag, transport.ErrMismatch, e.total, e.tag.Sig, len(r.buf), r.tag.Sig))
+		e.discard = true
+		if e.complete {
+			putBuf(e.pool)
+			e.pool = nil
+		}
+		return false
+	}
+	e.req = r
+	return true
+}
+
+// takeUnexpectedLocked removes and returns the oldest unexpected message
+// with key, preferring one of length n.
+func (p *peer) takeUnexpectedLocked(key [3]uint32, n int) *message {
+	list := p.unexpected[key]
+	if len(list) == 0 {
+		return nil
+	}
+	best := -1
+	for i, e := range list {
+		if e.total == n && (best < 0 || int32(e.id-list[best].id) < 0) {
+			best = i
+		}
+	}
+	if best < 0 {
+		best = 0
+		for i, e := range list {
+			if int32(e.id-list[best].id) < 0 {
+				best = i
+			}
+		}
+	}
+	e := list[best]
+	if len(list) == 1 {
+		delete(p.unexpected, key)
+	} else {
+		p.unexpected[key] = append(list[:best:best], list[best+1:]...)
+	}
+	return e
+}
+
+// takePostedLocked removes and returns the first posted receive with key,
+// preferring one of length n.
+func (p *peer) takePostedLocked(key [3]uint32, n int) *recvReq {
+	list := p.posted[key]
+	if len(list) == 0 {
+		return nil
+	}
+	best := 0
+	for i, r := range list {
+		if len(r.buf) == n {
+			best = i
+			break
+		}
+	}
+	r := list[best]
+	if len(list) == 1 {
+		delete(p.posted, key)
+	} else {
+		p.posted[key] = append(list[:best:best], list[best+1:]...)
+	}
+	return r
+}
+
+// beginFrame finds the destination of a data frame whose header rd holds:
+// the message it belongs to (new messages are matched with a posted
+// receive, or become unexpected), and where in it the payload goes.
+// It returns an error if the frame does not fit its message.
+func (p *peer) beginFrame(rd *readState) error {
+	h := &rd.h
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return nil // drop it
+	}
+	e := p.inflight[h.id]
+	if e != nil && (e.tag != h.tag || uint64(e.total) != h.total || e.claimed+int(h.length) > e.total) {
+		return fmt.Errorf("frame of %d bytes at %d does not fit message %d (%v, %d bytes)", h.length, h.offset, h.id, e.tag, e.total)
+	}
+	if e == nil {
+		e = &message{id: h.id, tag: h.tag, total: int(h.total)}
+		key := h.tag.Key()
+		if r := p.takePostedLocked(key, e.total); r != nil {
+			p.attachLocked(e, r)
+		} else {
+			e.pool = getBuf(e.total)
+			p.unexpected[key] = append(p.unexpected[key], e)
+		}
+		p.inflight[h.id] = e
+	}
+	rd.e = e
+	off, n := int(h.offset), int(h.length)
+	e.claimed += n
+	switch {
+	case e.discard:
+	case e.req != nil:
+		rd.dst = e.req.buf[off : off+n]
+		rd.direct = true
+		p.busy++
+	default:
+		rd.dst = (*e.pool)[off : off+n]
+		e.spill = append(e.spill, span{off, n})
+	}
+	return nil
+}
+
+// endFrame records that the frame rd describes is in, completing its
+// message if it was the last.
+func (p *peer) endFrame(rd *readState) {
+	e := rd.e
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rd.direct {
+		p.busy--
+	}
+	rd.e, rd.dst, rd.direct = nil, nil, false
+	if e == nil {
+		return
+	}
+	e.got += int(rd.h.length)
+	if e.got == e.total {
+		delete(p.inflight, e.id)
+		e.complete = true
+		switch {
+		case e.discard:
+			putBuf(e.pool)
+			e.pool = nil
+		case e.req != nil:
+			for _, sp := range e.spill {
+				copy(e.req.buf[sp.off:sp.off+sp.n], (*e.pool)[sp.off:sp.off+sp.n])
+			}
+			putBuf(e.pool)
+			e.pool = nil
+			e.req.finish(nil)
+		}
+	}
+	p.failRequestsLocked()
+}
