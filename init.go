@@ -57,7 +57,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	store, closeStore, err := bootstrap.Open(ctx, info)
+	store, closeStore, err := bootstrap.Open(ctx, &info)
 	if err != nil {
 		return nil, fmt.Errorf("opening the job's store %q: %w", info.Store, err)
 	}
@@ -140,10 +140,8 @@ func ranksOf(eps []transport.Endpoint) []int {
 	return out
 }
 
-
 func jobComm(job string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(job))
 	return h.Sum32()
 }
-

@@ -34,8 +34,8 @@ type StoreServer struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool // set by shutdown: accept adds no more conns
-	wg    sync.WaitGroup
-	once  sync.Once
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 // ServeTCPStore serves a store on ln until ctx ends or Close is called; it

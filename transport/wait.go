@@ -43,7 +43,10 @@ func (b *Backoff) Idle(ch <-chan struct{}) {
 	switch {
 	case b.n <= SpinPolls:
 		return
-	case b.n <= SpinPolls+YieldPolls:
+	case ch == nil && b.n <= SpinPolls+YieldPolls:
+		// Yielding helps only a waiter that polls memory another process
+		// writes; a channel waiter blocks instead, and the Go scheduler
+		// runs whoever will close it.
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		return
 	}

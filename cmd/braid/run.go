@@ -5,9 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
 	"github.com/braid-ccl/braid/internal/launch"
 )
@@ -50,8 +48,8 @@ func resolveProg(p string) string {
 	return p
 }
 
+// launchLocal starts n ranks of prog; launch.Run forwards SIGINT and
+// SIGTERM to them itself.
 func launchLocal(n int, prefix bool, prog string, args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return launch.Run(ctx, launch.Config{N: n, Prog: prog, Args: args, Prefix: prefix, Stdout: os.Stdout, Stderr: os.Stderr})
+	return launch.Run(context.Background(), launch.Config{N: n, Prog: prog, Args: args, Prefix: prefix, Stdout: os.Stdout, Stderr: os.Stderr})
 }

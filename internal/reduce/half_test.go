@@ -231,3 +231,36 @@ func TestDivide(t *testing.T) {
 		}
 	}
 }
+
+// TestHalfAllInputs runs every float16 and bfloat16 bit pattern through each
+// operator against a few partners chosen to force rounding (ties included),
+// overflow and underflow, through every table.
+func TestHalfAllInputs(t *testing.T) {
+	partners := map[dtype.DType][]uint16{
+		dtype.Float16:  {0x0000, 0x3c01, 0xc200, 0x0001, 0x7bff}, // 0, 1+2^-10, -3, smallest subnormal, max
+		dtype.BFloat16: {0x8000, 0x3f81, 0xc040, 0x0001, 0x7f7f}, // -0, 1+2^-7, -3, smallest subnormal, max
+	}
+	for d, ps := range partners {
+		a := make([]byte, 2<<16)
+		for i := range 1 << 16 {
+			ne.PutUint16(a[2*i:], uint16(i))
+		}
+		b, want, got := make([]byte, len(a)), make([]byte, len(a)), make([]byte, len(a))
+		for _, op := range []dtype.Op{dtype.Sum, dtype.Prod, dtype.Min, dtype.Max} {
+			ref, _ := Reference(d, op)
+			for _, p := range ps {
+				for i := range 1 << 16 {
+					ne.PutUint16(b[2*i:], p)
+				}
+				copy(want, a)
+				ref(want, b)
+				for name, tab := range tables() {
+					tab[d][op](got, a, b)
+					if i := sameBits(d, got, want); i >= 0 {
+						t.Fatalf("%s %v %v: %#04x op %#04x = %x, want %x", name, d, op, i, p, got[2*i:2*i+2], want[2*i:2*i+2])
+					}
+				}
+			}
+		}
+	}
+}

@@ -83,13 +83,13 @@ func divide(d dtype.DType, buf []byte, n int, vector bool) {
 	}
 	switch d {
 	case dtype.Float32:
-		if aligned(buf, 4) {
+		if aligned(buf, alignOf[float32]()) {
 			divideFloat(as[float32](buf), float32(n))
 		} else {
 			refDivide(d, buf, n)
 		}
 	case dtype.Float64:
-		if aligned(buf, 8) {
+		if aligned(buf, alignOf[float64]()) {
 			divideFloat(as[float64](buf), float64(n))
 		} else {
 			refDivide(d, buf, n)

@@ -366,3 +366,22 @@ func TestFloatMinMax(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAllocs checks that the hot path allocates nothing.
+func TestNoAllocs(t *testing.T) {
+	for name, tab := range tables() {
+		for _, p := range pairs() {
+			d, op := dtype.DType(p[0]), dtype.Op(p[1])
+			a, b := make([]byte, 1001*d.Size()), make([]byte, 1001*d.Size())
+			k := tab[d][op]
+			if n := testing.AllocsPerRun(10, func() { k(a, a, b) }); n != 0 {
+				t.Errorf("%s %v %v: %v allocations per call", name, d, op, n)
+			}
+		}
+	}
+	k, _ := For(dtype.Float32, dtype.Sum)
+	a := make([]byte, 4096)
+	if n := testing.AllocsPerRun(10, func() { k(a, a) }); n != 0 {
+		t.Errorf("For: %v allocations per call", n)
+	}
+}

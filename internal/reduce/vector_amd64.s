@@ -148,11 +148,8 @@ F16OP(·maxF16, MAXPS)
 	VBLENDVPS T, V, U, X;            \
 	VPSRLD $16, X, X
 
-// BF16OP defines a bfloat16 kernel over 64-byte blocks (32 elements): widen
-// by zero-extending each element to 32 bits and shifting it to the top.
-#define BF16OP(name, OP) \
-TEXT name(SB), NOSPLIT, $0-32; \
-	LOAD;                            \
+// BF16CONST loads the constants of BF16NARROW, and zero into Y15.
+#define BF16CONST \
 	MOVL $0x7fff, BX;                \
 	VMOVD BX, X12;                   \
 	VPBROADCASTD X12, Y12;           \
@@ -162,23 +159,29 @@ TEXT name(SB), NOSPLIT, $0-32; \
 	MOVL $0x00400000, BX;            \
 	VMOVD BX, X14;                   \
 	VPBROADCASTD X14, Y14;           \
+	VPXOR Y15, Y15, Y15
+
+// BF16OP defines a bfloat16 kernel over 64-byte blocks (32 elements). It
+// widens by interleaving zero words below the elements (VPUNPCKLWD and
+// VPUNPCKHWD with Y15 = 0), which permutes the elements within each 128-bit
+// lane; VPACKUSDW after narrowing undoes exactly that permutation.
+#define BF16OP(name, OP) \
+TEXT name(SB), NOSPLIT, $0-32 \
+	LOAD;                            \
+	BF16CONST;                       \
 loop:                                \
-	VPMOVZXWD 0(SI)(AX*1), Y0;       \
-	VPMOVZXWD 16(SI)(AX*1), Y1;      \
-	VPMOVZXWD 32(SI)(AX*1), Y2;      \
-	VPMOVZXWD 48(SI)(AX*1), Y3;      \
-	VPMOVZXWD 0(DX)(AX*1), Y4;       \
-	VPMOVZXWD 16(DX)(AX*1), Y5;      \
-	VPMOVZXWD 32(DX)(AX*1), Y6;      \
-	VPMOVZXWD 48(DX)(AX*1), Y7;      \
-	VPSLLD $16, Y0, Y0;              \
-	VPSLLD $16, Y1, Y1;              \
-	VPSLLD $16, Y2, Y2;              \
-	VPSLLD $16, Y3, Y3;              \
-	VPSLLD $16, Y4, Y4;              \
-	VPSLLD $16, Y5, Y5;              \
-	VPSLLD $16, Y6, Y6;              \
-	VPSLLD $16, Y7, Y7;              \
+	VMOVDQU 0(SI)(AX*1), Y8;         \
+	VMOVDQU 32(SI)(AX*1), Y9;        \
+	VMOVDQU 0(DX)(AX*1), Y10;        \
+	VMOVDQU 32(DX)(AX*1), Y11;       \
+	VPUNPCKLWD Y8, Y15, Y0;          \
+	VPUNPCKHWD Y8, Y15, Y1;          \
+	VPUNPCKLWD Y9, Y15, Y2;          \
+	VPUNPCKHWD Y9, Y15, Y3;          \
+	VPUNPCKLWD Y10, Y15, Y4;         \
+	VPUNPCKHWD Y10, Y15, Y5;         \
+	VPUNPCKLWD Y11, Y15, Y6;         \
+	VPUNPCKHWD Y11, Y15, Y7;         \
 	OP(Y0, Y4, Y8, Y9);              \
 	OP(Y1, Y5, Y10, Y11);            \
 	OP(Y2, Y6, Y8, Y9);              \
@@ -189,8 +192,6 @@ loop:                                \
 	BF16NARROW(Y3, Y8, Y9, Y10);     \
 	VPACKUSDW Y1, Y0, Y0;            \
 	VPACKUSDW Y3, Y2, Y2;            \
-	VPERMQ $0xd8, Y0, Y0;            \
-	VPERMQ $0xd8, Y2, Y2;            \
 	VMOVDQU Y0, 0(DI)(AX*1);         \
 	VMOVDQU Y2, 32(DI)(AX*1);        \
 	ADDQ $64, AX;                    \
@@ -286,38 +287,26 @@ loop:
 TEXT ·divBF16(SB), NOSPLIT, $0-20
 	MOVQ buf+0(FP), DI
 	MOVQ n+8(FP), CX
-	VBROADCASTSS q+16(FP), Y8
+	VBROADCASTSS q+16(FP), Y7
 	XORQ AX, AX
-	MOVL $0x7fff, BX
-	VMOVD BX, X12
-	VPBROADCASTD X12, Y12
-	MOVL $1, BX
-	VMOVD BX, X13
-	VPBROADCASTD X13, Y13
-	MOVL $0x00400000, BX
-	VMOVD BX, X14
-	VPBROADCASTD X14, Y14
+	BF16CONST
 loop:
-	VPMOVZXWD 0(DI)(AX*1), Y0
-	VPMOVZXWD 16(DI)(AX*1), Y1
-	VPMOVZXWD 32(DI)(AX*1), Y2
-	VPMOVZXWD 48(DI)(AX*1), Y3
-	VPSLLD $16, Y0, Y0
-	VPSLLD $16, Y1, Y1
-	VPSLLD $16, Y2, Y2
-	VPSLLD $16, Y3, Y3
-	VDIVPS Y8, Y0, Y0
-	VDIVPS Y8, Y1, Y1
-	VDIVPS Y8, Y2, Y2
-	VDIVPS Y8, Y3, Y3
-	BF16NARROW(Y0, Y9, Y10, Y11)
-	BF16NARROW(Y1, Y9, Y10, Y11)
-	BF16NARROW(Y2, Y9, Y10, Y11)
-	BF16NARROW(Y3, Y9, Y10, Y11)
+	VMOVDQU 0(DI)(AX*1), Y8
+	VMOVDQU 32(DI)(AX*1), Y9
+	VPUNPCKLWD Y8, Y15, Y0
+	VPUNPCKHWD Y8, Y15, Y1
+	VPUNPCKLWD Y9, Y15, Y2
+	VPUNPCKHWD Y9, Y15, Y3
+	VDIVPS Y7, Y0, Y0
+	VDIVPS Y7, Y1, Y1
+	VDIVPS Y7, Y2, Y2
+	VDIVPS Y7, Y3, Y3
+	BF16NARROW(Y0, Y8, Y9, Y10)
+	BF16NARROW(Y1, Y8, Y9, Y10)
+	BF16NARROW(Y2, Y8, Y9, Y10)
+	BF16NARROW(Y3, Y8, Y9, Y10)
 	VPACKUSDW Y1, Y0, Y0
 	VPACKUSDW Y3, Y2, Y2
-	VPERMQ $0xd8, Y0, Y0
-	VPERMQ $0xd8, Y2, Y2
 	VMOVDQU Y0, 0(DI)(AX*1)
 	VMOVDQU Y2, 32(DI)(AX*1)
 	ADDQ $64, AX

@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -11,11 +12,14 @@ import (
 )
 
 // BenchmarkPingPong measures ping-pong between two ranks, as goroutines of
-// this process and as two processes, and reports the one-way time and the
-// bandwidth (bytes / one-way time).
+// this process and as two processes (with single copy or without), and
+// reports the one-way time and the bandwidth (bytes / one-way time). With
+// BRAID_SHM_BENCH_SPIN=1 both ranks spin on Test instead of calling
+// transport.Wait, which shows the transport's own latency apart from the
+// backoff's.
 func BenchmarkPingPong(b *testing.B) {
 	for _, mode := range []string{"goroutines", "processes", "processes-nocma"} {
-		for _, size := range []int{8, 4 << 10, 64 << 10, 1 << 20, 64 << 20} {
+		for _, size := range []int{8, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 64 << 20} {
 			b.Run(fmt.Sprintf("%s/%s", mode, sizeName(size)), func(b *testing.B) {
 				benchPingPong(b, mode != "goroutines", mode == "processes-nocma", size)
 			})
@@ -51,7 +55,7 @@ func benchPingPong(b *testing.B, processes, noCMA bool, size int) {
 			b.Fatal(err)
 		}
 	} else {
-		meshes, err := transporttest.Connect(ctx, New(), 2, nil)
+		meshes, err := transporttest.Connect(ctx, New(), 2, transporttest.Hooks{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -61,6 +65,7 @@ func benchPingPong(b *testing.B, processes, noCMA bool, size int) {
 		go func() { echoed <- echo(ctx, meshes[1].Conn(0), size) }()
 	}
 	c := m.Conn(1)
+	spin := os.Getenv(envBenchSpin) != ""
 	data, buf := make([]byte, size), make([]byte, size)
 	seq := uint32(0)
 	round := func() {
@@ -73,6 +78,20 @@ func benchPingPong(b *testing.B, processes, noCMA bool, size int) {
 		r, err := c.Irecv(tag, buf)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if spin {
+			for _, q := range []transport.Request{s, r} {
+				for {
+					done, err := q.Test()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if done {
+						break
+					}
+				}
+			}
+			return
 		}
 		if err := transport.Wait(ctx, nil, s, r); err != nil {
 			b.Fatal(err)
@@ -96,5 +115,39 @@ func benchPingPong(b *testing.B, processes, noCMA bool, size int) {
 		ch.wait(b, 1)
 	} else if err := <-echoed; err != nil {
 		b.Error(err)
+	}
+}
+
+// BenchmarkOverhead measures the processor time of one 8-byte message,
+// sent and received by one goroutine: Isend, Irecv and Test, with no
+// cache line crossing cores.
+func BenchmarkOverhead(b *testing.B) {
+	meshes, err := transporttest.Connect(context.Background(), New(), 2, transporttest.Hooks{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer meshes[0].Close()
+	defer meshes[1].Close()
+	c01, c10 := meshes[0].Conn(1), meshes[1].Conn(0)
+	data, buf := make([]byte, 8), make([]byte, 8)
+	b.ReportAllocs()
+	for i := range b.N {
+		tag := transport.Tag{Seq: uint32(i)}
+		r, err := c10.Irecv(tag, buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c01.Isend(tag, data); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			done, err := r.Test()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if done {
+				break
+			}
+		}
 	}
 }

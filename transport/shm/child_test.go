@@ -24,6 +24,8 @@ const (
 	envRank  = "BRAID_SHM_TEST_RANK"
 	envWorld = "BRAID_SHM_TEST_WORLD"
 	envSize  = "BRAID_SHM_TEST_SIZE" // echo: message size
+
+	envBenchSpin = "BRAID_SHM_BENCH_SPIN" // benchmarks: spin on Test instead of transport.Wait
 )
 
 // fileKV is a transport.KV of files in one directory, for ranks that are
@@ -268,17 +270,29 @@ func echo(ctx context.Context, c transport.Conn, size int) error {
 		tag := transport.Tag{Seq: seq}
 		r, err := c.Irecv(tag, buf)
 		if err == nil {
-			err = transport.Wait(ctx, nil, r)
+			err = wait(ctx, r)
 		}
 		if err != nil {
 			return ignoreLoss(err)
 		}
 		s, err := c.Isend(tag, buf)
 		if err == nil {
-			err = transport.Wait(ctx, nil, s)
+			err = wait(ctx, s)
 		}
 		if err != nil {
 			return ignoreLoss(err)
+		}
+	}
+}
+
+func wait(ctx context.Context, r transport.Request) error {
+	if os.Getenv(envBenchSpin) == "" {
+		return transport.Wait(ctx, nil, r)
+	}
+	for {
+		done, err := r.Test()
+		if done || err != nil {
+			return err
 		}
 	}
 }

@@ -31,7 +31,7 @@ type conn struct {
 
 	rmu      sync.Mutex
 	in       rx
-	posted   map[key]*recvReq // FIFO per key, linked by next
+	posted   []*recvReq // in the order posted; few, so a scan beats a map
 	unexp    map[key]*unexpMsg
 	partial  map[key]partial // messages received in chunks, not yet complete
 	freeMsgs *unexpMsg
@@ -75,6 +75,7 @@ const (
 	ackOK       = 1
 	ackMismatch = 2
 	ackFailed   = 3
+	ackBusy     = 4 // the receiver is copying: the send completes soon
 )
 
 // Peer returns the peer's world rank.
@@ -133,7 +134,7 @@ func (c *conn) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
 		return req, err
 	}
 	r := &recvReq{c: c, tag: tag, buf: buf}
-	c.post(k, r)
+	c.post(r)
 	c.progress()
 	c.rmu.Unlock()
 	return r, nil
@@ -167,52 +168,34 @@ func (c *conn) takeUnexp(tag transport.Tag, buf []byte, u *unexpMsg) (transport.
 	return r, nil
 }
 
-// post appends r to the posted receives of k.
-func (c *conn) post(k key, r *recvReq) {
-	p := c.posted[k]
-	if p == nil {
-		c.posted[k] = r
-		return
-	}
-	for p.next != nil {
-		p = p.next
-	}
-	p.next = r
-}
+// post appends r to the posted receives.
+func (c *conn) post(r *recvReq) { c.posted = append(c.posted, r) }
 
 // popPosted removes and returns the oldest posted receive of k, or nil.
 func (c *conn) popPosted(k key) *recvReq {
-	r := c.posted[k]
-	if r == nil {
-		return nil
+	for i, r := range c.posted {
+		if r.tag.Comm == k[0] && r.tag.Seq == k[1] && r.tag.Step == k[2] {
+			c.removePosted(i)
+			return r
+		}
 	}
-	if r.next == nil {
-		delete(c.posted, k)
-	} else {
-		c.posted[k] = r.next
-		r.next = nil
-	}
-	return r
+	return nil
+}
+
+func (c *conn) removePosted(i int) {
+	n := len(c.posted)
+	copy(c.posted[i:], c.posted[i+1:])
+	c.posted[n-1] = nil
+	c.posted = c.posted[:n-1]
 }
 
 // unpost removes r from the posted receives, if it is there.
 func (c *conn) unpost(r *recvReq) {
-	k := r.tag.Key()
-	var prev *recvReq
-	for p := c.posted[k]; p != nil; prev, p = p, p.next {
-		if p != r {
-			continue
+	for i, p := range c.posted {
+		if p == r {
+			c.removePosted(i)
+			return
 		}
-		switch {
-		case prev != nil:
-			prev.next = p.next
-		case p.next != nil:
-			c.posted[k] = p.next
-		default:
-			delete(c.posted, k)
-		}
-		p.next = nil
-		return
 	}
 }
 
@@ -251,9 +234,9 @@ func (c *conn) pushUnexp(k key, u *unexpMsg) {
 	p.next = u
 }
 
-// newUnexp returns an unexpected message for the frame h, with room for
-// its data, reusing a freed one where possible.
-func (c *conn) newUnexp(h *frameHdr) *unexpMsg {
+// newUnexp returns an unexpected message of kind, with room for its data,
+// reusing a freed one where possible.
+func (c *conn) newUnexp(kind uint32, sig uint32, total uint64) *unexpMsg {
 	u := c.freeMsgs
 	if u != nil {
 		c.freeMsgs = u.next
@@ -261,16 +244,15 @@ func (c *conn) newUnexp(h *frameHdr) *unexpMsg {
 	} else {
 		u = &unexpMsg{}
 	}
-	u.sig, u.total, u.got = h.sig, h.total, 0
-	u.rndv = h.kind == kindRndv
+	u.sig, u.total, u.got = sig, total, 0
+	u.rndv = kind == kindRndv
 	if u.rndv {
-		u.addr, u.slot, u.gen = h.off, h.slot, h.gen
 		return u
 	}
-	if uint64(cap(u.data)) >= h.total {
-		u.data = u.data[:h.total]
+	if uint64(cap(u.data)) >= total {
+		u.data = u.data[:total]
 	} else {
-		u.data = make([]byte, h.total, max(h.total, 256))
+		u.data = make([]byte, total, max(total, 256))
 	}
 	return u
 }
@@ -306,62 +288,71 @@ func (c *conn) progress() bool {
 
 // drain handles every frame in the inbound ring. Called under rmu.
 func (c *conn) drain() (moved bool) {
-	head := atomic.LoadUint64(c.in.head)
-	for {
-		h, payload, ok := c.in.next(head)
-		if !ok {
+	defer c.in.flush()
+	// At most one ring's worth per call, so that a sender that keeps
+	// writing cannot keep the caller here.
+	for stop := c.in.t + uint64(len(c.in.data)); c.in.t < stop; {
+		h, payload := c.in.next()
+		if h == nil {
 			return moved
 		}
 		moved = true
-		switch h.kind {
-		case kindData:
-			c.onData(&h, payload)
-		case kindRndv:
-			c.onRndv(&h)
+		chunk := h.chunk
+		switch {
+		case h.kind == kindData && len(payload) == int(chunk) && c.onData(h, payload):
+		case h.kind == kindRndv:
+			c.onRndv(h)
 		default:
 			c.fail(fmt.Errorf("shm: rank %d: corrupt frame (kind %d) from rank %d: %w", c.m.rank, h.kind, c.peer, transport.ErrPeerLost), true)
 			return moved
 		}
-		c.in.release(&h)
+		c.in.release(chunk)
 	}
+	return moved
 }
 
-// onData handles a data frame: a whole message or one chunk of one.
-func (c *conn) onData(h *frameHdr, p []byte) {
+// onData handles a data frame: a whole message or one chunk of one. It
+// returns false if the frame contradicts the frames before it.
+func (c *conn) onData(h *frameHdr, p []byte) bool {
 	k := key{h.comm, h.seq, h.step}
-	last := h.off+uint64(len(p)) == h.total
-	if h.off == 0 {
+	sig, total, off := h.sig, h.total, h.off
+	n := uint64(len(p))
+	if off > total || total-off < n {
+		return false
+	}
+	last := off+n == total
+	if off == 0 {
 		if r := c.popPosted(k); r != nil {
-			if err := c.mismatch(r.tag, r.buf, h.sig, h.total); err != nil {
+			if err := c.mismatch(r.tag, r.buf, sig, total); err != nil {
 				if last {
 					r.complete(err)
 				} else {
 					r.err = err
 					c.partial[k] = partial{r: r, drop: true}
 				}
-				return
+				return true
 			}
 			copy(r.buf, p)
 			if last {
 				r.complete(nil)
-				return
+				return true
 			}
-			r.got = uint64(len(p))
+			r.got = n
 			c.partial[k] = partial{r: r}
-			return
+			return true
 		}
-		u := c.newUnexp(h)
+		u := c.newUnexp(kindData, sig, total)
 		copy(u.data, p)
-		u.got = uint64(len(p))
+		u.got = n
 		c.pushUnexp(k, u)
 		if !last {
 			c.partial[k] = partial{u: u}
 		}
-		return
+		return true
 	}
 	ref, ok := c.partial[k]
 	if !ok {
-		return // the rest of a message whose receive failed
+		return false
 	}
 	switch {
 	case ref.drop:
@@ -369,18 +360,25 @@ func (c *conn) onData(h *frameHdr, p []byte) {
 			ref.r.complete(ref.r.err)
 		}
 	case ref.r != nil:
-		copy(ref.r.buf[h.off:], p)
-		ref.r.got += uint64(len(p))
+		if uint64(len(ref.r.buf)) != total {
+			return false
+		}
+		copy(ref.r.buf[off:], p)
+		ref.r.got += n
 		if last {
 			ref.r.complete(nil)
 		}
 	case ref.u != nil:
-		copy(ref.u.data[h.off:], p)
-		ref.u.got += uint64(len(p))
+		if ref.u.total != total {
+			return false
+		}
+		copy(ref.u.data[off:], p)
+		ref.u.got += n
 	}
 	if last {
 		delete(c.partial, k)
 	}
+	return true
 }
 
 // onRndv handles a rendezvous descriptor.
@@ -388,7 +386,9 @@ func (c *conn) onRndv(h *frameHdr) {
 	k := key{h.comm, h.seq, h.step}
 	r := c.popPosted(k)
 	if r == nil {
-		c.pushUnexp(k, c.newUnexp(h))
+		u := c.newUnexp(kindRndv, h.sig, h.total)
+		u.addr, u.slot, u.gen = h.off, h.slot, h.gen
+		c.pushUnexp(k, u)
 		return
 	}
 	if err := c.mismatch(r.tag, r.buf, h.sig, h.total); err != nil {
@@ -409,12 +409,11 @@ func (c *conn) ack(slot, gen uint32, status uint64) {
 // failAll fails the posted and partly received receives with err. Called
 // under rmu.
 func (c *conn) failAll(err error) {
-	for k, r := range c.posted {
-		for ; r != nil; r = r.next {
-			r.complete(err)
-		}
-		delete(c.posted, k)
+	for i, r := range c.posted {
+		r.complete(err)
+		c.posted[i] = nil
 	}
+	c.posted = c.posted[:0]
 	for k, p := range c.partial {
 		if p.r != nil && p.r.state.Load() != recvDone {
 			p.r.complete(err)

@@ -3,6 +3,8 @@ package shm
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,14 +12,14 @@ import (
 )
 
 // TestProcesses runs ranks as processes: this one is rank 0, children the
-// others, and every rank exchanges messages of several sizes with every
-// other.
+// others (up to 8, on however few cores), and every rank exchanges messages
+// of several sizes with every other.
 func TestProcesses(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		world int
 		noCMA bool
-	}{{"2", 2, false}, {"4", 4, false}, {"4-NoCMA", 4, true}} {
+	}{{"2", 2, false}, {"4", 4, false}, {"4-NoCMA", 4, true}, {"9", 9, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			var env []string
@@ -90,6 +92,13 @@ func TestPeerKilled(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Every segment file was unlinked at Connect: the killed rank
+			// left nothing behind.
+			h := fnv.New64a()
+			h.Write([]byte("job/"))
+			if files, _ := filepath.Glob(filepath.Join(DefaultDir, fmt.Sprintf("braid-%016x-*", h.Sum64()))); len(files) > 0 {
+				t.Errorf("segment files left: %v", files)
 			}
 			if d := at.Sub(killed); d > 2*time.Second {
 				t.Errorf("rank 0 learned of the death after %v", d)

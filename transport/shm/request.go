@@ -36,7 +36,6 @@ type recvReq struct {
 	c     *conn
 	tag   transport.Tag
 	buf   []byte
-	next  *recvReq // next posted receive with the same key
 	state atomic.Uint32
 	err   error
 	got   uint64 // bytes received so far of a chunked message
@@ -53,33 +52,50 @@ func (r *recvReq) complete(err error) {
 // Done returns nil: shm requests progress only when tested.
 func (r *recvReq) Done() <-chan struct{} { return nil }
 
-// Streaming: a Test that moved data keeps polling, so that a message
-// carried in chunks flows without a return to the caller's backoff between
-// chunks. It stops after streamSpins polls that moved nothing, or after
-// streamBudget.
+// Streaming: a Test that moved chunks of its own message keeps polling, so
+// that a message carried in chunks flows without a return to the caller's
+// backoff between chunks (the caller's backoff only resets when a request
+// completes, and its sleeps last far longer than a chunk). Once data moved,
+// a Test waits for more for up to streamIdle, which outlasts the longest
+// backoff sleep of the peer, spinning streamSpins polls and then yielding
+// the processor every 32 polls; and it returns after streamBudget in all.
 const (
 	streamSpins  = 256
-	streamBudget = 500 * time.Microsecond
+	streamIdle   = transport.MaxSleep + time.Millisecond
+	streamBudget = 5 * time.Millisecond
 )
 
 // stream tracks a streaming loop.
 type stream struct {
 	idle, polls int
-	start       time.Time
+	start       time.Time // of the first poll that moved data
+	idleSince   time.Time // of the first poll since then that moved nothing
 }
 
 // more reports whether to poll again after a poll that moved data or not.
 func (s *stream) more(moved bool) bool {
-	if !moved {
-		s.idle++
-		return s.idle > 0 && s.idle <= streamSpins && s.polls > 0
+	if moved {
+		s.idle = 0
+		s.polls++
+		if s.polls == 1 {
+			s.start = time.Now()
+		} else if s.polls%16 == 0 && time.Since(s.start) > streamBudget {
+			return false
+		}
+		return true
 	}
-	s.idle = 0
-	s.polls++
-	if s.polls == 1 {
-		s.start = time.Now()
-	} else if s.polls%16 == 0 && time.Since(s.start) > streamBudget {
+	if s.polls == 0 {
 		return false
+	}
+	s.idle++
+	switch {
+	case s.idle == 1:
+		s.idleSince = time.Now()
+	case s.idle > streamSpins && s.idle%32 == 0:
+		if time.Since(s.idleSince) > streamIdle || time.Since(s.start) > streamBudget {
+			return false
+		}
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 	return true
 }
@@ -99,11 +115,13 @@ func (r *recvReq) Test() (bool, error) {
 		if !c.rmu.TryLock() {
 			return false, nil
 		}
-		moved := c.progress()
+		got := r.got
+		c.progress()
 		if c.closed.Load() && r.state.Load() == recvPending {
 			c.unpost(r)
 			r.complete(c.closedErr())
 		}
+		moved := r.got != got // a chunked message is coming in
 		c.rmu.Unlock()
 		if r.state.Load() == recvPending && !st.more(moved) {
 			return false, nil
@@ -111,15 +129,31 @@ func (r *recvReq) Test() (bool, error) {
 	}
 }
 
-// copyRndv copies a rendezvous message from the sender's memory into r.buf
-// and acknowledges it.
+// cmaChunk is the most a Test copies of a rendezvous message, so that a
+// Test of a 64 MiB receive leaves the caller's other requests a turn.
+const cmaChunk = 4 << 20
+
+// copyRndv copies the next part of a rendezvous message from the sender's
+// memory into r.buf, and acknowledges the message when all of it is there.
 func (r *recvReq) copyRndv() (bool, error) {
 	c := r.c
 	if err := c.failure(); err != nil {
 		r.complete(err)
 		return true, err
 	}
-	err := cmaRead(c.peerPID, r.buf, r.addr)
+	if r.got == 0 {
+		c.rmu.Lock()
+		if !c.closed.Load() {
+			c.ack(r.slot, r.gen, ackBusy)
+		}
+		c.rmu.Unlock()
+	}
+	end := min(r.got+cmaChunk, uint64(len(r.buf)))
+	err := cmaRead(c.peerPID, r.buf[r.got:end], r.addr+r.got)
+	if err == nil && end < uint64(len(r.buf)) {
+		r.got = end
+		return false, nil
+	}
 	status := uint64(ackOK)
 	if err != nil {
 		status = ackFailed
@@ -175,6 +209,7 @@ type sendReq struct {
 	data []byte
 	progress
 	rndv    bool
+	busy    bool // the receiver said it is copying
 	hasSlot bool
 	slot    uint32
 	gen     uint32
@@ -204,8 +239,16 @@ func (s *sendReq) Test() (bool, error) {
 			s.state.Store(1)
 			return true, err
 		}
-		if c.pollRecv() {
+		c.pollRecv()
+		if s.busy {
+			// The receiver is copying the message: wait here rather than
+			// in the caller's backoff, which may sleep far longer than the
+			// copy takes. Yield now and then, for the copier may need
+			// this processor.
 			moved = true
+			if st.polls%32 == 31 {
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
 		}
 		if !st.more(moved) {
 			return false, nil
@@ -220,9 +263,10 @@ func (s *sendReq) advance() (bool, error) {
 		c.releaseSlot(s)
 		return true, c.closedErr()
 	}
+	var v uint64 // the completion word of a rendezvous send
 	if s.rndv && s.started {
-		v := atomic.LoadUint64((*uint64)(unsafe.Pointer(&c.m.seg.mem[c.mySlots+8*int(s.slot)])))
-		if uint32(v>>8) == s.gen {
+		v = atomic.LoadUint64((*uint64)(unsafe.Pointer(&c.m.seg.mem[c.mySlots+8*int(s.slot)])))
+		if uint32(v>>8) == s.gen && v&0xff != ackBusy {
 			c.releaseSlot(s)
 			switch v & 0xff {
 			case ackOK:
@@ -242,6 +286,8 @@ func (s *sendReq) advance() (bool, error) {
 		return c.pushData(s.tag, s.data, &s.progress), nil
 	case !s.started:
 		c.pushRndv(s)
+	default:
+		s.busy = v == uint64(s.gen)<<8|ackBusy
 	}
 	return false, nil
 }

@@ -14,10 +14,10 @@ import (
 //	128        8 (own line)       mapped: how many peers mapped the segment (added to by peers)
 //	192        4·nPeers           the world ranks of the owner's peers, in ring order
 //	slotsOff   8·nSlots·nPeers    completion words of the owner's rendezvous sends to each peer
-//	ringsOff   nPeers·(128+ring)  per peer: ring control (head, tail, cma flag), then the ring's bytes
+//	ringsOff   nPeers·(64+ring)   per peer: ring control (tail, cma flag), then the ring's bytes
 //
-// Ring i carries frames from peer i to the owner: the peer writes frames and
-// the head; the owner reads them and writes the tail. The completion word of
+// Ring i carries frames from peer i to the owner: the peer writes frames;
+// the owner reads them and writes the tail. The completion word of
 // slot s of peer i is written by peer i when it has copied the owner's
 // message out, and read by the owner.
 type segment struct {
@@ -42,12 +42,11 @@ const (
 	magic   = 0x4d48534449415242 // "BRAIDSHM"
 	version = 1
 
-	// ctrlSize is the size of a ring's control block: the head on one cache
-	// line, the tail and the cma flag on the next.
-	ctrlSize  = 128
-	ctrlHead  = 0
-	ctrlTail  = 64
-	ctrlCMA   = 72
+	// ctrlSize is the size of a ring's control block: the tail and the cma
+	// flag on a cache line of their own.
+	ctrlSize  = 64
+	ctrlTail  = 0
+	ctrlCMA   = 8
 	pageBytes = 4096
 )
 
@@ -90,7 +89,6 @@ func (s *segment) peerRank(i int) int { return int(*s.u32(offPeers + 4*i)) }
 func (s *segment) ring(i int) ring {
 	c := s.l.ctrl(i)
 	return ring{
-		head: s.u64(c + ctrlHead),
 		tail: s.u64(c + ctrlTail),
 		cma:  s.u64(c + ctrlCMA),
 		data: s.mem[c+ctrlSize : c+ctrlSize+s.l.ringSize : c+ctrlSize+s.l.ringSize],

@@ -281,7 +281,6 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	c.out = tx{ring: seg.ring(j)}
 	c.acks = l.slot(j, 0)
 	c.mySlots = m.seg.l.slot(i, 0)
-	c.posted = make(map[key]*recvReq)
 	c.unexp = make(map[key]*unexpMsg)
 	c.partial = make(map[key]partial)
 	c.slots = make([]*sendReq, m.seg.l.nSlots)

@@ -27,7 +27,7 @@ func TestNoFilesLeft(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{Dir: dir}), 3, nil)
+	meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{Dir: dir}), 3, transporttest.Hooks{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,9 @@ package tcp
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/braid-ccl/braid/transport"
 )
@@ -123,6 +125,90 @@ func BenchmarkThroughput(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(size)*float64(n)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}
+
+// procPair starts an echo or sink child process and connects to it.
+func procPair(b *testing.B, role string, streams int, arg string) (transport.Conn, func()) {
+	b.Helper()
+	dir := b.TempDir()
+	cmd, out := startChild(b, role, dir, 1, 2, streams, arg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := procConnect(ctx, dir, 0, 2, streams, nil)
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		b.Fatal(err)
+	}
+	return m.Conn(1), func() {
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("child: %v\n%s", err, out)
+		}
+		m.Close()
+	}
+}
+
+// BenchmarkPingPongProcs is BenchmarkPingPong with the far rank in another
+// process, as ranks run in practice.
+func BenchmarkPingPongProcs(b *testing.B) {
+	for _, streams := range []int{1, 2} {
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
+			a, finish := procPair(b, "echo", streams, strconv.Itoa(b.N))
+			ctx := context.Background()
+			msg := make([]byte, 8)
+			buf := make([]byte, 8)
+			b.ResetTimer()
+			for i := range b.N {
+				tag := transport.Tag{Comm: 1, Seq: uint32(i), Step: 2}
+				r, _ := a.Irecv(tag, buf)
+				tag.Step = 1
+				s, _ := a.Isend(tag, msg)
+				if err := transport.Wait(ctx, nil, s, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2/1000, "us/one-way")
+			s, _ := a.Isend(transport.Tag{Comm: 9}, nil)
+			transport.Wait(ctx, nil, s)
+			finish()
+		})
+	}
+}
+
+// BenchmarkThroughputProcs is BenchmarkThroughput with the receiver in
+// another process.
+func BenchmarkThroughputProcs(b *testing.B) {
+	for _, size := range []int{1 << 20, 64 << 20} {
+		for _, streams := range []int{1, 2} {
+			b.Run(fmt.Sprintf("size=%dM/streams=%d", size>>20, streams), func(b *testing.B) {
+				a, finish := procPair(b, "sink", streams, fmt.Sprintf("%d,%d", b.N, size))
+				ctx := context.Background()
+				const window = 4
+				data := make([]byte, size)
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				var reqs []transport.Request
+				for i := range b.N {
+					s, _ := a.Isend(transport.Tag{Comm: 2, Seq: uint32(i)}, data)
+					reqs = append(reqs, s)
+					if len(reqs) == window {
+						if err := transport.Wait(ctx, nil, reqs...); err != nil {
+							b.Fatal(err)
+						}
+						reqs = reqs[:0]
+					}
+				}
+				r, _ := a.Irecv(transport.Tag{Comm: 9}, nil)
+				if err := transport.Wait(ctx, nil, append(reqs, r)...); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(size)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				finish()
 			})
 		}
 	}

@@ -16,11 +16,12 @@ import (
 
 // mesh is one process's set of connections (transport.Mesh).
 type mesh struct {
-	self      int
-	log       *log.Logger
-	lost      func(peer int, err error)
-	stripeMin int
-	peers     []*peer // by world rank; nil where not connected
+	self       int
+	log        *log.Logger
+	lost       func(peer int, err error)
+	unexpected func(peer int, tag transport.Tag)
+	stripeMin  int
+	peers      []*peer // by world rank; nil where not connected
 
 	wg      sync.WaitGroup // readers, writers and abort senders
 	aborted atomic.Bool
@@ -88,13 +89,14 @@ type stream struct {
 // aLongTimeAgo is a deadline in the past, to wake a parked goroutine.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func newMesh(self, world int, opts *Options, lost func(int, error)) *mesh {
+func newMesh(cfg *transport.Config, opts *Options) *mesh {
 	return &mesh{
-		self:      self,
-		log:       opts.logger(),
-		lost:      lost,
-		stripeMin: opts.stripeMin(),
-		peers:     make([]*peer, world),
+		self:       cfg.Self.Rank,
+		log:        opts.logger(),
+		lost:       cfg.Lost,
+		unexpected: cfg.Unexpected,
+		stripeMin:  opts.stripeMin(),
+		peers:      make([]*peer, cfg.World),
 	}
 }
 
@@ -320,6 +322,9 @@ func (s *stream) closeConn() {
 		s.failFrames(q)
 		s.rmu.Lock()
 		s.rd.closed = true
+		if !s.rd.dead {
+			s.die(event{kind: evDead}) // a frame cut short no longer holds its receive
+		}
 		s.rmu.Unlock()
 		s.conn.Close()
 		s.signal()

@@ -60,9 +60,11 @@ type event struct {
 // The caller holds rmu, and handles the event after letting go of it.
 func (s *stream) pump(budget int) event {
 	rd := &s.rd
-	if rd.dead || rd.closed {
-		rd.dead = true
+	switch {
+	case rd.dead:
 		return event{kind: evDead}
+	case rd.closed:
+		return s.die(event{kind: evDead})
 	}
 	for {
 		if !rd.inFrame {
@@ -99,9 +101,13 @@ func (s *stream) pump(budget int) event {
 			rd.left = int(rd.h.length)
 			rd.dst, rd.e, rd.direct, rd.ctl = nil, nil, false, rd.ctl[:0]
 			if rd.h.typ == frameData {
-				if err := s.p.beginFrame(rd); err != nil {
+				unexpected, err := s.p.beginFrame(rd)
+				if err != nil {
 					rd.inFrame = false
 					return s.die(event{kind: evError, err: fmt.Errorf("%w: %v", errProtocol, err)})
+				}
+				if unexpected && s.p.m.unexpected != nil {
+					s.p.m.unexpected(s.p.rank, rd.h.tag)
 				}
 			}
 		}
@@ -220,20 +226,27 @@ func (s *stream) handle(ev event) bool {
 // progressRecv reads what the peer's sockets hold now, for Test.
 func (p *peer) progressRecv() {
 	for _, s := range p.streams {
-		if !s.rmu.TryLock() {
-			continue
+		s.progress()
+	}
+}
+
+// progress reads what the socket holds now, unless someone else is
+// reading it. If it stops before the socket is empty, it wakes the reader
+// goroutine to go on.
+func (s *stream) progress() {
+	if !s.rmu.TryLock() {
+		return
+	}
+	ev := s.pump(testBudget)
+	s.rmu.Unlock()
+	switch {
+	case ev.kind == evBudget:
+		if s.rwaiting.Load() {
+			s.conn.SetReadDeadline(aLongTimeAgo)
 		}
-		ev := s.pump(testBudget)
-		s.rmu.Unlock()
-		switch {
-		case ev.kind == evBudget:
-			if s.rwaiting.Load() {
-				s.conn.SetReadDeadline(aLongTimeAgo)
-			}
-		case ev.kind != evAgain:
-			s.handle(ev)
-			s.conn.SetReadDeadline(aLongTimeAgo) // let the reader goroutine see it
-		}
+	case ev.kind != evAgain:
+		s.handle(ev)
+		s.conn.SetReadDeadline(aLongTimeAgo) // let the reader goroutine see it
 	}
 }
 

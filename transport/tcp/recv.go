@@ -29,7 +29,8 @@ type span struct{ off, n int }
 // has already arrived (in part or in full) it is taken from the unexpected
 // messages; otherwise the reader fills buf directly when it arrives.
 func (p *peer) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
-	r := &recvReq{p: p, tag: tag, buf: buf}
+	ns := len(p.streams)
+	r := &recvReq{p: p, tag: tag, buf: buf, stream: streamOf(tag, ns), striped: ns > 1 && len(buf) >= p.m.stripeMin}
 	r.init()
 	key := tag.Key()
 	p.mu.Lock()
@@ -128,17 +129,18 @@ func (p *peer) takePostedLocked(key [3]uint32, n int) *recvReq {
 // beginFrame finds the destination of a data frame whose header rd holds:
 // the message it belongs to (new messages are matched with a posted
 // receive, or become unexpected), and where in it the payload goes.
-// It returns an error if the frame does not fit its message.
-func (p *peer) beginFrame(rd *readState) error {
+// It returns an error if the frame does not fit its message, and whether
+// the frame began an unexpected message.
+func (p *peer) beginFrame(rd *readState) (unexpected bool, err error) {
 	h := &rd.h
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
-		return nil // drop it
+		return false, nil // drop it
 	}
 	e := p.inflight[h.id]
 	if e != nil && (e.tag != h.tag || uint64(e.total) != h.total || e.claimed+int(h.length) > e.total) {
-		return fmt.Errorf("frame of %d bytes at %d does not fit message %d (%v, %d bytes)", h.length, h.offset, h.id, e.tag, e.total)
+		return false, fmt.Errorf("frame of %d bytes at %d does not fit message %d (%v, %d bytes)", h.length, h.offset, h.id, e.tag, e.total)
 	}
 	if e == nil {
 		e = &message{id: h.id, tag: h.tag, total: int(h.total)}
@@ -148,6 +150,7 @@ func (p *peer) beginFrame(rd *readState) error {
 		} else {
 			e.pool = getBuf(e.total)
 			p.unexpected[key] = append(p.unexpected[key], e)
+			unexpected = true
 		}
 		p.inflight[h.id] = e
 	}
@@ -164,7 +167,7 @@ func (p *peer) beginFrame(rd *readState) error {
 		rd.dst = (*e.pool)[off : off+n]
 		e.spill = append(e.spill, span{off, n})
 	}
-	return nil
+	return unexpected, nil
 }
 
 // endFrame records that the frame rd describes is in, completing its

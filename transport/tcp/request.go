@@ -85,9 +85,11 @@ func (r *sendReq) Test() (bool, error) {
 // recvReq is an Irecv.
 type recvReq struct {
 	request
-	p   *peer
-	tag transport.Tag
-	buf []byte
+	p       *peer
+	tag     transport.Tag
+	buf     []byte
+	stream  int  // the stream its message starts on
+	striped bool // its message may come on every stream
 }
 
 // Test reports whether the receive has completed. If not, it reads what
@@ -96,7 +98,11 @@ func (r *recvReq) Test() (bool, error) {
 	if done, err := r.result(); done {
 		return done, err
 	}
-	r.p.progressRecv()
+	if r.striped {
+		r.p.progressRecv()
+	} else {
+		r.p.streams[r.stream].progress()
+	}
 	return r.result()
 }
 

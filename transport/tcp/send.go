@@ -25,7 +25,7 @@ const (
 	// maxBatch bounds the frames that one writev(2) carries.
 	maxBatch = 64
 	// testBudget bounds the bytes that one Test moves per connection.
-	testBudget = 1 << 20
+	testBudget = 256 << 10
 )
 
 // frame is a queued frame: its header, its payload, and the request it

@@ -59,7 +59,7 @@ func connect(t *testing.T, tr transport.Transport, n int, lost func(rank, peer i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ms, err := transporttest.Connect(ctx, tr, n, lost)
+	ms, err := transporttest.Connect(ctx, tr, n, transporttest.Hooks{Lost: lost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +78,28 @@ func wait(t *testing.T, reqs ...transport.Request) error {
 	return transport.Wait(ctx, nil, reqs...)
 }
 
+// patternPeriod is prime, so that a chunk at a wrong offset shows.
+const patternPeriod = 65521
+
+var patternBase = func() []byte {
+	b := make([]byte, 2*patternPeriod)
+	x := uint32(2463534242)
+	for i := range patternPeriod {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	copy(b[patternPeriod:], b[:patternPeriod])
+	return b
+}()
+
+// pattern returns n bytes of a pseudo-random sequence chosen by seed.
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7) ^ seed ^ byte(i>>11)
+	off := int(seed) * 257 % patternPeriod
+	for i := 0; i < n; {
+		i += copy(b[i:], patternBase[off:off+patternPeriod])
 	}
 	return b
 }
@@ -216,5 +234,5 @@ func TestWrongSecret(t *testing.T) {
 func transporttestConnect(ctx context.Context, tr transport.Transport, n int) ([]transport.Mesh, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return transporttest.Connect(ctx, tr, n, nil)
+	return transporttest.Connect(ctx, tr, n, transporttest.Hooks{})
 }

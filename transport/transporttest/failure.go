@@ -206,3 +206,78 @@ func testClose(t *testing.T, f Factory) {
 	// Ranks 1 and 2 still talk to each other.
 	w.exchangeWithout(0, []msg{{1, 2, transport.Tag{Comm: 9, Step: 7}, 1000}, {2, 1, transport.Tag{Comm: 9, Step: 7}, 1 << 20}})
 }
+
+// sawUnexpected reports whether rank's Unexpected hook reported tag from peer.
+func (w *world) sawUnexpected(rank, peer int, tag transport.Tag) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range w.unexpected {
+		if e.rank == rank && e.peer == peer && e.tag == tag {
+			return true
+		}
+	}
+	return false
+}
+
+func testUnexpected(t *testing.T, f Factory) {
+	w := newWorld(t, f, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c01, c10 := w.conn(0, 1), w.conn(1, 0)
+	// Rank 1 polls a receive of another tag, which makes polling transports
+	// look at what arrived.
+	other, err := c10.Irecv(transport.Tag{Comm: 10, Step: 99}, make([]byte, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, size := range []int{100, 1 << 20} {
+		tag := transport.Tag{Comm: 10, Seq: 1, Step: uint32(i), Sig: 3}
+		m := msg{0, 1, tag, size}
+		data := make([]byte, size)
+		fill(data, m.seed())
+		sreq, err := c01.Isend(tag, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !w.sawUnexpected(1, 0, tag) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d bytes: Unexpected(1, 0, %v) not called within 5s", size, tag)
+			}
+			if _, err := other.Test(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sreq.Test(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		buf := recvBuf(size)
+		rreq, err := c10.Irecv(tag, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := transport.Wait(ctx, nil, sreq, rreq); err != nil {
+			t.Fatal(err)
+		}
+		if err := check(buf, m.seed()); err != nil {
+			t.Errorf("%d bytes: %v", size, err)
+		}
+	}
+	// A message whose receive was posted first is not unexpected.
+	tag := transport.Tag{Comm: 10, Seq: 2}
+	rreq, err := c10.Irecv(tag, make([]byte, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sreq, err := c01.Isend(tag, make([]byte, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.Wait(ctx, nil, sreq, rreq); err != nil {
+		t.Fatal(err)
+	}
+	if w.sawUnexpected(1, 0, tag) {
+		t.Errorf("Unexpected(1, 0, %v) called for a message whose receive was posted first", tag)
+	}
+}

@@ -24,11 +24,11 @@ const timeout = 20 * time.Second
 // The suite checks: matching on (Comm, Seq, Step) whatever the order in which
 // sends and receives are posted; zero-length, odd-sized and 64 MiB messages;
 // many outstanding requests in both directions at once; ErrMismatch on a
-// length or Sig difference; ErrAborted and the Lost callback after a peer's
-// Abort; ErrClosed after Close, ErrPeerLost at the closed rank's peers, and
-// delivery of what was sent before Close; requests driven from several
-// goroutines; and the Done channel. The death of a peer process is not
-// tested here: each transport tests it with real processes.
+// length or Sig difference; the Unexpected hook; ErrAborted and the Lost
+// hook after a peer's Abort; ErrClosed after Close, ErrPeerLost at the
+// closed rank's peers, and delivery of what was sent before Close; requests
+// driven from several goroutines; and the Done channel. The death of a peer
+// process is not tested here: each transport tests it with real processes.
 func Run(t *testing.T, newMeshes Factory) {
 	tests := []struct {
 		name string
@@ -45,6 +45,7 @@ func Run(t *testing.T, newMeshes Factory) {
 		{"Concurrent", testConcurrent},
 		{"Done", testDone},
 		{"Mismatch", testMismatch},
+		{"Unexpected", testUnexpected},
 		{"Abort", testAbort},
 		{"Close", testClose},
 	}
@@ -65,17 +66,31 @@ type world struct {
 	meshes []transport.Mesh
 	closed []atomic.Bool
 
-	mu   sync.Mutex
-	lost []lostEvent
+	mu         sync.Mutex
+	lost       []lostEvent
+	unexpected []unexpectedEvent
+}
+
+// unexpectedEvent is one call of an Unexpected callback.
+type unexpectedEvent struct {
+	rank, peer int
+	tag        transport.Tag
 }
 
 func newWorld(t *testing.T, f Factory, n int) *world {
 	t.Helper()
 	w := &world{t: t, closed: make([]atomic.Bool, n)}
-	w.meshes = f(t, n, func(rank, peer int, err error) {
-		w.mu.Lock()
-		w.lost = append(w.lost, lostEvent{rank, peer, err})
-		w.mu.Unlock()
+	w.meshes = f(t, n, Hooks{
+		Lost: func(rank, peer int, err error) {
+			w.mu.Lock()
+			w.lost = append(w.lost, lostEvent{rank, peer, err})
+			w.mu.Unlock()
+		},
+		Unexpected: func(rank, peer int, tag transport.Tag) {
+			w.mu.Lock()
+			w.unexpected = append(w.unexpected, unexpectedEvent{rank, peer, tag})
+			w.mu.Unlock()
+		},
 	})
 	if len(w.meshes) != n {
 		t.Fatalf("factory returned %d meshes, want %d", len(w.meshes), n)
