@@ -3,7 +3,7 @@ package braid
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
+	"time"
 	"unsafe"
 
 	"github.com/braid-ccl/braid/algo"
@@ -40,12 +40,18 @@ type planned struct {
 // signature summarises a call's arguments; every message of the call
 // carries it, and a receiver that expected another one reports Mismatch.
 func signature(p sched.Params, d DType, op Op) uint32 {
-	h := fnv.New32a()
 	if !p.Coll.Reduces() {
 		op = 0
 	}
-	fmt.Fprintf(h, "%d/%d/%d/%d/%d", p.Coll, p.Count, p.Root, d, op)
-	return h.Sum32()
+	// FNV-1a over the fields, without allocating.
+	h := uint32(2166136261)
+	for _, v := range [...]uint64{uint64(p.Coll), uint64(p.Count), uint64(p.Root), uint64(d), uint64(op)} {
+		for i := 0; i < 8; i++ {
+			h ^= uint32(byte(v >> (8 * i)))
+			h *= 16777619
+		}
+	}
+	return h
 }
 
 // plan returns the program for p, planning and generating it on first use.
@@ -132,8 +138,6 @@ func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) error {
 		c.w.fail(e)
 		return e
 	}
-	ctx, cancel := c.deadline(ctx)
-	defer cancel()
 	sig := signature(k.p, k.d, k.op)
 	if peer, other, bad := c.w.begin(c.id, seq, sig); bad {
 		c.w.end(c.id, seq)
@@ -147,8 +151,16 @@ func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) error {
 		Conn: c.conn,
 		Tag:  transport.Tag{Comm: c.id, Seq: seq, Sig: sig},
 		Fail: c.w.err,
+		Spin: c.w.spin,
 	}
-	c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, pl.algo)
+	if _, ok := ctx.Deadline(); !ok {
+		// The executor checks this deadline in its slow path, which is
+		// cheaper than a context with a timer per call.
+		env.Deadline = time.Now().Add(c.w.opts.Timeout)
+	}
+	if c.w.opts.Debug == "trace" {
+		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, pl.algo)
+	}
 	err = exec.Run(ctx, &pl.prog, &env, exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks})
 	if err != nil {
 		return c.failWith(k.name, err)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/braid-ccl/braid/transport"
 )
@@ -29,6 +31,15 @@ type world struct {
 	once    sync.Once
 
 	sigs sigTable
+	spin time.Duration // how long waiters poll before yielding
+}
+
+// setSpin chooses how long waiters poll: long while every local rank has a
+// core, briefly when ranks outnumber cores (as Open MPI's yield_when_idle).
+func (w *world) setSpin(localRanks int) {
+	if localRanks <= runtime.NumCPU() {
+		w.spin = 50 * time.Microsecond
+	}
 }
 
 // sigTable notices ranks that disagree about a call even when none of

@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/braid-ccl/braid/internal/dtype"
@@ -32,6 +33,12 @@ type Env struct {
 	// Fail, if not nil, reports a failure of the communicator noticed
 	// elsewhere (a peer lost, an abort); the run stops with that error.
 	Fail func() error
+	// Spin is how long a waiting executor polls before it yields (see
+	// transport.Backoff).
+	Spin time.Duration
+	// Deadline, if not zero, ends the run with context.DeadlineExceeded
+	// when it passes (in addition to ctx's own deadline).
+	Deadline time.Time
 	// Hook, if not nil, is called once at the end of the run.
 	Hook func(prog *sched.Program, err error)
 }
@@ -172,7 +179,7 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 		st.reqs[i] = nil
 	}
 
-	var bo transport.Backoff
+	bo := transport.Backoff{Spin: env.Spin}
 	polls := 0
 	// progress tests every outstanding request once; it backs off when
 	// nothing moved.
@@ -200,6 +207,9 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 		if polls&63 == 0 || bo.Spun() {
 			if e := ctx.Err(); e != nil {
 				return e
+			}
+			if !env.Deadline.IsZero() && time.Now().After(env.Deadline) {
+				return context.DeadlineExceeded
 			}
 			if env.Fail != nil {
 				if e := env.Fail(); e != nil {

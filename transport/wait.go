@@ -15,40 +15,71 @@ import (
 // The zero value is ready to use. Call Idle each time a poll found nothing
 // to do and Reset when it did.
 type Backoff struct {
-	n     int
-	sleep time.Duration
-	timer *time.Timer
+	// Spin is how long to poll before yielding; zero means SpinPolls
+	// polls. Spin long when every rank has a core of its own, briefly when
+	// ranks outnumber cores (they need each other's time slices).
+	Spin time.Duration
+
+	spinStart time.Time
+	n         int
+	sleep     time.Duration
+	timer     *time.Timer
+	yields    time.Time // when the yield phase began
 }
 
 // Tuning of the backoff. Spinning costs nothing to the latency of a message
 // that arrives during it; yielding costs a system call; sleeping costs the
 // timer's granularity (tens of microseconds).
+// Go's timers are coarse in a VM (a 20 µs sleep takes 0.4–1 ms), so a
+// polling waiter yields for YieldFor before it sleeps at all.
 const (
-	SpinPolls  = 64
-	YieldPolls = 256
-	MinSleep   = 20 * time.Microsecond
-	MaxSleep   = 2 * time.Millisecond
+	SpinPolls = 64
+	YieldFor  = 2 * time.Millisecond
+	MinSleep  = 50 * time.Microsecond
+	MaxSleep  = 2 * time.Millisecond
 )
 
 // Spun reports whether the backoff has passed its spinning phase.
 func (b *Backoff) Spun() bool { return b.n > SpinPolls }
 
+// spinning reports whether the backoff is still in its spinning phase,
+// extending it to b.Spin.
+func (b *Backoff) spinning() bool {
+	if b.n <= SpinPolls {
+		if b.n == 1 && b.Spin > 0 {
+			b.spinStart = time.Now()
+		}
+		return true
+	}
+	if b.Spin > 0 && b.sleep == 0 && b.yields.IsZero() {
+		if b.n&15 != 0 || time.Since(b.spinStart) < b.Spin {
+			return true
+		}
+	}
+	return false
+}
+
 // Reset returns the backoff to spinning.
-func (b *Backoff) Reset() { b.n = 0; b.sleep = 0 }
+func (b *Backoff) Reset() { b.n = 0; b.sleep = 0; b.yields = time.Time{} }
 
 // Idle waits a little, more each call. If ch is not nil, a close of (or a
 // value on) ch ends the wait early once the backoff blocks.
 func (b *Backoff) Idle(ch <-chan struct{}) {
 	b.n++
 	switch {
-	case b.n <= SpinPolls:
+	case b.spinning():
 		return
-	case ch == nil && b.n <= SpinPolls+YieldPolls:
+	case ch == nil && b.sleep == 0:
 		// Yielding helps only a waiter that polls memory another process
 		// writes; a channel waiter blocks instead, and the Go scheduler
 		// runs whoever will close it.
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-		return
+		if b.yields.IsZero() {
+			b.yields = time.Now()
+		}
+		if b.n&15 != 0 || time.Since(b.yields) < YieldFor {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			return
+		}
 	}
 	if b.sleep == 0 {
 		b.sleep = MinSleep

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -40,6 +41,7 @@ func benchCmd(args []string) error {
 	inplace := fs.Bool("inplace", false, "in-place calls")
 	format := fs.String("format", "table", "table, csv or json")
 	imb := fs.Float64("imbalance", 0, "inject random compute before each call, up to MIF × the call's balanced latency")
+	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
 
 	// Flags may come before or after the collective.
@@ -122,6 +124,16 @@ func benchCmd(args []string) error {
 		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Imbalance: *imb}
 	if !col.Reduces() {
 		cfg.Op = 0
+	}
+	if *cpuprof != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuprof, c.Rank()))
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	tty := c.Rank() == 0 && *format == "table" && term.IsTerminal(int(os.Stderr.Fd()))
 	start := time.Now()

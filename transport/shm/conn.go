@@ -22,7 +22,6 @@ type conn struct {
 	peer      int // world rank
 	peerPID   int
 	peerStart uint64   // the peer process's start time, against pid reuse
-	idx       int      // the peer's index in our segment
 	peerSeg   *segment // our mapping of the peer's segment
 	cma       bool     // the peer copies our large messages out of our memory
 

@@ -26,8 +26,13 @@
 // Connect; BRAID_SHM_CMA=0 or Options.NoCMA force it), large messages go
 // through the ring in chunks of up to 64 KiB, which the sender writes from
 // Test as space frees. A Test that moved chunks of its own message keeps
-// polling while they flow (up to 500 µs), so that a transfer does not stall
-// in the caller's backoff between chunks.
+// polling while they flow (for up to 5 ms, waiting up to 3 ms for the
+// peer), so that a transfer does not stall between chunks in the caller's
+// backoff, which resets only when a request completes.
+//
+// Each ring holds 256 KiB (Options.RingSize), so a segment takes 256 KiB
+// per peer; up to 256 rendezvous sends (Options.Slots) per peer may be
+// outstanding at once.
 //
 // A frame whose receive is not posted yet is copied out of the ring into an
 // unexpected queue (a rendezvous descriptor is kept as it is), so the ring
@@ -51,8 +56,9 @@
 // A watchdog goroutine per Mesh checks every 50 ms that each peer's process
 // lives (kill(pid, 0), /proc/PID/stat not a zombie, same start time) and
 // reads the state word in the peer's segment. Mesh.Abort sets this rank's
-// state word to aborted, and Close sets it to closed; peers see either at
-// their next poll or watchdog tick. A peer's death, abort or close calls
+// state word to aborted (and fails this rank's own pending and later
+// requests with ErrAborted), and Close sets it to closed; peers see either
+// at their next poll or watchdog tick. A peer's death, abort or close calls
 // Config.Lost once and fails that connection's pending and later requests
 // with ErrPeerLost or ErrAborted (after delivering what was already in the
 // ring). Close fails this rank's pending requests with ErrClosed.

@@ -41,7 +41,7 @@ func TestProcesses(t *testing.T) {
 					t.Errorf("single copy to rank %d: %v, want %v", c.peer, c.cma, !tc.noCMA)
 				}
 			}
-			if err := allToAll(ctx, m, 0, tc.world, 3); err != nil {
+			if err := allToAll(ctx, m, 0, tc.world, roundsFor(tc.world)); err != nil {
 				t.Error(err)
 			}
 			if err := m.Close(); err != nil {

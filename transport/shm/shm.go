@@ -36,12 +36,14 @@ const EnvCMA = "BRAID_SHM_CMA"
 // Options tunes the shm transport. The zero value means the defaults.
 type Options struct {
 	// RingSize is the size in bytes of the ring that carries one peer's
-	// frames to this rank; it is rounded up to a multiple of 4 KiB.
+	// frames to this rank; it is rounded up to a multiple of 4 KiB, and to
+	// 16 KiB at least.
 	RingSize int
 	// EagerLimit is the largest message copied through the ring when single
 	// copy is available; larger ones are copied once, by the receiver, out of
-	// the sender's memory. Without single copy, messages go through the ring
-	// in chunks of up to max(EagerLimit, RingSize/4, capped at 64 KiB).
+	// the sender's memory. It is at most a quarter of RingSize. Without
+	// single copy, messages go through the ring in chunks of
+	// max(EagerLimit, min(RingSize/4, 64 KiB)) bytes at most.
 	EagerLimit int
 	// Slots is the number of rendezvous sends to one peer that may be
 	// outstanding at once; further ones wait in Test.
@@ -198,6 +200,7 @@ func (m *mesh) connect(ctx context.Context) error {
 		b.Idle(ctx.Done())
 	}
 	unix.Unlink(m.path)
+	m.path = ""
 	for _, c := range m.list {
 		c.cma = atomic.LoadUint64(c.out.cma) == 1
 	}
@@ -260,7 +263,7 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	}
 	l, ok := readLayout(mem)
 	seg := &segment{mem: mem, l: l}
-	c := &conn{m: m, peer: peer, peerPID: pid, idx: i, peerSeg: seg}
+	c := &conn{m: m, peer: peer, peerPID: pid, peerSeg: seg}
 	m.mapped = append(m.mapped, mem)
 	if !ok || *seg.u32(offRank) != uint32(peer) || *seg.u32(offPID) != uint32(pid) {
 		return nil, fmt.Errorf("shm: rank %d: %s is not the segment of rank %d", m.rank, path, peer)

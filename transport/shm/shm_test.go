@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -38,6 +39,63 @@ func TestNoFilesLeft(t *testing.T) {
 		if err := m.Close(); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+func TestAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := New().Connect(ctx, transport.Config{
+		Self:  transport.Endpoint{Rank: 0, Host: "h"},
+		World: 1,
+		Store: &transporttest.MemKV{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Conn(0); c != nil {
+		t.Errorf("Conn(0) = %v, want nil", c)
+	}
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestWrongSecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv := &transporttest.MemKV{}
+	errs := make(chan error, 2)
+	for r := range 2 {
+		go func() {
+			m, err := New().Connect(ctx, transport.Config{
+				Self:   transport.Endpoint{Rank: r, Host: "h"},
+				Peers:  []transport.Endpoint{{Rank: 1 - r, Host: "h"}},
+				World:  2,
+				Store:  kv,
+				Prefix: t.Name(),
+				Secret: []byte{byte(r)},
+			})
+			if err == nil {
+				m.Close()
+			}
+			errs <- err
+		}()
+	}
+	// Both fail; the first to map the other's segment sees ErrAuth, and the
+	// other may find that segment already gone.
+	auth := 0
+	for range 2 {
+		err := <-errs
+		if err == nil {
+			t.Error("Connect with another rank's secret succeeded")
+		}
+		if errors.Is(err, transport.ErrAuth) {
+			auth++
+		}
+	}
+	if auth == 0 {
+		t.Error("no Connect failed with ErrAuth")
 	}
 }
 

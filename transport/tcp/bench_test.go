@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -152,30 +151,34 @@ func procPair(b *testing.B, role string, streams int, arg string) (transport.Con
 }
 
 // BenchmarkPingPongProcs is BenchmarkPingPong with the far rank in another
-// process, as ranks run in practice.
+// process, as ranks run in practice. wait=spin waits with transport.Wait
+// (spin, yield, then block, as the executor does); wait=block blocks on
+// the Done channels at once.
 func BenchmarkPingPongProcs(b *testing.B) {
-	for _, streams := range []int{1, 2} {
-		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
-			a, finish := procPair(b, "echo", streams, strconv.Itoa(b.N))
-			ctx := context.Background()
-			msg := make([]byte, 8)
-			buf := make([]byte, 8)
-			b.ResetTimer()
-			for i := range b.N {
-				tag := transport.Tag{Comm: 1, Seq: uint32(i), Step: 2}
-				r, _ := a.Irecv(tag, buf)
-				tag.Step = 1
-				s, _ := a.Isend(tag, msg)
-				if err := transport.Wait(ctx, nil, s, r); err != nil {
-					b.Fatal(err)
+	for _, mode := range []string{"spin", "block"} {
+		for _, streams := range []int{1, 2} {
+			b.Run(fmt.Sprintf("wait=%s/streams=%d", mode, streams), func(b *testing.B) {
+				a, finish := procPair(b, "echo", streams, fmt.Sprintf("%d,%s", b.N, mode))
+				ctx := context.Background()
+				msg := make([]byte, 8)
+				buf := make([]byte, 8)
+				b.ResetTimer()
+				for i := range b.N {
+					tag := transport.Tag{Comm: 1, Seq: uint32(i), Step: 2}
+					r, _ := a.Irecv(tag, buf)
+					tag.Step = 1
+					s, _ := a.Isend(tag, msg)
+					if err := waitMode(ctx, mode, s, r); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2/1000, "us/one-way")
-			s, _ := a.Isend(transport.Tag{Comm: 9}, nil)
-			transport.Wait(ctx, nil, s)
-			finish()
-		})
+				b.StopTimer()
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2/1000, "us/one-way")
+				s, _ := a.Isend(transport.Tag{Comm: 9}, nil)
+				transport.Wait(ctx, nil, s)
+				finish()
+			})
+		}
 	}
 }
 

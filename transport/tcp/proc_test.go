@@ -327,11 +327,13 @@ func TestProcesses(t *testing.T) {
 	mu.Unlock()
 }
 
-// childEcho is the far rank of BenchmarkPingPongProcs: it echoes arg
-// messages of 8 bytes.
+// childEcho is the far rank of BenchmarkPingPongProcs: it echoes 8-byte
+// messages, "count,mode" of them, waiting as waitMode says.
 func childEcho() error {
 	rank, world, streams, dir, arg := childEnv()
-	n, _ := strconv.Atoi(arg)
+	var n int
+	var mode string
+	fmt.Sscanf(strings.Replace(arg, ",", " ", 1), "%d %s", &n, &mode)
 	ctx := context.Background()
 	m, err := procConnect(ctx, dir, rank, world, streams, nil)
 	if err != nil {
@@ -343,18 +345,33 @@ func childEcho() error {
 	for i := range n {
 		tag := transport.Tag{Comm: 1, Seq: uint32(i), Step: 1}
 		r, _ := c.Irecv(tag, buf)
-		if err := transport.Wait(ctx, nil, r); err != nil {
+		if err := waitMode(ctx, mode, r); err != nil {
 			return err
 		}
 		tag.Step = 2
 		s, _ := c.Isend(tag, buf)
-		if err := transport.Wait(ctx, nil, s); err != nil {
+		if err := waitMode(ctx, mode, s); err != nil {
 			return err
 		}
 	}
 	// Wait for rank 0 to finish before closing.
 	r, _ := c.Irecv(transport.Tag{Comm: 9}, nil)
 	return transport.Wait(ctx, nil, r)
+}
+
+// waitMode waits for reqs: "block" blocks on their Done channels at once,
+// anything else calls transport.Wait (spin, yield, then block).
+func waitMode(ctx context.Context, mode string, reqs ...transport.Request) error {
+	if mode != "block" {
+		return transport.Wait(ctx, nil, reqs...)
+	}
+	for _, r := range reqs {
+		<-r.Done()
+		if _, err := r.Test(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // childSink is the far rank of BenchmarkThroughputProcs: it receives

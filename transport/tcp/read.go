@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +48,7 @@ const (
 	evAbort         // the peer aborted
 	evError         // the connection failed
 	evDead          // the stream was already finished
+	evDone          // a receive completed (when pump was asked to stop there)
 )
 
 type event struct {
@@ -56,9 +58,10 @@ type event struct {
 }
 
 // pump reads and delivers frames with non-blocking reads until the socket
-// is empty, the stream ends, or budget bytes (if budget >= 0) are read.
+// is empty, the stream ends, or budget bytes (if budget >= 0) are read;
+// or, if yield, a receive completed.
 // The caller holds rmu, and handles the event after letting go of it.
-func (s *stream) pump(budget int) event {
+func (s *stream) pump(budget int, yield bool) event {
 	rd := &s.rd
 	switch {
 	case rd.dead:
@@ -153,7 +156,9 @@ func (s *stream) pump(budget int) event {
 		rd.inFrame = false
 		switch rd.h.typ {
 		case frameData:
-			s.p.endFrame(rd)
+			if s.p.endFrame(rd) && yield {
+				return event{kind: evDone}
+			}
 		case frameAbort:
 			return s.die(event{kind: evAbort, text: string(rd.ctl)})
 		case frameClose:
@@ -204,7 +209,7 @@ func (s *stream) sysread(b []byte) (int, error) {
 func (s *stream) handle(ev event) bool {
 	p := s.p
 	switch ev.kind {
-	case evAgain, evBudget:
+	case evAgain, evBudget, evDone:
 		return false
 	case evEnded:
 		p.streamEnded(s, ev.text)
@@ -237,7 +242,7 @@ func (s *stream) progress() {
 	if !s.rmu.TryLock() {
 		return
 	}
-	ev := s.pump(testBudget)
+	ev := s.pump(testBudget, false)
 	s.rmu.Unlock()
 	switch {
 	case ev.kind == evBudget:
@@ -256,10 +261,16 @@ func (s *stream) readLoop() {
 	defer s.p.m.wg.Done()
 	for {
 		s.rmu.Lock()
-		ev := s.pump(-1)
+		ev := s.pump(-1, true)
 		s.rmu.Unlock()
 		if s.handle(ev) {
 			return
+		}
+		if ev.kind == evDone {
+			// Let the receive's waiter, just woken, run on this thread
+			// before the reader finishes its round.
+			runtime.Gosched()
+			continue
 		}
 		s.rwaiting.Store(true)
 		err := s.raw.Read(func(uintptr) bool {

@@ -30,7 +30,7 @@ type span struct{ off, n int }
 // messages; otherwise the reader fills buf directly when it arrives.
 func (p *peer) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
 	ns := len(p.streams)
-	r := &recvReq{p: p, tag: tag, buf: buf, stream: streamOf(tag, ns), striped: ns > 1 && len(buf) >= p.m.stripeMin}
+	r := &recvReq{p: p, tag: tag, buf: buf, stream: streamOf(tag, len(buf), ns), striped: ns > 1 && len(buf) >= p.m.stripeMin}
 	r.init()
 	key := tag.Key()
 	p.mu.Lock()
@@ -171,8 +171,8 @@ func (p *peer) beginFrame(rd *readState) (unexpected bool, err error) {
 }
 
 // endFrame records that the frame rd describes is in, completing its
-// message if it was the last.
-func (p *peer) endFrame(rd *readState) {
+// message if it was the last. It reports whether a receive completed.
+func (p *peer) endFrame(rd *readState) bool {
 	e := rd.e
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -181,8 +181,9 @@ func (p *peer) endFrame(rd *readState) {
 	}
 	rd.e, rd.dst, rd.direct = nil, nil, false
 	if e == nil {
-		return
+		return false
 	}
+	completed := false
 	e.got += int(rd.h.length)
 	if e.got == e.total {
 		delete(p.inflight, e.id)
@@ -198,7 +199,9 @@ func (p *peer) endFrame(rd *readState) {
 			putBuf(e.pool)
 			e.pool = nil
 			e.req.finish(nil)
+			completed = true
 		}
 	}
 	p.failRequestsLocked()
+	return completed
 }

@@ -41,10 +41,14 @@ func (f *frame) size() int { return hdrLen + len(f.data) }
 
 var tagSeed = maphash.MakeSeed()
 
-// streamOf picks the stream for a tag's first frame. Messages with the same
-// tag always start on the same stream, so they arrive in order.
-func streamOf(tag transport.Tag, n int) int {
-	if n == 1 {
+// streamOf picks the stream for the first frame of a message of size bytes
+// under tag, out of n. Small messages all take stream 0, so that in a
+// request-reply exchange each side's acknowledgement rides on its reply
+// instead of costing a packet (and a wake-up) of its own; larger ones
+// spread by tag. Messages with the same tag and size class always start on
+// the same stream, so they arrive in order.
+func streamOf(tag transport.Tag, size, n int) int {
+	if n == 1 || size < directMax {
 		return 0
 	}
 	return int(maphash.Comparable(tagSeed, tag.Key()) % uint64(n))
@@ -62,7 +66,7 @@ func (p *peer) Isend(tag transport.Tag, data []byte) (transport.Request, error) 
 	id := p.sendID.Add(1)
 	n := len(data)
 	ns := len(p.streams)
-	first := streamOf(tag, ns)
+	first := streamOf(tag, n, ns)
 	h := header{typ: frameData, tag: tag, id: id, total: uint64(n)}
 	if (n < p.m.stripeMin || ns == 1) && n <= maxFrame {
 		h.length = uint32(n)
