@@ -49,10 +49,15 @@ func (r *request) Test() (bool, error) {
 func (r *request) Done() <-chan struct{} { return r.ch }
 
 type pendingSend struct {
-	tag  transport.Tag
-	data []byte
-	req  *request
+	tag   transport.Tag
+	data  []byte
+	req   *request
+	eager bool // buffered: req completed at Isend
 }
+
+// EagerLimit is the largest message that Isend buffers and completes at
+// once; larger ones complete when the receiver has copied them.
+const EagerLimit = 64 << 10
 
 type postedRecv struct {
 	tag transport.Tag
@@ -71,6 +76,12 @@ type box struct {
 // deliver copies s into r and completes both; called with the box locked.
 func deliver(s *pendingSend, r *postedRecv, from, to int) {
 	if len(s.data) != len(r.buf) || s.tag.Sig != r.tag.Sig {
+		if s.eager {
+			// The sender has moved on; only the receiver can learn.
+			r.req.complete(fmt.Errorf("inproc: message %v from rank %d to rank %d: sent %d bytes (sig %08x), receiver expected %d bytes (sig %08x): %w",
+				s.tag, from, to, len(s.data), s.tag.Sig, len(r.buf), r.tag.Sig, transport.ErrMismatch))
+			return
+		}
 		err := fmt.Errorf("inproc: message %v from rank %d to rank %d: sent %d bytes (sig %08x), receiver expected %d bytes (sig %08x): %w",
 			s.tag, from, to, len(s.data), s.tag.Sig, len(r.buf), r.tag.Sig, transport.ErrMismatch)
 		s.req.complete(err)
@@ -80,13 +91,6 @@ func deliver(s *pendingSend, r *postedRecv, from, to int) {
 	copy(r.buf, s.data)
 	s.req.complete(nil)
 	r.req.complete(nil)
-}
-
-// sameCall reports whether two tags belong to the same collective call: a
-// message of that call with another signature proves the ranks disagree.
-// Point-to-point messages are exempt: their Seq is the user's tag.
-func sameCall(a, b transport.Tag) bool {
-	return a.Comm == b.Comm && a.Seq == b.Seq && a.Step&transport.P2PBit == 0 && b.Step&transport.P2PBit == 0
 }
 
 // World is a set of inproc meshes that can reach each other.
@@ -166,41 +170,54 @@ func (m *Mesh) Close() error {
 
 func (m *Mesh) kill(peerErr error) {
 	w := m.w
-	selfErr := fmt.Errorf("inproc: rank %d: %w", m.rank, transport.ErrClosed)
-	if !m.closed.Load() {
-		selfErr = peerErr
+	selfErr := peerErr
+	if m.closed.Load() {
+		selfErr = fmt.Errorf("inproc: rank %d: %w", m.rank, transport.ErrClosed)
 	}
 	for p := range w.n {
 		if p == m.rank {
 			continue
 		}
-		// Messages into this rank and out of it.
-		for _, b := range []*box{w.boxes[m.rank][p], w.boxes[p][m.rank]} {
-			b.mu.Lock()
-			if b.dead == nil {
-				b.dead = peerErr
-			}
-			for _, s := range b.sends {
-				s.req.complete(pick(selfErr, peerErr, b == w.boxes[p][m.rank]))
-			}
-			for _, r := range b.recvs {
-				r.req.complete(pick(selfErr, peerErr, b == w.boxes[m.rank][p]))
-			}
-			b.sends, b.recvs = nil, nil
-			b.mu.Unlock()
+		// Into this rank: the peer's sends fail (the receiver is gone),
+		// this rank's receives fail.
+		in := w.boxes[m.rank][p]
+		in.mu.Lock()
+		if in.dead == nil {
+			in.dead = selfErr
 		}
+		for _, s := range in.sends {
+			s.req.complete(peerErr)
+		}
+		for _, r := range in.recvs {
+			r.req.complete(selfErr)
+		}
+		in.sends, in.recvs = nil, nil
+		in.mu.Unlock()
+		// Out of this rank: buffered sends stay deliverable; the others
+		// fail, and so do the peer's receives that nothing will match.
+		out := w.boxes[p][m.rank]
+		out.mu.Lock()
+		if out.dead == nil {
+			out.dead = peerErr
+		}
+		keep := out.sends[:0]
+		for _, s := range out.sends {
+			if s.eager {
+				keep = append(keep, s)
+				continue
+			}
+			s.req.complete(selfErr)
+		}
+		out.sends = keep
+		for _, r := range out.recvs {
+			r.req.complete(peerErr)
+		}
+		out.recvs = nil
+		out.mu.Unlock()
 		if pm := w.meshes[p]; pm.lost != nil && !pm.closed.Load() {
 			pm.lost(m.rank, peerErr)
 		}
 	}
-}
-
-// pick returns selfErr for requests this rank owns and peerErr otherwise.
-func pick(selfErr, peerErr error, own bool) error {
-	if own {
-		return selfErr
-	}
-	return peerErr
 }
 
 // Peer returns the peer's rank.
@@ -210,6 +227,10 @@ func (c *Conn) Peer() int { return c.peer }
 func (c *Conn) Isend(tag transport.Tag, data []byte) (transport.Request, error) {
 	b := c.m.w.boxes[c.peer][c.m.rank]
 	req := newRequest()
+	if c.m.closed.Load() {
+		req.complete(fmt.Errorf("inproc: rank %d: send after Close: %w", c.m.rank, transport.ErrClosed))
+		return req, nil
+	}
 	b.mu.Lock()
 	if b.dead != nil {
 		b.mu.Unlock()
@@ -218,16 +239,22 @@ func (c *Conn) Isend(tag transport.Tag, data []byte) (transport.Request, error) 
 	}
 	k := tag.Key()
 	for i, r := range b.recvs {
-		if r.tag.Key() == k || (sameCall(r.tag, tag) && r.tag.Sig != tag.Sig) {
-			// A match, or another step of the same call that expects other
-			// arguments (deliver reports the mismatch).
+		if r.tag.Key() == k {
 			b.recvs = append(b.recvs[:i], b.recvs[i+1:]...)
 			deliver(&pendingSend{tag: tag, data: data, req: req}, r, c.m.rank, c.peer)
 			b.mu.Unlock()
 			return req, nil
 		}
 	}
-	b.sends = append(b.sends, &pendingSend{tag: tag, data: data, req: req})
+	ps := &pendingSend{tag: tag, data: data, req: req}
+	if len(data) <= EagerLimit {
+		// Small messages are buffered and complete at once, like the
+		// eager protocol of the process transports.
+		ps.data = append([]byte(nil), data...)
+		ps.eager = true
+		req.complete(nil)
+	}
+	b.sends = append(b.sends, ps)
 	b.mu.Unlock()
 	if f := c.m.w.meshes[c.peer].unexpected; f != nil {
 		f(c.m.rank, tag)
@@ -239,11 +266,15 @@ func (c *Conn) Isend(tag transport.Tag, data []byte) (transport.Request, error) 
 func (c *Conn) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
 	b := c.m.w.boxes[c.m.rank][c.peer]
 	req := newRequest()
+	if c.m.closed.Load() {
+		req.complete(fmt.Errorf("inproc: rank %d: receive after Close: %w", c.m.rank, transport.ErrClosed))
+		return req, nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := tag.Key()
 	for i, s := range b.sends {
-		if s.tag.Key() == k || (sameCall(s.tag, tag) && s.tag.Sig != tag.Sig) {
+		if s.tag.Key() == k {
 			b.sends = append(b.sends[:i], b.sends[i+1:]...)
 			deliver(s, &postedRecv{tag: tag, buf: buf, req: req}, c.peer, c.m.rank)
 			return req, nil
