@@ -121,6 +121,12 @@ func (w *world) fail(e *Error) {
 
 // lost is the transports' callback for a dead or aborting peer.
 func (w *world) lost(peer int, err error) {
+	if errors.Is(err, transport.ErrPeerClosed) {
+		// A clean shutdown: requests that needed that peer fail by
+		// themselves; the others go on.
+		w.debugf("info", "rank %d closed its connections", peer)
+		return
+	}
 	kind := PeerLost
 	if errors.Is(err, transport.ErrAborted) {
 		kind = Aborted
@@ -273,9 +279,21 @@ func (c *Comm) Abort(reason error) {
 // Close releases the communicator. Closing the communicator returned by
 // Init or NewLocal closes the job's connections, and with them every
 // communicator split from it; closing a split communicator only forgets it.
+//
+// Like MPI_Finalize, closing the job's communicator is collective: it waits
+// (up to ten seconds, or the timeout if shorter) for every rank to close, so
+// that no rank leaves while a peer is still finishing its last call.
 func (c *Comm) Close() error {
 	if !c.root {
 		return nil
+	}
+	if c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
+		d := min(c.w.opts.Timeout, 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		if err := c.Barrier(ctx); err != nil {
+			c.w.debugf("info", "close: not every rank closed within %v: %v", d, err)
+		}
+		cancel()
 	}
 	return c.w.close()
 }

@@ -46,6 +46,10 @@ func (t Tag) String() string {
 var (
 	// ErrPeerLost: the peer's process died or its connection closed.
 	ErrPeerLost = errors.New("peer lost")
+	// ErrPeerClosed: the peer closed its mesh on purpose (a clean
+	// shutdown). It wraps ErrPeerLost: requests that needed the peer fail
+	// alike, but the communicator does not treat it as a failure of the job.
+	ErrPeerClosed = fmt.Errorf("closed its connections: %w", ErrPeerLost)
 	// ErrAborted: the peer (or this process) aborted the job.
 	ErrAborted = errors.New("aborted")
 	// ErrMismatch: a matched message differs in length or signature from

@@ -87,10 +87,12 @@ func params(cfg Config, n int, bytes int64) (sched.Params, bool) {
 	p := sched.Params{Coll: cfg.Coll, NRanks: n, Root: cfg.Root}
 	switch cfg.Coll {
 	case sched.Allgather, sched.ReduceScatter, sched.Gather, sched.Scatter, sched.Alltoall:
-		if bytes%(int64(n)*es) != 0 {
+		// As nccl-tests: the vector is rounded down to whole elements per
+		// rank (the row reports the bytes actually moved).
+		p.Count = int(bytes / es / int64(n))
+		if p.Count == 0 {
 			return p, false
 		}
-		p.Count = int(bytes / es / int64(n))
 	case sched.Barrier:
 		p.Count = 0
 	default:
@@ -100,6 +102,15 @@ func params(cfg Config, n int, bytes int64) (sched.Params, bool) {
 		p.Count = int(bytes / es)
 	}
 	return p, true
+}
+
+// rowBytes is the size a row reports: the whole vector actually moved.
+func rowBytes(cfg Config, p sched.Params, size int64) int64 {
+	switch cfg.Coll {
+	case sched.Allgather, sched.ReduceScatter, sched.Gather, sched.Scatter, sched.Alltoall:
+		return int64(p.Count) * int64(p.NRanks) * int64(cfg.DType.Size())
+	}
+	return size
 }
 
 // buffers holds one row's memory.
@@ -216,6 +227,7 @@ func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 			cfg.Progress(size)
 		}
 		b := alloc(cfg, p, rank)
+		size = rowBytes(cfg, p, size)
 		row := Row{Coll: cfg.Coll.String(), Bytes: size, Count: p.Count, Correct: "-"}
 		if cfg.Check && cfg.Coll != sched.Barrier {
 			fill(cfg, p, rank, b, int(size))

@@ -25,6 +25,10 @@ import (
 // with SIGTERM, before it kills them with SIGKILL.
 const DefaultGrace = 3 * time.Second
 
+// DefaultLinger is how long Run waits, after a rank failed, for the others
+// to end by themselves before it stops them.
+const DefaultLinger = 2 * time.Second
+
 // Config says what Run starts.
 type Config struct {
 	N    int      // the number of ranks, at least 1
@@ -46,6 +50,10 @@ type Config struct {
 	// Grace is the time between SIGTERM and SIGKILL when Run stops the
 	// ranks; zero means DefaultGrace.
 	Grace time.Duration
+	// Linger is how long Run lets the other ranks end by themselves after
+	// one failed (they notice a dead peer and print their own error) before
+	// it stops them; zero means DefaultLinger, negative means at once.
+	Linger time.Duration
 	// JobID names the job in BRAID_JOB; empty means a fresh one.
 	JobID string
 	// Logf logs what the store refuses; nil means log.Printf.
@@ -105,6 +113,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = DefaultLinger
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
@@ -269,6 +280,7 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 		first    error
 		stopping bool
 		kill     <-chan time.Time
+		linger   <-chan time.Time
 		signals  int
 		done     = ctx.Done()
 	)
@@ -285,8 +297,17 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 			running--
 			if e.err != nil && first == nil {
 				first = e.err
-				stopAll()
+				if j.cfg.Linger > 0 {
+					// The others should notice and end by themselves,
+					// each with its own message.
+					linger = time.After(j.cfg.Linger)
+				} else {
+					stopAll()
+				}
 			}
+		case <-linger:
+			linger = nil
+			stopAll()
 		case <-done:
 			done = nil
 			if first == nil {

@@ -274,9 +274,9 @@ func (c *conn) progress() bool {
 	moved := c.drain()
 	if st != stateAlive && c.err.Load() == nil {
 		if st == stateAborted {
-			c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) aborted: %w", c.m.rank, c.peer, c.peerPID, transport.ErrAborted), true)
+			c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) aborted (%s): %w", c.m.rank, c.peer, c.peerPID, c.peerSeg.reason(), transport.ErrAborted), true)
 		} else {
-			c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) closed its connections: %w", c.m.rank, c.peer, c.peerPID, transport.ErrPeerLost), true)
+			c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) %w", c.m.rank, c.peer, c.peerPID, transport.ErrPeerClosed), true)
 		}
 	}
 	if p := c.err.Load(); p != nil {

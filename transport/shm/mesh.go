@@ -52,6 +52,7 @@ func (m *mesh) Abort(err error) {
 		return
 	}
 	m.aborted = true
+	m.seg.setReason(err.Error())
 	atomic.StoreUint64(m.seg.u64(offState), stateAborted)
 	e := fmt.Errorf("shm: rank %d aborted: %v: %w", m.rank, err, transport.ErrAborted)
 	for _, c := range m.list {
@@ -123,10 +124,10 @@ func (m *mesh) watch() {
 			}
 			switch c.peerSeg.state() {
 			case stateAborted:
-				c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) aborted: %w", m.rank, c.peer, c.peerPID, transport.ErrAborted), true)
+				c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) aborted (%s): %w", m.rank, c.peer, c.peerPID, c.peerSeg.reason(), transport.ErrAborted), true)
 				continue
 			case stateClosed:
-				c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) closed its connections: %w", m.rank, c.peer, c.peerPID, transport.ErrPeerLost), true)
+				c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) %w", m.rank, c.peer, c.peerPID, transport.ErrPeerClosed), true)
 				continue
 			}
 			if !c.alive() {

@@ -12,7 +12,8 @@ import (
 //	0          64                 magic, version, nPeers, rank, pid, ring size, slots per peer, secret hash
 //	64         8 (own line)       state: alive, aborted or closed (written by the owner)
 //	128        8 (own line)       mapped: how many peers mapped the segment (added to by peers)
-//	192        4·nPeers           the world ranks of the owner's peers, in ring order
+//	192        512                why the owner aborted: a 2-byte length, then the text
+//	704        4·nPeers           the world ranks of the owner's peers, in ring order
 //	slotsOff   8·nSlots·nPeers    completion words of the owner's rendezvous sends to each peer
 //	ringsOff   nPeers·(64+ring)   per peer: ring control (tail, cma flag), then the ring's bytes
 //
@@ -37,10 +38,12 @@ const (
 	offSecret   = 40 // 16 bytes
 	offState    = 64
 	offMapped   = 128
-	offPeers    = 192
+	offReason   = 192
+	reasonSize  = 512
+	offPeers    = offReason + reasonSize
 
 	magic   = 0x4d48534449415242 // "BRAIDSHM"
-	version = 1
+	version = 2
 
 	// ctrlSize is the size of a ring's control block: the tail and the cma
 	// flag on a cache line of their own.
@@ -81,6 +84,25 @@ func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
 
 func (s *segment) state() uint64 { return atomic.LoadUint64(s.u64(offState)) }
+
+// setReason records why the owner aborts; it is written before the state
+// word, whose atomic store publishes it.
+func (s *segment) setReason(text string) {
+	if len(text) > reasonSize-2 {
+		text = text[:reasonSize-2]
+	}
+	n := copy(s.mem[offReason+2:offReason+reasonSize], text)
+	s.mem[offReason], s.mem[offReason+1] = byte(n), byte(n>>8)
+}
+
+// reason returns the owner's abort reason (read after seeing the state).
+func (s *segment) reason() string {
+	n := int(s.mem[offReason]) | int(s.mem[offReason+1])<<8
+	if n > reasonSize-2 {
+		return ""
+	}
+	return string(s.mem[offReason+2 : offReason+2+n])
+}
 
 // peerRank returns the world rank of the owner's i-th peer.
 func (s *segment) peerRank(i int) int { return int(*s.u32(offPeers + 4*i)) }
