@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log"
+	"regexp"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,8 @@ type world struct {
 
 	sigs sigTable
 	spin time.Duration // how long waiters poll before yielding
+
+	collectiveClose bool // Close waits for every rank (process jobs)
 }
 
 // setSpin chooses how long waiters poll: long while every local rank has a
@@ -110,14 +114,23 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 
 // fail records the job's first failure and tells every peer (through the
 // transports' Abort) so that their pending calls end too.
-func (w *world) fail(e *Error) {
+//
+// The abort carries a token (kind, the world rank concerned, this world
+// rank) so that peers report the cause, e.g. "peer lost: rank 2", rather
+// than only that somebody aborted.
+func (w *world) fail(e *Error) { w.failPeer(e, e.Peer) }
+
+func (w *world) failPeer(e *Error, worldPeer int) {
 	if w.failure.CompareAndSwap(nil, e) {
+		reason := fmt.Errorf("braid-abort kind=%d peer=%d from=%d: %v", e.Kind, worldPeer, w.rank, e)
 		for _, m := range w.meshes {
-			m.Abort(e)
+			m.Abort(reason)
 		}
 		w.debugf("info", "communicator failed: %v", e)
 	}
 }
+
+var abortToken = regexp.MustCompile(`braid-abort kind=(\d+) peer=(-?\d+) from=(\d+)`)
 
 // lost is the transports' callback for a dead or aborting peer.
 func (w *world) lost(peer int, err error) {
@@ -130,6 +143,21 @@ func (w *world) lost(peer int, err error) {
 	kind := PeerLost
 	if errors.Is(err, transport.ErrAborted) {
 		kind = Aborted
+		// The innermost token names the first cause.
+		if m := abortToken.FindAllStringSubmatch(err.Error(), -1); len(m) > 0 {
+			last := m[len(m)-1]
+			k, _ := strconv.Atoi(last[1])
+			p, _ := strconv.Atoi(last[2])
+			from, _ := strconv.Atoi(last[3])
+			switch ErrorKind(k) {
+			case PeerLost, Mismatch:
+				kind = ErrorKind(k)
+				if p >= 0 {
+					err = fmt.Errorf("world rank %d reported %v with world rank %d first: %w", from, kind, p, err)
+					peer = p
+				}
+			}
+		}
 	}
 	w.fail(&Error{Kind: kind, Rank: w.rank, Call: "transport", Peer: peer, Err: err})
 }
@@ -262,7 +290,11 @@ func (c *Comm) failWith(call string, err error) *Error {
 		// Report the cause rather than its echo.
 		e = &Error{Kind: prior.Kind, Rank: c.rank, Call: call, Peer: prior.Peer, Err: prior}
 	}
-	c.w.fail(e)
+	wp := e.Peer
+	if wp >= 0 && wp < len(c.members) {
+		wp = c.members[wp]
+	}
+	c.w.failPeer(e, wp)
 	return e
 }
 
@@ -280,14 +312,15 @@ func (c *Comm) Abort(reason error) {
 // Init or NewLocal closes the job's connections, and with them every
 // communicator split from it; closing a split communicator only forgets it.
 //
-// Like MPI_Finalize, closing the job's communicator is collective: it waits
+// Like MPI_Finalize, closing the job's communicator made by Init is
+// collective: it waits
 // (up to ten seconds, or the timeout if shorter) for every rank to close, so
 // that no rank leaves while a peer is still finishing its last call.
 func (c *Comm) Close() error {
 	if !c.root {
 		return nil
 	}
-	if c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
+	if c.w.collectiveClose && c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
 		d := min(c.w.opts.Timeout, 10*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		if err := c.Barrier(ctx); err != nil {

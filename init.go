@@ -126,6 +126,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
 	c.root = true
 	w.setSpin(c.LocalSize())
+	w.collectiveClose = true
 	if info.Rank == 0 {
 		w.debugf("info", "job %s: %d ranks on %d hosts via %s; %d local ranks (shm), %d remote (tcp)",
 			info.JobID, info.Size, c.nhosts, info.Launcher, len(local)+1, len(remote))

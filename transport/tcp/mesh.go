@@ -269,6 +269,9 @@ func (p *peer) streamEnded(s *stream, reason string) {
 	}
 	p.mu.Unlock()
 	switch {
+	case all && reason == reasonClosed:
+		// A clean shutdown: what the peer sent before has been read.
+		p.fail(fmt.Errorf("tcp: rank %d: peer %d at %s %w", p.m.self, p.rank, p.addr, transport.ErrPeerClosed), true, true)
 	case all:
 		p.fail(p.lostErr(errors.New(reason)), true, true)
 	case failed:

@@ -162,10 +162,13 @@ func (s *stream) pump(budget int, yield bool) event {
 		case frameAbort:
 			return s.die(event{kind: evAbort, text: string(rd.ctl)})
 		case frameClose:
-			return s.die(event{kind: evEnded, text: "the peer closed its mesh"})
+			return s.die(event{kind: evEnded, text: reasonClosed})
 		}
 	}
 }
+
+// reasonClosed is why a stream ends when the peer closed its mesh.
+const reasonClosed = "the peer closed its mesh"
 
 func spend(budget, n int) int {
 	if budget < 0 {
