@@ -88,11 +88,11 @@ func TestLarge(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	want := map[sched.Collective][]string{
-		sched.Allreduce:     {"rabenseifner", "recdouble", "reducebcast", "ring"},
+		sched.Allreduce:     {"rabenseifner", "recdouble", "reducebcast", "ring", "segring"},
 		sched.Reduce:        {"binomial", "linear"},
 		sched.Bcast:         {"binomial", "linear"},
-		sched.Allgather:     {"bruck", "recdouble", "ring"},
-		sched.ReduceScatter: {"ring"},
+		sched.Allgather:     {"bruck", "recdouble", "ring", "segring"},
+		sched.ReduceScatter: {"ring", "segring"},
 		sched.Gather:        {"linear"},
 		sched.Scatter:       {"linear"},
 		sched.Alltoall:      {"pairwise"},
@@ -120,7 +120,7 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("All returned %d algorithms, ForCollective %d", got, total)
 	}
 	_, err := algo.Lookup(sched.Allreduce, "nope")
-	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have rabenseifner, recdouble, reducebcast, ring)`) {
+	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have rabenseifner, recdouble, reducebcast, ring, segring)`) {
 		t.Errorf("Lookup of an unknown name: %v", err)
 	}
 	defer func() {

@@ -7,11 +7,11 @@
 // Algorithms register themselves by collective and name; Lookup finds one,
 // ForCollective and All list them:
 //
-//	allreduce: ring, recdouble, rabenseifner, reducebcast
+//	allreduce: ring, segring, recdouble, rabenseifner, reducebcast
 //	reduce:    linear, binomial
 //	bcast:     linear, binomial
-//	allgather: ring, recdouble, bruck
-//	reducescatter: ring
+//	allgather: ring, segring, recdouble, bruck
+//	reducescatter: ring, segring
 //	gather, scatter: linear
 //	alltoall:  pairwise
 //	barrier:   dissemination

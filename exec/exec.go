@@ -204,7 +204,7 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 			return nil
 		}
 		polls++
-		if polls&63 == 0 || bo.Spun() {
+		if polls&63 == 0 {
 			if e := ctx.Err(); e != nil {
 				return e
 			}

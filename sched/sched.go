@@ -71,11 +71,17 @@ func (c Collective) Rooted() bool { return c == Reduce || c == Bcast || c == Gat
 func (c Collective) Reduces() bool { return c == Allreduce || c == Reduce || c == ReduceScatter }
 
 // Params describes one instance of a collective, identical on every rank.
+//
+// Segment is a tuning knob for pipelined algorithms (algo's "segring"): the
+// most elements one message carries, so that the next segment is in flight
+// while the previous one is reduced. 0 lets the algorithm choose; generators
+// that do not pipeline ignore it.
 type Params struct {
-	Coll   Collective
-	NRanks int
-	Count  int // elements; see the Collective constants for what it counts
-	Root   int // for rooted collectives
+	Coll    Collective
+	NRanks  int
+	Count   int // elements; see the Collective constants for what it counts
+	Root    int // for rooted collectives
+	Segment int // elements per message for pipelined algorithms; 0 lets the algorithm choose
 }
 
 // InLen returns the number of elements of rank's input buffer.

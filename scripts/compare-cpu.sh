@@ -22,7 +22,7 @@ ANCHOR=${ANCHOR:-$ROOT/../shared/anchors/cpu/mpibench.c}
 export PATH=$PATH:/usr/local/go/bin
 mkdir -p "$OUT"
 
-if ! command -v mpicc.openmpi >/dev/null || ! command -v mpicc.mpich >/dev/null; then
+if ! dpkg -s openmpi-bin libopenmpi-dev mpich libmpich-dev build-essential >/dev/null 2>&1; then
     echo "== installing openmpi-bin libopenmpi-dev mpich libmpich-dev" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null

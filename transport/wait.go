@@ -52,7 +52,7 @@ func (b *Backoff) spinning() bool {
 		return true
 	}
 	if b.Spin > 0 && b.sleep == 0 && b.yields.IsZero() {
-		if b.n&15 != 0 || time.Since(b.spinStart) < b.Spin {
+		if b.n&63 != 0 || time.Since(b.spinStart) < b.Spin {
 			return true
 		}
 	}
@@ -76,7 +76,7 @@ func (b *Backoff) Idle(ch <-chan struct{}) {
 		if b.yields.IsZero() {
 			b.yields = time.Now()
 		}
-		if b.n&15 != 0 || time.Since(b.yields) < YieldFor {
+		if b.n&63 != 0 || time.Since(b.yields) < YieldFor {
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			return
 		}

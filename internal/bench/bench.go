@@ -76,6 +76,9 @@ func Sizes(min, max int64) []int64 {
 	}
 	for s := min; s <= max; s *= 2 {
 		out = append(out, s)
+		if s > max/2 {
+			break
+		}
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"text/tabwriter"
 )
@@ -46,6 +47,9 @@ func ParseSize(s string) (int64, error) {
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v < 0 {
 		return 0, fmt.Errorf("size %q: want a number with an optional K, M or G suffix", orig)
+	}
+	if v > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q: too large", orig)
 	}
 	return v * mult, nil
 }

@@ -1,0 +1,127 @@
+package algo
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/braid-ccl/braid/sched"
+)
+
+// Segmented (pipelined) rings: allreduce, reducescatter and allgather
+// "segring" run the same ring as "ring", but cut every block that travels
+// around the ring into segments of at most sched.Params.Segment elements and
+// send each segment as its own message, so that segment k+1 is in flight
+// while segment k is being reduced and every receive stages one segment, not
+// one block.
+//
+// A block keeps its segmentation all the way round the ring, so segment j of
+// step s+1 reads exactly what segment j of step s wrote and depends on that
+// step alone (gen derives the Deps from memory, as for every algorithm).
+//
+// The executor issues steps in program order and blocks at a step whose Deps
+// have not completed, so the order of the steps is what makes the pipeline.
+// Number the messages a rank sends u = s·nseg + j (step s, segment j; the
+// receives it makes in the same order), so that send u ≥ nseg forwards what
+// receive u−nseg brought. The program issues the sends of step 0 (which wait
+// for nothing), then the first w receives, and from then on each send u
+// followed by receive u−nseg+w. So the executor, waiting before send u for
+// receive u−nseg, has segments u−nseg to u−nseg+w−1 in flight, and posts
+// the next receive as soon as the oldest completes: at most w receives are
+// outstanding beyond the ones the sends wait for, and the executor's staging
+// buffers (one per posted RecvReduce) stay about w segments, in cache,
+// however large the block. w is about segWindow elements' worth of segments,
+// at least 1 and at most nseg (with w = nseg every receive of a step is
+// posted before that step's sends; the reduce-scatter's double-buffered
+// partial sums need w ≤ 2·nseg).
+
+// DefaultSegment is the segment size, in elements, of the segmented rings
+// when sched.Params.Segment is 0: 64 Ki elements, 256 KiB of float32, which
+// keeps a segment and its staging buffer in a core's cache.
+const DefaultSegment = 64 << 10
+
+// segWindow is how many elements of receives a segmented ring posts ahead
+// (see above): 256 Ki elements, four default segments.
+const segWindow = 256 << 10
+
+// maxSegments bounds NRanks × segments per block: where Count/Segment would
+// exceed it, the segments grow instead. It keeps programs (and their
+// generation, which tracks every segment's memory) small, and tags far below
+// 2^31: a program has at most 2(n−1)·nseg ≤ 2·max(n, maxSegments) messages
+// per peer, and n ≤ 2^24.
+const maxSegments = 1 << 13
+
+// segBase is the base of the segmented algorithms: it also rejects a
+// negative Segment.
+type segBase struct{ base }
+
+func (b segBase) Supports(p sched.Params) error {
+	if err := b.base.Supports(p); err != nil {
+		return err
+	}
+	if p.Segment < 0 {
+		return fmt.Errorf("algo: %v %q: negative segment size %d", b.coll, b.name, p.Segment)
+	}
+	return nil
+}
+
+// segPlan is how a segmented ring cuts its blocks.
+type segPlan struct {
+	seg    int // elements per segment (the last segment of a block may be shorter)
+	nseg   int // segments of the largest block, ≥ 1
+	window int // receives posted ahead, in [1, nseg]
+}
+
+// planSegments cuts blocks of at most blockMax elements, on n ranks, into
+// segments of at most segment elements (0: DefaultSegment), evened out so
+// that a block's segments differ by at most one element, with window
+// elements of receives posted ahead.
+func planSegments(blockMax, n, segment, window int) segPlan {
+	if segment <= 0 {
+		segment = DefaultSegment
+	}
+	if blockMax <= 0 {
+		return segPlan{seg: 1, nseg: 1, window: 1}
+	}
+	nseg := (blockMax-1)/segment + 1
+	nseg = min(nseg, max(1, maxSegments/n))
+	seg := (blockMax-1)/nseg + 1
+	nseg = (blockMax-1)/seg + 1
+	w := min(max(1, (window-1)/seg+1), nseg)
+	if 2*(n-1)*nseg > math.MaxInt32 {
+		panic("algo: segmented ring: too many messages for int32 tags") // maxSegments rules it out
+	}
+	return segPlan{seg: seg, nseg: nseg, window: w}
+}
+
+// segment returns segment j of the block of blockLen elements at off in
+// buf: empty when the block has fewer than j+1 segments.
+func (sp segPlan) segment(buf sched.Buf, off, blockLen, j int) sched.Chunk {
+	lo := min(j*sp.seg, blockLen)
+	hi := min(lo+sp.seg, blockLen)
+	return span(buf, off+lo, hi-lo)
+}
+
+// pipeline emits the messages of steps ring steps of sp.nseg segments each in
+// the order described above: send(s, j) emits the steps of message
+// u = s·nseg + j on the sending side, recv(s, j) those on the receiving
+// side; the message's tag is u. send(s, j) must wait for recv(s−1, j) (it
+// may be a local step that does, rather than a send); the receives that no
+// later step waits for are posted all together at the end.
+func (sp segPlan) pipeline(steps int, send, recv func(s, j, tag int)) {
+	total := steps * sp.nseg
+	posted := 0
+	postTo := func(v int) {
+		for ; posted < min(v, total); posted++ {
+			recv(posted/sp.nseg, posted%sp.nseg, posted)
+		}
+	}
+	for u := range min(sp.nseg, total) {
+		send(0, u, u)
+	}
+	postTo(sp.window)
+	for u := sp.nseg; u < total; u++ {
+		send(u/sp.nseg, u%sp.nseg, u)
+		postTo(u - sp.nseg + sp.window + 1)
+	}
+	postTo(total)
+}

@@ -1,0 +1,343 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/internal/bench"
+	"github.com/braid-ccl/braid/sched"
+)
+
+func TestParseSize(t *testing.T) {
+	good := map[string]int64{
+		"0": 0, "12": 12, "8": 8,
+		"4K": 4 << 10, "4k": 4 << 10, "4KB": 4 << 10, "4KiB": 4 << 10, "4kb": 4 << 10,
+		"64M": 64 << 20, "64MiB": 64 << 20, "1G": 1 << 30, "2g": 2 << 30, "1GiB": 1 << 30,
+		"8B": 8, "8b": 8, "1536": 1536,
+	}
+	for s, want := range good {
+		got, err := bench.ParseSize(s)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "K", "B", "KiB", "-1", "-4K", "4X", "1.5K", "abc", "4 K", " 4K", "4KK", "4T", "0x10", "K4"} {
+		if got, err := bench.ParseSize(s); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", s, got)
+		} else if !strings.Contains(err.Error(), "size") {
+			t.Errorf("ParseSize(%q): error %q does not say what was wrong", s, err)
+		}
+	}
+}
+
+func TestParseSizeOverflow(t *testing.T) {
+	for _, s := range []string{"10000000000G", "9223372036854775807K", "9007199254740992M"} {
+		if v, err := bench.ParseSize(s); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an overflow error", s, v)
+		}
+	}
+}
+
+func TestFormatSize(t *testing.T) {
+	cases := map[int64]string{
+		0: "0", 1: "1", 8: "8", 1000: "1000", 1023: "1023", 1024: "1K", 1536: "1536",
+		4 << 10: "4K", 1 << 20: "1M", 64 << 20: "64M", 1<<20 + 1<<10: "1025K",
+		1 << 30: "1G", 3 << 30: "3G", 1 << 40: "1024G",
+	}
+	for b, want := range cases {
+		if got := bench.FormatSize(b); got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", b, got, want)
+		}
+	}
+}
+
+func TestSizeRoundTrip(t *testing.T) {
+	sizes := append(bench.Sizes(1, 1<<40), 0, 3, 1000, 1536, 3<<20, 5<<30, 1<<20+1)
+	for _, s := range sizes {
+		f := bench.FormatSize(s)
+		got, err := bench.ParseSize(f)
+		if err != nil || got != s {
+			t.Errorf("ParseSize(FormatSize(%d) = %q) = %d, %v", s, f, got, err)
+		}
+	}
+	for _, s := range []string{"4K", "64M", "1G", "12"} {
+		v, err := bench.ParseSize(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := bench.FormatSize(v); f != s {
+			t.Errorf("FormatSize(ParseSize(%q)) = %q", s, f)
+		}
+	}
+}
+
+func TestSizes(t *testing.T) {
+	cases := []struct {
+		min, max int64
+		want     []int64
+	}{
+		{8, 64, []int64{8, 16, 32, 64}},
+		{8, 100, []int64{8, 16, 32, 64}},
+		{0, 4, []int64{1, 2, 4}},
+		{-5, 2, []int64{1, 2}},
+		{3, 20, []int64{3, 6, 12}},
+		{1, 1, []int64{1}},
+		{5, 4, nil},
+	}
+	for _, c := range cases {
+		if got := bench.Sizes(c.min, c.max); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Sizes(%d, %d) = %v, want %v", c.min, c.max, got, c.want)
+		}
+	}
+}
+
+func TestSizesHugeMax(t *testing.T) {
+	got := bench.Sizes(1<<61, math.MaxInt64)
+	if len(got) != 2 {
+		t.Errorf("Sizes(1<<61, MaxInt64) = %v, want [1<<61 1<<62]", got)
+	}
+}
+
+func TestBusFactor(t *testing.T) {
+	cases := []struct {
+		coll sched.Collective
+		n    int
+		want float64
+	}{
+		{sched.Allreduce, 4, 1.5},
+		{sched.Allreduce, 2, 1},
+		{sched.Allreduce, 1, 0},
+		{sched.Allgather, 4, 0.75},
+		{sched.ReduceScatter, 4, 0.75},
+		{sched.Alltoall, 8, 0.875},
+		{sched.Gather, 2, 0.5},
+		{sched.Scatter, 5, 0.8},
+		{sched.Bcast, 4, 1},
+		{sched.Reduce, 4, 1},
+		{sched.Barrier, 4, 1},
+	}
+	for _, c := range cases {
+		if got := bench.BusFactor(c.coll, c.n); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("BusFactor(%v, %d) = %v, want %v", c.coll, c.n, got, c.want)
+		}
+	}
+}
+
+var sampleRows = []bench.Row{
+	{Coll: "allreduce", Algo: "ring", Bytes: 4096, Count: 1024, Iters: 10, AvgUs: 12.5, MinUs: 11, MaxUs: 14.25, AlgBW: 0.287, BusBW: 0.431, Correct: "yes"},
+	{Coll: "allreduce", Bytes: 64 << 20, Count: 16 << 20, Iters: 5, AvgUs: 1000, MinUs: 900, MaxUs: 1100, AlgBW: 61.0, BusBW: 91.5, Correct: "-"},
+}
+
+var sampleHeader = bench.Header{Coll: "allreduce", DType: "float32", Op: "sum", Transport: "inproc", Ranks: 4, Hosts: 1, InPlace: true, Algo: "ring"}
+
+func TestWriteTable(t *testing.T) {
+	var buf bytes.Buffer
+	if err := bench.Write(&buf, "table", sampleHeader, sampleRows); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"# braid bench allreduce", "4 ranks", "inproc", "float32", "op sum", "in place", "algo ring",
+		"size", "busbw", "correct", "4K", "64M", "yes", "12.50", "91.50"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3+len(sampleRows) {
+		t.Errorf("table has %d lines, want %d:\n%s", len(lines), 3+len(sampleRows), out)
+	}
+	// "" is the table too.
+	var def bytes.Buffer
+	if err := bench.Write(&def, "", sampleHeader, sampleRows); err != nil || def.String() != out {
+		t.Errorf("format \"\" differs from table: %v", err)
+	}
+}
+
+func TestWriteCSV(t *testing.T) {
+	var buf bytes.Buffer
+	if err := bench.Write(&buf, "csv", sampleHeader, sampleRows); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := []string{"collective", "algo", "bytes", "count", "iters", "avg_us", "min_us", "max_us", "algbw_gbs", "busbw_gbs", "correct"}
+	if len(recs) != 1+len(sampleRows) || !reflect.DeepEqual(recs[0], header) {
+		t.Fatalf("csv records %v, want the header %v and %d rows", recs, header, len(sampleRows))
+	}
+	want := []string{"allreduce", "ring", "4096", "1024", "10", "12.500", "11.000", "14.250", "0.287", "0.431", "yes"}
+	if !reflect.DeepEqual(recs[1], want) {
+		t.Errorf("row 1: %v, want %v", recs[1], want)
+	}
+	if recs[2][1] != "" || recs[2][2] != "67108864" || recs[2][10] != "-" {
+		t.Errorf("row 2: %v", recs[2])
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	var buf bytes.Buffer
+	if err := bench.Write(&buf, "json", sampleHeader, sampleRows); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Run  bench.Header `json:"run"`
+		Rows []bench.Row  `json:"rows"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, buf.String())
+	}
+	if got.Run != sampleHeader {
+		t.Errorf("header %+v, want %+v", got.Run, sampleHeader)
+	}
+	if !reflect.DeepEqual(got.Rows, sampleRows) {
+		t.Errorf("rows %+v, want %+v", got.Rows, sampleRows)
+	}
+	// The field names are the documented ones.
+	for _, k := range []string{`"collective"`, `"bytes"`, `"avg_us"`, `"busbw_gbs"`, `"correct"`} {
+		if !strings.Contains(buf.String(), k) {
+			t.Errorf("json lacks %s", k)
+		}
+	}
+}
+
+func TestWriteUnknownFormat(t *testing.T) {
+	var buf bytes.Buffer
+	if err := bench.Write(&buf, "xml", sampleHeader, sampleRows); err == nil {
+		t.Error("format xml: no error")
+	}
+}
+
+// runBench runs bench.Run with cfg on every rank of a local job of n ranks
+// and returns every rank's rows.
+func runBench(t *testing.T, n int, cfg bench.Config) [][]bench.Row {
+	t.Helper()
+	comms, err := braid.NewLocal(n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows := make([][]bench.Row, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rows[r], errs[r] = bench.Run(ctx, comms[r], cfg)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%v rank %d: %v", cfg.Coll, r, err)
+		}
+	}
+	// Every rank has the same rows.
+	for r := 1; r < n; r++ {
+		if len(rows[r]) != len(rows[0]) {
+			t.Fatalf("%v: rank %d has %d rows, rank 0 %d", cfg.Coll, r, len(rows[r]), len(rows[0]))
+		}
+		for i, row := range rows[r] {
+			a := rows[0][i]
+			if row.Bytes != a.Bytes || row.Count != a.Count || row.Iters != a.Iters || row.Correct != a.Correct {
+				t.Errorf("%v: rank %d row %+v differs from rank 0's %+v", cfg.Coll, r, row, a)
+			}
+		}
+	}
+	return rows
+}
+
+func TestRunChecked(t *testing.T) {
+	const n = 3
+	cases := []struct {
+		cfg   bench.Config
+		bytes []int64 // the rows' sizes
+	}{
+		{bench.Config{Coll: sched.Allreduce, MinSize: 4, MaxSize: 1024}, []int64{4, 8, 16, 32, 64, 128, 256, 512, 1024}},
+		{bench.Config{Coll: sched.Allreduce, MinSize: 8, MaxSize: 64, InPlace: true, DType: braid.Float64, Op: braid.Max}, []int64{8, 16, 32, 64}},
+		{bench.Config{Coll: sched.Allreduce, MinSize: 2, MaxSize: 64, DType: braid.Float16, Op: braid.Avg}, []int64{2, 4, 8, 16, 32, 64}},
+		// Allgather of 3 ranks: sizes round down to whole float32 elements
+		// per rank, as nccl-tests; 8 B has none per rank and is left out.
+		{bench.Config{Coll: sched.Allgather, MinSize: 8, MaxSize: 256}, []int64{12, 24, 60, 120, 252}},
+		{bench.Config{Coll: sched.Allgather, MinSize: 16, MaxSize: 64, InPlace: true}, []int64{12, 24, 60}},
+		{bench.Config{Coll: sched.ReduceScatter, MinSize: 16, MaxSize: 64, DType: braid.Int32}, []int64{12, 24, 60}},
+		{bench.Config{Coll: sched.Alltoall, MinSize: 16, MaxSize: 64}, []int64{12, 24, 60}},
+		{bench.Config{Coll: sched.Bcast, MinSize: 4, MaxSize: 256, Root: 1}, []int64{4, 8, 16, 32, 64, 128, 256}},
+		{bench.Config{Coll: sched.Reduce, MinSize: 4, MaxSize: 64, Root: 2}, []int64{4, 8, 16, 32, 64}},
+		{bench.Config{Coll: sched.Gather, MinSize: 12, MaxSize: 48, Root: 1}, []int64{12, 24, 48}},
+		{bench.Config{Coll: sched.Scatter, MinSize: 12, MaxSize: 48, Root: 2}, []int64{12, 24, 48}},
+	}
+	for _, tc := range cases {
+		cfg := tc.cfg
+		cfg.Check, cfg.Iters, cfg.Warmup = true, 2, 1
+		rows := runBench(t, n, cfg)[0]
+		var got []int64
+		for _, row := range rows {
+			got = append(got, row.Bytes)
+			if row.Correct != "yes" {
+				t.Errorf("%v %d B: correct %q, want yes", cfg.Coll, row.Bytes, row.Correct)
+			}
+			if row.Coll != cfg.Coll.String() || row.Iters != 2 || row.Err != "" {
+				t.Errorf("%v row %+v", cfg.Coll, row)
+			}
+			if eps := 1e-9 * row.MaxUs; row.MinUs > row.AvgUs+eps || row.AvgUs > row.MaxUs+eps || row.MinUs < 0 {
+				t.Errorf("%v %d B: latencies min %v avg %v max %v out of order", cfg.Coll, row.Bytes, row.MinUs, row.AvgUs, row.MaxUs)
+			}
+			want := row.AlgBW * bench.BusFactor(cfg.Coll, n)
+			if math.Abs(row.BusBW-want) > 1e-9*math.Max(1, want) {
+				t.Errorf("%v %d B: busbw %v, want algbw × factor = %v", cfg.Coll, row.Bytes, row.BusBW, want)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.bytes) {
+			t.Errorf("%v (inplace %v): row sizes %v, want %v", cfg.Coll, cfg.InPlace, got, tc.bytes)
+		}
+	}
+}
+
+func TestRunBarrier(t *testing.T) {
+	// A barrier has one row of size 0 and nothing to check.
+	rows := runBench(t, 3, bench.Config{Coll: sched.Barrier, MinSize: 8, MaxSize: 1 << 20, Check: true, Iters: 3, Warmup: 1})[0]
+	if len(rows) != 1 {
+		t.Fatalf("barrier: %d rows, want 1: %+v", len(rows), rows)
+	}
+	r := rows[0]
+	if r.Bytes != 0 || r.Count != 0 || r.Iters != 3 || r.Correct == "no" || r.AlgBW != 0 {
+		t.Errorf("barrier row %+v", r)
+	}
+}
+
+func TestRunUnchecked(t *testing.T) {
+	var progress []int64
+	var mu sync.Mutex
+	cfg := bench.Config{Coll: sched.Allreduce, MinSize: 64, MaxSize: 128, Iters: 2, Warmup: -1,
+		Progress: func(s int64) { mu.Lock(); progress = append(progress, s); mu.Unlock() }}
+	rows := runBench(t, 2, cfg)[0]
+	if len(rows) != 2 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	for _, r := range rows {
+		if r.Correct != "-" {
+			t.Errorf("unchecked row: correct %q, want -", r.Correct)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(progress, []int64{64, 128}) {
+		t.Errorf("progress reported %v, want [64 128] from rank 0 only", progress)
+	}
+}
