@@ -16,6 +16,10 @@
 //	alltoall:  pairwise
 //	barrier:   dissemination
 //
+// The segmented rings ("segring") are the rings pipelined: every block goes
+// round in messages of at most sched.Params.Segment elements (DefaultSegment
+// when 0), so that reductions overlap transfers and staging stays in cache.
+//
 // Every program is right for any number of ranks n ≥ 1 and any count ≥ 0,
 // in place or not. Each step depends only on the steps that touched the
 // memory it touches (computed, for both the in-place and the out-of-place

@@ -72,9 +72,11 @@ type segPlan struct {
 }
 
 // planSegments cuts blocks of at most blockMax elements, on n ranks, into
-// segments of at most segment elements (0: DefaultSegment), evened out so
-// that a block's segments differ by at most one element, with window
-// elements of receives posted ahead.
+// segments of at most segment elements (0: DefaultSegment), evened out: the
+// largest block into nseg = ⌈blockMax/segment⌉ segments (at most
+// maxSegments/n) of ⌈blockMax/nseg⌉ elements, the last one shorter; the
+// other blocks, which have at most one element less, on the same grid. About
+// window elements of receives are posted ahead.
 func planSegments(blockMax, n, segment, window int) segPlan {
 	if segment <= 0 {
 		segment = DefaultSegment

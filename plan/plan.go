@@ -46,6 +46,9 @@ type Default struct{}
 const (
 	SmallMessage = 16 << 10
 	LargeMessage = 512 << 10
+	// PipelineMessage is where the segmented ring's overlap of
+	// communication and reduction pays for its extra messages.
+	PipelineMessage = 2 << 20
 )
 
 // Plan implements Planner.
@@ -68,19 +71,28 @@ func (Default) Plan(r Request, cand []string) Decision {
 			d, ok = pick(size+" ≤ 16 KiB: latency-bound, log2(n) rounds", "recdouble", "rabenseifner", "ring")
 		case r.Bytes < LargeMessage:
 			d, ok = pick(size+" < 512 KiB: Rabenseifner halves the bytes each round in log2(n) rounds", "rabenseifner", "ring")
+		case r.Bytes < PipelineMessage:
+			d, ok = pick(size+" < 2 MiB: bandwidth-bound, ring moves 2(n-1)/n of the buffer per rank", "ring", "rabenseifner")
 		default:
-			d, ok = pick(size+" ≥ 512 KiB: bandwidth-bound, ring moves 2(n-1)/n of the buffer per rank", "ring", "rabenseifner")
+			d, ok = pick(size+" ≥ 2 MiB: segmented ring, reduction of one segment overlaps the transfer of the next and stays in cache", "segring", "ring", "rabenseifner")
 		}
 	case sched.Allgather:
-		if r.Bytes*int64(r.NRanks) <= SmallMessage {
+		switch total := r.Bytes * int64(r.NRanks); {
+		case total <= SmallMessage:
 			d, ok = pick(size+" per rank, small: log2(n) rounds", "recdouble", "ring")
-		} else {
+		case total < PipelineMessage:
 			d, ok = pick(size+" per rank: ring is bandwidth-optimal", "ring", "recdouble")
+		default:
+			d, ok = pick(size+" per rank, ≥ 2 MiB in all: segmented ring pipelines each block", "segring", "ring")
 		}
 	case sched.Bcast, sched.Reduce:
 		d, ok = pick("binomial tree: log2(n) rounds", "binomial", "linear")
 	case sched.ReduceScatter:
-		d, ok = pick("ring: bandwidth-optimal", "ring")
+		if r.Bytes*int64(r.NRanks) >= PipelineMessage {
+			d, ok = pick(size+" per rank, ≥ 2 MiB in all: segmented ring pipelines each block", "segring", "ring")
+		} else {
+			d, ok = pick("ring: bandwidth-optimal", "ring")
+		}
 	case sched.Alltoall:
 		d, ok = pick("pairwise exchange: n-1 rounds, one peer each", "pairwise")
 	case sched.Barrier:
