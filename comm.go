@@ -43,6 +43,8 @@ type world struct {
 func (w *world) setSpin(localRanks int) {
 	if localRanks <= runtime.NumCPU() {
 		w.spin = 50 * time.Microsecond
+	} else {
+		w.spin = -1
 	}
 }
 

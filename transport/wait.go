@@ -16,7 +16,8 @@ import (
 // to do and Reset when it did.
 type Backoff struct {
 	// Spin is how long to poll before yielding; zero means SpinPolls
-	// polls. Spin long when every rank has a core of its own, briefly when
+	// polls, and a negative Spin means OverSpinPolls polls (for ranks that
+	// outnumber the cores: every poll then steals a peer's time). Spin long when every rank has a core of its own, briefly when
 	// ranks outnumber cores (they need each other's time slices).
 	Spin time.Duration
 
@@ -33,10 +34,11 @@ type Backoff struct {
 // Go's timers are coarse in a VM (a 20 µs sleep takes 0.4–1 ms), so a
 // polling waiter yields for YieldFor before it sleeps at all.
 const (
-	SpinPolls = 64
-	YieldFor  = 2 * time.Millisecond
-	MinSleep  = 50 * time.Microsecond
-	MaxSleep  = 2 * time.Millisecond
+	SpinPolls     = 64
+	OverSpinPolls = 4
+	YieldFor      = 2 * time.Millisecond
+	MinSleep      = 50 * time.Microsecond
+	MaxSleep      = 2 * time.Millisecond
 )
 
 // Spun reports whether the backoff has passed its spinning phase.
@@ -45,6 +47,9 @@ func (b *Backoff) Spun() bool { return b.n > SpinPolls }
 // spinning reports whether the backoff is still in its spinning phase,
 // extending it to b.Spin.
 func (b *Backoff) spinning() bool {
+	if b.Spin < 0 {
+		return b.n <= OverSpinPolls
+	}
 	if b.n <= SpinPolls {
 		if b.n == 1 && b.Spin > 0 {
 			b.spinStart = time.Now()

@@ -22,8 +22,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultRingSize   = 256 << 10
-	DefaultEagerLimit = 16 << 10
+	DefaultRingSize   = 1 << 20
+	DefaultEagerLimit = 64 << 10
 	DefaultSlots      = 256
 	DefaultWatchdog   = 50 * time.Millisecond
 	DefaultDir        = "/dev/shm"
