@@ -90,7 +90,7 @@ func TestRegistry(t *testing.T) {
 	want := map[sched.Collective][]string{
 		sched.Allreduce:     {"rabenseifner", "recdouble", "reducebcast", "ring", "segring"},
 		sched.Reduce:        {"binomial", "linear"},
-		sched.Bcast:         {"binomial", "linear"},
+		sched.Bcast:         {"binomial", "chain", "linear"},
 		sched.Allgather:     {"bruck", "recdouble", "ring", "segring"},
 		sched.ReduceScatter: {"ring", "segring"},
 		sched.Gather:        {"linear"},
