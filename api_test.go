@@ -475,7 +475,7 @@ func TestExplain(t *testing.T) {
 		want  string
 	}{
 		{"allreduce", 4, braid.Float32, "recdouble"},
-		{"allreduce", 1 << 20, braid.Float32, "ring"},
+		{"allreduce", 1 << 18, braid.Float32, "ring"}, {"allreduce", 1 << 20, braid.Float32, "segring"},
 		{"broadcast", 100, braid.Int8, "binomial"},
 		{"barrier", 0, braid.Uint8, "dissemination"},
 	}

@@ -71,40 +71,152 @@ const (
 	complete
 )
 
-type state struct {
+// run is the state of one Run, pooled so that a call allocates nothing.
+type run struct {
+	ctx    context.Context
+	prog   *sched.Program
+	env    *Env
+	in     []byte
+	out    []byte
+	tmp    *[]byte
+	es     int
+	kernel reduce.Kernel
+	bo     transport.Backoff
+	polls  int
+
 	status  []uint8
 	reqs    []transport.Request
-	stage   [][]byte
+	stage   []*[]byte
 	pending []int32
 }
 
-var statePool = sync.Pool{New: func() any { return new(state) }}
+var runPool = sync.Pool{New: func() any { return new(run) }}
 
-// tmpPool recycles scratch and staging buffers.
-var tmpPool sync.Pool
+// bufPool recycles scratch and staging buffers.
+var bufPool sync.Pool
 
-func getBuf(n int) []byte {
+// getBuf returns a buffer of n bytes, aligned for every element type.
+func getBuf(n int) *[]byte {
 	if n == 0 {
 		return nil
 	}
-	if p, _ := tmpPool.Get().(*[]byte); p != nil && cap(*p) >= n {
-		return (*p)[:n]
+	if p, _ := bufPool.Get().(*[]byte); p != nil {
+		if cap(*p) >= n {
+			*p = (*p)[:n]
+			return p
+		}
+		bufPool.Put(p)
 	}
-	// Allocate as uint64 so every element type is aligned.
 	w := make([]uint64, (n+7)/8)
-	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
+	return &b
 }
 
-func putBuf(b []byte) {
-	if cap(b) == 0 {
-		return
+func putBuf(p *[]byte) {
+	if p != nil {
+		bufPool.Put(p)
 	}
-	tmpPool.Put(&b)
+}
+
+func (r *run) slice(c sched.Chunk) []byte {
+	var base []byte
+	switch c.Buf {
+	case sched.In:
+		base = r.in
+	case sched.Out:
+		base = r.out
+	default:
+		if r.tmp != nil {
+			base = *r.tmp
+		}
+	}
+	lo, hi := c.Off*r.es, (c.Off+c.Len)*r.es
+	return base[lo:hi:hi]
+}
+
+func (r *run) stepErr(i int, e error) error {
+	return &StepError{Rank: r.prog.Rank, Index: i, Step: r.prog.Steps[i], Err: e}
+}
+
+// finish completes step i whose request is done.
+func (r *run) finish(i int32) {
+	s := &r.prog.Steps[i]
+	if s.Kind == sched.KindRecvReduce {
+		r.kernel(r.slice(s.Dst), *r.stage[i])
+		putBuf(r.stage[i])
+		r.stage[i] = nil
+	}
+	r.status[i] = complete
+	r.reqs[i] = nil
+}
+
+// progress tests every outstanding request once; it backs off when
+// nothing moved.
+func (r *run) progress() error {
+	moved := false
+	keep := r.pending[:0]
+	for _, i := range r.pending {
+		done, e := r.reqs[i].Test()
+		if e != nil {
+			return r.stepErr(int(i), e)
+		}
+		if done {
+			r.finish(i)
+			moved = true
+			continue
+		}
+		keep = append(keep, i)
+	}
+	r.pending = keep
+	if moved {
+		r.bo.Reset()
+		return nil
+	}
+	r.polls++
+	if r.polls&63 == 0 {
+		if e := r.ctx.Err(); e != nil {
+			return e
+		}
+		if !r.env.Deadline.IsZero() && time.Now().After(r.env.Deadline) {
+			return context.DeadlineExceeded
+		}
+		if r.env.Fail != nil {
+			if e := r.env.Fail(); e != nil {
+				return e
+			}
+		}
+	}
+	var ch <-chan struct{}
+	if len(r.pending) > 0 {
+		ch = r.reqs[r.pending[0]].Done()
+	}
+	r.bo.Idle(ch)
+	return nil
+}
+
+// release returns the run's memory to the pools. After a failure a
+// transport may still write into buffers it was given: those are left to
+// the garbage collector.
+func (r *run) release(failed bool) {
+	for i := range r.stage {
+		if !failed {
+			putBuf(r.stage[i])
+		}
+		r.stage[i] = nil
+		r.reqs[i] = nil
+	}
+	if !failed {
+		putBuf(r.tmp)
+	}
+	r.tmp, r.ctx, r.prog, r.env, r.in, r.out, r.kernel = nil, nil, nil, nil, nil, nil, nil
+	if !failed {
+		runPool.Put(r)
+	}
 }
 
 // Run executes prog for this rank. It returns when every step has completed
-// or at the first failure: a transport error, ctx's end, or env.Fail.
-// Errors are *StepError when a step failed.
+// or at the first failure: a transport error, ctx's end, env.Fail or
+// env.Deadline. Errors are *StepError when a step failed.
 func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err error) {
 	if env.Hook != nil {
 		defer func() { env.Hook(prog, err) }()
@@ -122,174 +234,86 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 			break
 		}
 	}
-	tmp := getBuf(prog.TmpLen * es)
-	defer func() {
-		// After a failure a transport may still write into scratch it was
-		// given; leave such memory to the garbage collector.
-		if err == nil {
-			putBuf(tmp)
-		}
-	}()
-
-	slice := func(c sched.Chunk) []byte {
-		var base []byte
-		switch c.Buf {
-		case sched.In:
-			base = b.In
-		case sched.Out:
-			base = b.Out
-		default:
-			base = tmp
-		}
-		return base[c.Off*es : (c.Off+c.Len)*es : (c.Off+c.Len)*es]
-	}
-
 	n := len(prog.Steps)
-	st := statePool.Get().(*state)
-	defer func() {
-		for i := range st.stage {
-			st.stage[i] = nil
-			st.reqs[i] = nil
-		}
-		if err == nil {
-			statePool.Put(st)
-		}
-	}()
-	st.status = resize(st.status, n)
-	st.reqs = resize(st.reqs, n)
-	st.stage = resize(st.stage, n)
-	st.pending = st.pending[:0]
-	for i := range st.status {
-		st.status[i] = notStarted
+	r := runPool.Get().(*run)
+	r.ctx, r.prog, r.env, r.in, r.out, r.es, r.kernel = ctx, prog, env, b.In, b.Out, es, kernel
+	r.tmp = getBuf(prog.TmpLen * es)
+	r.bo = transport.Backoff{Spin: env.Spin}
+	r.polls = 0
+	r.status = resize(r.status, n)
+	r.reqs = resize(r.reqs, n)
+	r.stage = resize(r.stage, n)
+	r.pending = r.pending[:0]
+	for i := range r.status {
+		r.status[i] = notStarted
 	}
-
-	stepErr := func(i int, e error) error {
-		return &StepError{Rank: prog.Rank, Index: i, Step: prog.Steps[i], Err: e}
-	}
-
-	// finish completes step i whose request is done.
-	finish := func(i int32) {
-		s := &prog.Steps[i]
-		if s.Kind == sched.KindRecvReduce {
-			kernel(slice(s.Dst), st.stage[i])
-			putBuf(st.stage[i])
-			st.stage[i] = nil
-		}
-		st.status[i] = complete
-		st.reqs[i] = nil
-	}
-
-	bo := transport.Backoff{Spin: env.Spin}
-	polls := 0
-	// progress tests every outstanding request once; it backs off when
-	// nothing moved.
-	progress := func() error {
-		moved := false
-		keep := st.pending[:0]
-		for _, i := range st.pending {
-			done, e := st.reqs[i].Test()
-			if e != nil {
-				return stepErr(int(i), e)
-			}
-			if done {
-				finish(i)
-				moved = true
-				continue
-			}
-			keep = append(keep, i)
-		}
-		st.pending = keep
-		if moved {
-			bo.Reset()
-			return nil
-		}
-		polls++
-		if polls&63 == 0 {
-			if e := ctx.Err(); e != nil {
-				return e
-			}
-			if !env.Deadline.IsZero() && time.Now().After(env.Deadline) {
-				return context.DeadlineExceeded
-			}
-			if env.Fail != nil {
-				if e := env.Fail(); e != nil {
-					return e
-				}
-			}
-		}
-		var ch <-chan struct{}
-		if len(st.pending) > 0 {
-			ch = st.reqs[st.pending[0]].Done()
-		}
-		bo.Idle(ch)
-		return nil
-	}
+	defer func() { r.release(err != nil) }()
 
 	tag := env.Tag
 	for i := range prog.Steps {
 		s := &prog.Steps[i]
 		for _, d := range s.Deps {
-			for st.status[d] != complete {
-				if e := progress(); e != nil {
+			for r.status[d] != complete {
+				if e := r.progress(); e != nil {
 					return e
 				}
 			}
 		}
 		switch s.Kind {
 		case sched.KindCopy:
-			src, dst := slice(s.Src), slice(s.Dst)
+			src, dst := r.slice(s.Src), r.slice(s.Dst)
 			if len(dst) > 0 && &src[0] != &dst[0] {
 				copy(dst, src)
 			}
-			st.status[i] = complete
+			r.status[i] = complete
 			continue
 		case sched.KindReduce:
-			kernel(slice(s.Dst), slice(s.Src))
-			st.status[i] = complete
+			kernel(r.slice(s.Dst), r.slice(s.Src))
+			r.status[i] = complete
 			continue
 		}
 		c := env.Conn(s.Peer)
 		if c == nil {
-			return stepErr(i, fmt.Errorf("no connection to rank %d", s.Peer))
+			return r.stepErr(i, fmt.Errorf("no connection to rank %d", s.Peer))
 		}
 		tag.Step = uint32(s.Tag)
 		var req transport.Request
 		var e error
 		switch s.Kind {
 		case sched.KindSend:
-			req, e = c.Isend(tag, slice(s.Src))
+			req, e = c.Isend(tag, r.slice(s.Src))
 		case sched.KindRecv:
-			req, e = c.Irecv(tag, slice(s.Dst))
+			req, e = c.Irecv(tag, r.slice(s.Dst))
 		case sched.KindRecvReduce:
-			st.stage[i] = getBuf(s.Dst.Len * es)
-			req, e = c.Irecv(tag, st.stage[i])
+			r.stage[i] = getBuf(s.Dst.Len * es)
+			req, e = c.Irecv(tag, *r.stage[i])
 		default:
 			e = fmt.Errorf("unknown step kind %v", s.Kind)
 		}
 		if e != nil {
-			return stepErr(i, e)
+			return r.stepErr(i, e)
 		}
-		st.reqs[i] = req
-		st.status[i] = running
+		r.reqs[i] = req
+		r.status[i] = running
 		// Complete at once what can be: saves a trip through progress.
 		done, e := req.Test()
 		if e != nil {
-			return stepErr(i, e)
+			return r.stepErr(i, e)
 		}
 		if done {
-			finish(int32(i))
+			r.finish(int32(i))
 			continue
 		}
-		st.pending = append(st.pending, int32(i))
+		r.pending = append(r.pending, int32(i))
 	}
-	for len(st.pending) > 0 {
-		if e := progress(); e != nil {
+	for len(r.pending) > 0 {
+		if e := r.progress(); e != nil {
 			return e
 		}
 	}
 	if b.Op == dtype.Avg {
 		for _, c := range prog.Final {
-			if e := reduce.Divide(b.DType, slice(c), b.NRanks); e != nil {
+			if e := reduce.Divide(b.DType, r.slice(c), b.NRanks); e != nil {
 				return e
 			}
 		}
