@@ -3,7 +3,6 @@ package braid
 import (
 	"context"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/braid-ccl/braid/algo"
@@ -43,15 +42,15 @@ func signature(p sched.Params, d DType, op Op) uint32 {
 	if !p.Coll.Reduces() {
 		op = 0
 	}
-	// FNV-1a over the fields, without allocating.
-	h := uint32(2166136261)
-	for _, v := range [...]uint64{uint64(p.Coll), uint64(p.Count), uint64(p.Root), uint64(d), uint64(op)} {
-		for i := 0; i < 8; i++ {
-			h ^= uint32(byte(v >> (8 * i)))
-			h *= 16777619
-		}
-	}
-	return h
+	// A 64-bit mix (splitmix64's finaliser) of the packed fields.
+	x := uint64(p.Coll) | uint64(d)<<8 | uint64(op)<<16 | uint64(uint32(p.Root))<<24
+	x ^= uint64(p.Count) * 0x9e3779b97f4a7c15
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return uint32(x) ^ uint32(x>>32)
 }
 
 // plan returns the program for p, planning and generating it on first use.
@@ -154,9 +153,9 @@ func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) error {
 		Spin: c.w.spin,
 	}
 	if _, ok := ctx.Deadline(); !ok {
-		// The executor checks this deadline in its slow path, which is
+		// The executor starts this clock in its slow path, which is
 		// cheaper than a context with a timer per call.
-		env.Deadline = time.Now().Add(c.w.opts.Timeout)
+		env.Timeout = c.w.opts.Timeout
 	}
 	if c.w.opts.Debug == "trace" {
 		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, pl.algo)
@@ -171,21 +170,21 @@ func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) error {
 // prepare checks the arguments of a collective and builds the call. It
 // reports invalid arguments as InvalidArgument and aborts the communicator
 // (peers cannot go on without this rank).
-func (c *Comm) prepare(name string, coll sched.Collective, send, recv any, op Op, root int) (*call, error) {
+func (c *Comm) prepare(name string, coll sched.Collective, send, recv any, op Op, root int) (call, error) {
 	k, err := c.check(name, coll, send, recv, op, root)
 	if err != nil {
 		// The argument error is this rank's own news, even if the
 		// communicator failed already.
 		c.w.fail(err)
-		return nil, err
+		return call{}, err
 	}
 	return k, nil
 }
 
-func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, root int) (*call, *Error) {
+func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, root int) (call, *Error) {
 	n := c.Size()
-	bad := func(format string, args ...any) (*call, *Error) {
-		return nil, argError(c.rank, name, format, args...)
+	bad := func(format string, args ...any) (call, *Error) {
+		return call{}, argError(c.rank, name, format, args...)
 	}
 	if coll.Rooted() && (root < 0 || root >= n) {
 		return bad("root %d out of range [0, %d)", root, n)
@@ -282,7 +281,7 @@ func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, 
 		// In and Out are the same buffer by definition.
 		in = out
 	}
-	return &call{name: name, p: p, in: in, out: out, d: d, op: op}, nil
+	return call{name: name, p: p, in: in, out: out, d: d, op: op}, nil
 }
 
 // checkAlias accepts disjoint buffers or exactly the in-place layout of the

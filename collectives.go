@@ -73,7 +73,7 @@ func (c *Comm) collective(ctx context.Context, name string, coll sched.Collectiv
 	if err != nil {
 		return err
 	}
-	return c.runCall(ctx, k)
+	return c.runCall(ctx, &k)
 }
 
 // Request is a non-blocking call in flight.
@@ -127,7 +127,7 @@ func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collecti
 	// The sequence number is taken here, in call order, so that several
 	// outstanding calls match up across ranks.
 	seq := c.seq.Add(1)
-	go func() { r.finish(c.runSeq(ctx, k, seq)) }()
+	go func() { r.finish(c.runSeq(ctx, &k, seq)) }()
 	return r
 }
 

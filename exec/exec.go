@@ -39,6 +39,9 @@ type Env struct {
 	// Deadline, if not zero, ends the run with context.DeadlineExceeded
 	// when it passes (in addition to ctx's own deadline).
 	Deadline time.Time
+	// Timeout, if not zero and Deadline is zero, sets Deadline to Timeout
+	// after the run first has to wait.
+	Timeout time.Duration
 	// Hook, if not nil, is called once at the end of the run.
 	Hook func(prog *sched.Program, err error)
 }
@@ -75,7 +78,7 @@ const (
 type run struct {
 	ctx    context.Context
 	prog   *sched.Program
-	env    *Env
+	env    Env
 	in     []byte
 	out    []byte
 	tmp    *[]byte
@@ -177,8 +180,16 @@ func (r *run) progress() error {
 		if e := r.ctx.Err(); e != nil {
 			return e
 		}
-		if !r.env.Deadline.IsZero() && time.Now().After(r.env.Deadline) {
-			return context.DeadlineExceeded
+		if r.env.Timeout > 0 || !r.env.Deadline.IsZero() {
+			now := time.Now()
+			if r.env.Deadline.IsZero() {
+				// Timeout counts from the first slow poll: a call that
+				// completes quickly never reads the clock.
+				r.env.Deadline = now.Add(r.env.Timeout)
+			}
+			if now.After(r.env.Deadline) {
+				return context.DeadlineExceeded
+			}
 		}
 		if r.env.Fail != nil {
 			if e := r.env.Fail(); e != nil {
@@ -208,7 +219,7 @@ func (r *run) release(failed bool) {
 	if !failed {
 		putBuf(r.tmp)
 	}
-	r.tmp, r.ctx, r.prog, r.env, r.in, r.out, r.kernel = nil, nil, nil, nil, nil, nil, nil
+	r.tmp, r.ctx, r.prog, r.env, r.in, r.out, r.kernel = nil, nil, nil, Env{}, nil, nil, nil
 	if !failed {
 		runPool.Put(r)
 	}
@@ -228,7 +239,7 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 	var kernel reduce.Kernel
 	for i := range prog.Steps {
 		if k := prog.Steps[i].Kind; k == sched.KindReduce || k == sched.KindRecvReduce {
-			if kernel, err = reduce.For(b.DType, b.Op); err != nil {
+			if kernel, err = kernelFor(b.DType, b.Op); err != nil {
 				return err
 			}
 			break
@@ -236,7 +247,7 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 	}
 	n := len(prog.Steps)
 	r := runPool.Get().(*run)
-	r.ctx, r.prog, r.env, r.in, r.out, r.es, r.kernel = ctx, prog, env, b.In, b.Out, es, kernel
+	r.ctx, r.prog, r.env, r.in, r.out, r.es, r.kernel = ctx, prog, *env, b.In, b.Out, es, kernel
 	r.tmp = getBuf(prog.TmpLen * es)
 	r.bo = transport.Backoff{Spin: env.Spin}
 	r.polls = 0
@@ -319,6 +330,23 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 		}
 	}
 	return nil
+}
+
+// kernels caches reduce.For per (dtype, op).
+var kernels = func() (k [32][16]reduce.Kernel) {
+	for _, d := range dtype.All() {
+		for _, o := range dtype.AllOps() {
+			k[d][o], _ = reduce.For(d, o)
+		}
+	}
+	return k
+}()
+
+func kernelFor(d dtype.DType, o dtype.Op) (reduce.Kernel, error) {
+	if int(d) < len(kernels) && int(o) < len(kernels[0]) && kernels[d][o] != nil {
+		return kernels[d][o], nil
+	}
+	return reduce.For(d, o)
 }
 
 func resize[T any](s []T, n int) []T {
