@@ -120,7 +120,18 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	if err := connect(shm.New(), local); err != nil {
 		return fail(err)
 	}
-	if err := connect(tcp.New(tcp.Options{}), remote); err != nil {
+	// TCP between ranks of one host (BRAID_TRANSPORT=tcp) stays on the
+	// loopback interface; across hosts it listens on every interface and
+	// advertises the host's address.
+	topts := tcp.Options{}
+	sameHost := true
+	for _, e := range remote {
+		sameHost = sameHost && e.Host == host
+	}
+	if sameHost {
+		topts.ListenAddr = "127.0.0.1:0"
+	}
+	if err := connect(tcp.New(topts), remote); err != nil {
 		return fail(err)
 	}
 	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
