@@ -22,6 +22,8 @@ bad=$(gofmt -l . | grep -v '^vendor/' || true)
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 echo "== go vet"
 go vet ./...
+echo "== staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 echo "== go mod tidy check"
 cp go.mod /tmp/braid-go.mod.bak; cp go.sum /tmp/braid-go.sum.bak
 go mod tidy

@@ -116,7 +116,7 @@ func sh(n int, script string) Config {
 	return Config{N: n, Prog: "sh", Args: []string{"-c", script}}
 }
 
-func run(t *testing.T, cfg Config) (stdout, stderr string, err error, took time.Duration) {
+func run(t *testing.T, cfg Config) (stdout, stderr string, took time.Duration, err error) {
 	t.Helper()
 	var o, e syncBuf
 	cfg.Stdout, cfg.Stderr = &o, &e
@@ -124,13 +124,13 @@ func run(t *testing.T, cfg Config) (stdout, stderr string, err error, took time.
 	defer cancel()
 	start := time.Now()
 	err = Run(ctx, cfg)
-	return o.String(), e.String(), err, time.Since(start)
+	return o.String(), e.String(), time.Since(start), err
 }
 
 func TestRunOK(t *testing.T) {
 	cfg := sh(3, `echo "hello from $BRAID_RANK"; echo "err $BRAID_RANK" >&2`)
 	cfg.Prefix = true
-	out, errOut, err, _ := run(t, cfg)
+	out, errOut, _, err := run(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestRunOK(t *testing.T) {
 }
 
 func TestRunNoPrefix(t *testing.T) {
-	out, _, err, _ := run(t, sh(2, `echo "r$BRAID_RANK"`))
+	out, _, _, err := run(t, sh(2, `echo "r$BRAID_RANK"`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestRunEnv(t *testing.T) {
 	cfg := sh(3, `echo "$BRAID_RANK $BRAID_WORLD_SIZE $BRAID_LOCAL_RANK $BRAID_LOCAL_SIZE $BRAID_STORE $BRAID_SECRET $BRAID_JOB $BRAID_STORE_EXTERNAL $EXTRA"`)
 	cfg.Env = []string{"EXTRA=extra", "BRAID_RANK=99"}
 	cfg.JobID = "job-7"
-	out, _, err, _ := run(t, cfg)
+	out, _, _, err := run(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestRunEnv(t *testing.T) {
 // store that Run serves.
 func TestRunStore(t *testing.T) {
 	cfg := Config{N: 4, Prog: os.Args[0], Env: []string{childEnv + "=store"}, Prefix: true}
-	out, errOut, err, _ := run(t, cfg)
+	out, errOut, _, err := run(t, cfg)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
@@ -211,7 +211,7 @@ func TestRunStore(t *testing.T) {
 
 func TestRunPrefixWholeLines(t *testing.T) {
 	cfg := Config{N: 3, Prog: os.Args[0], Env: []string{childEnv + "=lines"}, Prefix: true}
-	out, errOut, err, _ := run(t, cfg)
+	out, errOut, _, err := run(t, cfg)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
@@ -236,7 +236,7 @@ func TestRunPrefixWholeLines(t *testing.T) {
 }
 
 func TestRunFailure(t *testing.T) {
-	_, _, err, took := run(t, sh(4, `if [ "$BRAID_RANK" = 2 ]; then sleep 0.1; exit 3; fi; sleep 60`))
+	_, _, took, err := run(t, sh(4, `if [ "$BRAID_RANK" = 2 ]; then sleep 0.1; exit 3; fi; sleep 60`))
 	var exit *ExitError
 	if !errors.As(err, &exit) || exit.Rank != 2 || exit.Status != 3 || err.Error() != "rank 2 exited with status 3" {
 		t.Fatalf("Run = %v; want rank 2 exited with status 3", err)
@@ -250,7 +250,7 @@ func TestRunFailure(t *testing.T) {
 }
 
 func TestRunKilled(t *testing.T) {
-	_, _, err, took := run(t, sh(3, `if [ "$BRAID_RANK" = 1 ]; then kill -KILL $$; fi; sleep 60`))
+	_, _, took, err := run(t, sh(3, `if [ "$BRAID_RANK" = 1 ]; then kill -KILL $$; fi; sleep 60`))
 	var exit *ExitError
 	if !errors.As(err, &exit) || err.Error() != "rank 1 exited with signal killed" || exit.ExitCode() != 137 {
 		t.Fatalf("Run = %v; want rank 1 exited with signal killed", err)
@@ -265,7 +265,7 @@ func TestRunKilled(t *testing.T) {
 func TestRunGrace(t *testing.T) {
 	cfg := sh(3, `trap "" TERM; if [ "$BRAID_RANK" = 0 ]; then sleep 0.1; exit 1; fi; sleep 60`)
 	cfg.Grace = 300 * time.Millisecond
-	_, _, err, took := run(t, cfg)
+	_, _, took, err := run(t, cfg)
 	if err == nil || err.Error() != "rank 0 exited with status 1" {
 		t.Fatalf("Run = %v", err)
 	}
@@ -277,7 +277,7 @@ func TestRunGrace(t *testing.T) {
 func TestRunTimeout(t *testing.T) {
 	cfg := sh(2, `sleep 60`)
 	cfg.Timeout = 200 * time.Millisecond
-	_, _, err, took := run(t, cfg)
+	_, _, took, err := run(t, cfg)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run = %v; want a deadline error", err)
 	}
@@ -287,11 +287,11 @@ func TestRunTimeout(t *testing.T) {
 }
 
 func TestRunStartError(t *testing.T) {
-	_, _, err, _ := run(t, Config{N: 2, Prog: "/nonexistent/braid-test-prog"})
+	_, _, _, err := run(t, Config{N: 2, Prog: "/nonexistent/braid-test-prog"})
 	if err == nil || !strings.Contains(err.Error(), "rank 0") {
 		t.Fatalf("Run = %v", err)
 	}
-	if _, _, err, _ := run(t, Config{N: 0, Prog: "true"}); err == nil {
+	if _, _, _, err := run(t, Config{N: 0, Prog: "true"}); err == nil {
 		t.Fatal("Run with 0 ranks succeeded")
 	}
 }
