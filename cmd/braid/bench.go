@@ -44,15 +44,32 @@ func benchCmd(args []string) error {
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
 
-	// Flags may come before or after the collective.
+	// Flags may come before or after the collective: the first argument
+	// that is neither a flag nor a flag's value names it.
 	var coll string
 	var rest []string
 	for i := 0; i < len(args); i++ {
-		if !strings.HasPrefix(args[i], "-") && coll == "" {
-			coll = args[i]
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			if coll == "" {
+				coll = a
+				continue
+			}
+			rest = append(rest, a)
 			continue
 		}
-		rest = append(rest, args[i])
+		rest = append(rest, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && i+1 < len(args) {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				continue
+			}
+			i++
+			rest = append(rest, args[i])
+		}
 	}
 	if err := fs.Parse(rest); err != nil {
 		return usageError{err.Error()}

@@ -8,6 +8,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
 const usage = `braid: collective communication for distributed deep learning
@@ -44,7 +45,11 @@ func main() {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "braid:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "braid:") {
+			msg = "braid: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		if e, ok := err.(exitCoder); ok {
 			os.Exit(e.ExitCode())
 		}

@@ -181,6 +181,24 @@ func TestMpirun(t *testing.T) {
 	}
 }
 
+// TestBenchSelfLaunch: bench -n N starts its own ranks, with flags before
+// or after the collective.
+func TestBenchSelfLaunch(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "-n", "3", "gather", "--root", "2", "--max-size", "64", "--check", "--iters", "2", "--warmup", "1"},
+		{"bench", "--check", "-n", "2", "allreduce", "--max-size", "64", "--iters", "2", "--warmup", "1"},
+	} {
+		out, err := run(t, 60*time.Second, nil, args...)
+		if err != nil || !strings.Contains(out, " yes") || strings.Contains(out, " no") {
+			t.Fatalf("braid %v: %v\n%s", args, err, out)
+		}
+	}
+	out, err := run(t, 60*time.Second, []string{"BRAID_ALGO=allreduce=nosuch"}, "bench", "-n", "2", "allreduce", "--max-size", "8")
+	if err == nil || !strings.Contains(out, `no allreduce algorithm named "nosuch"`) || strings.Contains(out, "braid: braid:") {
+		t.Fatalf("unknown forced algorithm: %v\n%s", err, out)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench"},
