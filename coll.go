@@ -147,9 +147,9 @@ func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) error {
 	}
 	defer c.w.end(c.id, seq)
 	env := exec.Env{
-		Conn: c.conn,
+		Conn: c.connFn,
 		Tag:  transport.Tag{Comm: c.id, Seq: seq, Sig: sig},
-		Fail: c.w.err,
+		Fail: c.errFn,
 		Spin: c.w.spin,
 	}
 	if _, ok := ctx.Deadline(); !ok {

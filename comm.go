@@ -54,13 +54,27 @@ func (w *world) setSpin(localRanks int) {
 // another signature proves a mismatch.
 type sigTable struct {
 	mu     sync.Mutex
-	active map[[2]uint32]uint32 // (comm, seq) -> signature of this rank's call
-	seen   map[[2]uint32]seenSig
+	active []sigEntry // this rank's calls in flight (usually one)
+	seen   []sigEntry // unexpected messages for calls not begun yet
 }
 
-type seenSig struct {
-	sig  uint32
-	peer int
+type sigEntry struct {
+	comm, seq, sig uint32
+	peer           int
+}
+
+func find(list []sigEntry, comm, seq uint32) int {
+	for i := range list {
+		if list[i].comm == comm && list[i].seq == seq {
+			return i
+		}
+	}
+	return -1
+}
+
+func remove(list []sigEntry, i int) []sigEntry {
+	list[i] = list[len(list)-1]
+	return list[:len(list)-1]
 }
 
 // begin registers this rank's call and reports a message already seen for
@@ -69,13 +83,9 @@ func (w *world) begin(comm, seq, sig uint32) (peer int, other uint32, bad bool) 
 	t := &w.sigs
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.active == nil {
-		t.active, t.seen = map[[2]uint32]uint32{}, map[[2]uint32]seenSig{}
-	}
-	k := [2]uint32{comm, seq}
-	t.active[k] = sig
-	if s, ok := t.seen[k]; ok && s.sig != sig {
-		return s.peer, s.sig, true
+	t.active = append(t.active, sigEntry{comm, seq, sig, -1})
+	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
+		return t.seen[i].peer, t.seen[i].sig, true
 	}
 	return 0, 0, false
 }
@@ -83,9 +93,12 @@ func (w *world) begin(comm, seq, sig uint32) (peer int, other uint32, bad bool) 
 func (w *world) end(comm, seq uint32) {
 	t := &w.sigs
 	t.mu.Lock()
-	k := [2]uint32{comm, seq}
-	delete(t.active, k)
-	delete(t.seen, k)
+	if i := find(t.active, comm, seq); i >= 0 {
+		t.active = remove(t.active, i)
+	}
+	for i := find(t.seen, comm, seq); i >= 0; i = find(t.seen, comm, seq) {
+		t.seen = remove(t.seen, i)
+	}
 	t.mu.Unlock()
 }
 
@@ -96,19 +109,16 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 		return
 	}
 	t := &w.sigs
-	k := [2]uint32{tag.Comm, tag.Seq}
 	t.mu.Lock()
-	if t.active == nil {
-		t.active, t.seen = map[[2]uint32]uint32{}, map[[2]uint32]seenSig{}
-	}
-	sig, ok := t.active[k]
-	if !ok {
-		if _, dup := t.seen[k]; !dup {
-			t.seen[k] = seenSig{tag.Sig, peer}
-		}
+	var sig uint32
+	i := find(t.active, tag.Comm, tag.Seq)
+	if i >= 0 {
+		sig = t.active[i].sig
+	} else if find(t.seen, tag.Comm, tag.Seq) < 0 {
+		t.seen = append(t.seen, sigEntry{tag.Comm, tag.Seq, tag.Sig, peer})
 	}
 	t.mu.Unlock()
-	if ok && sig != tag.Sig {
+	if i >= 0 && sig != tag.Sig {
 		w.fail(&Error{Kind: Mismatch, Rank: w.rank, Call: "transport", Peer: peer,
 			Err: fmt.Errorf("call %d of comm %08x: rank %d sent a message for other arguments (signature %08x, here %08x): the ranks called with different counts, dtypes, ops, roots or collectives", tag.Seq, tag.Comm, peer, tag.Sig, sig)})
 	}
@@ -219,12 +229,16 @@ type Comm struct {
 	p2pRecv map[[2]int]uint32 // (peer, tag) -> messages received
 
 	root bool // owns the world (created by Init or NewLocal)
+
+	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
+	errFn  func() error             // c.w.err, likewise
 }
 
 func newComm(w *world, id uint32, rank int, members []int) *Comm {
 	c := &Comm{w: w, id: id, rank: rank, members: members,
 		plans: map[planKey]*planned{}, p2pSend: map[[2]int]uint32{}, p2pRecv: map[[2]int]uint32{}}
 	c.force, _ = parseAlgo(w.opts.Algo)
+	c.connFn, c.errFn = c.conn, w.err
 	me := w.hosts[members[rank]]
 	hosts := map[string]bool{}
 	for i, wr := range members {
