@@ -223,6 +223,7 @@ type Comm struct {
 
 	mu    sync.Mutex
 	plans map[planKey]*planned
+	last  atomic.Pointer[lastPlan]
 
 	p2pMu   sync.Mutex
 	p2pSend map[[2]int]uint32 // (peer, tag) -> messages sent
