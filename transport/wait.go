@@ -82,7 +82,7 @@ func (b *Backoff) Idle(ch <-chan struct{}) {
 			b.yields = time.Now()
 		}
 		if b.n&63 != 0 || time.Since(b.yields) < YieldFor {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			return
 		}
 	}

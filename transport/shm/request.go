@@ -95,7 +95,7 @@ func (s *stream) more(moved bool) bool {
 		if time.Since(s.idleSince) > streamIdle || time.Since(s.start) > streamBudget {
 			return false
 		}
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 	return true
 }
@@ -247,7 +247,7 @@ func (s *sendReq) Test() (bool, error) {
 			// this processor.
 			moved = true
 			if st.polls%32 == 31 {
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			}
 		}
 		if !st.more(moved) {
