@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,16 @@ import (
 // default run covers each dimension fully but not every combination: see
 // TestMatrix.
 var full = os.Getenv("BRAID_TEST_FULL") != ""
+
+// maxCount, if set (BRAID_TEST_MAXCOUNT), leaves out larger counts: the full
+// product with 2^20+3 takes hours on 2 cores.
+var maxCount = func() int {
+	n, err := strconv.Atoi(os.Getenv("BRAID_TEST_MAXCOUNT"))
+	if err != nil {
+		return 0
+	}
+	return n
+}()
 
 var (
 	smallCounts = []int{0, 1, 7, 1000}
@@ -229,7 +240,7 @@ func matrixCases(coll sched.Collective, a algo.Algorithm, n int) []mcase {
 	}
 	for _, count := range counts {
 		large := count > 1000
-		if large && testing.Short() {
+		if large && testing.Short() || maxCount > 0 && count > maxCount {
 			continue
 		}
 		if large && !full && raceEnabled && (n != 5 || count > 1<<17) {
