@@ -140,7 +140,16 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 }
 
 // runSeq executes a checked call as the communicator's call number seq.
-func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) error {
+func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) (rerr error) {
+	defer func() {
+		// No panic crosses the API: a bug becomes an Internal error that
+		// ends the job on every rank.
+		if r := recover(); r != nil {
+			e := &Error{Kind: Internal, Rank: c.rank, Call: k.name, Peer: -1, Err: fmt.Errorf("panic in call %d: %v", seq, r)}
+			c.w.fail(e)
+			rerr = e
+		}
+	}()
 	pl, err := c.plan(k.p, k.d.Size())
 	if err != nil {
 		e := err.(*Error)
