@@ -3,17 +3,16 @@ package shm
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/braid-ccl/braid/transport"
+	"github.com/braid-ccl/braid/transport/transporttest"
 )
 
 // The test binary re-executes itself as a rank: TestMain sees envChild and
@@ -28,52 +27,12 @@ const (
 	envBenchSpin = "BRAID_SHM_BENCH_SPIN" // benchmarks: spin on Test instead of transport.Wait
 )
 
-// fileKV is a transport.KV of files in one directory, for ranks that are
-// processes.
-type fileKV struct{ dir string }
-
-func (kv fileKV) path(key string) string {
-	return filepath.Join(kv.dir, hex.EncodeToString([]byte(key)))
-}
-
-func (kv fileKV) Set(ctx context.Context, key string, value []byte) error {
-	tmp, err := os.CreateTemp(kv.dir, "tmp-")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(value); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), kv.path(key))
-}
-
-func (kv fileKV) Get(ctx context.Context, key string) ([]byte, error) {
-	for {
-		b, err := os.ReadFile(kv.path(key))
-		if err == nil {
-			return b, nil
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
-}
-
-// connectRank connects rank of world through the fileKV in dir.
+// connectRank connects rank of world through the transporttest.FileKV in dir.
 func connectRank(ctx context.Context, tr transport.Transport, dir string, rank, world int, lost func(peer int, err error)) (transport.Mesh, error) {
 	cfg := transport.Config{
 		Self:   transport.Endpoint{Rank: rank, Host: "test", PID: os.Getpid()},
 		World:  world,
-		Store:  fileKV{dir},
+		Store:  transporttest.FileKV{Dir: dir},
 		Prefix: "job/",
 		Secret: []byte("secret"),
 		Lost:   lost,

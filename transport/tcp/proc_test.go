@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/transport"
+	"github.com/braid-ccl/braid/transport/transporttest"
 )
 
 // The test binary re-executes itself as other ranks: envRole names what
@@ -46,46 +46,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fileKV is a transport.KV in a directory: one file per key, written
-// atomically; Get polls for it.
-type fileKV struct{ dir string }
-
-func (kv fileKV) path(key string) string {
-	return filepath.Join(kv.dir, "kv-"+hex.EncodeToString([]byte(key)))
-}
-
-func (kv fileKV) Set(ctx context.Context, key string, value []byte) error {
-	tmp, err := os.CreateTemp(kv.dir, "tmp-")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(value); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), kv.path(key))
-}
-
-func (kv fileKV) Get(ctx context.Context, key string) ([]byte, error) {
-	for {
-		v, err := os.ReadFile(kv.path(key))
-		if err == nil {
-			return v, nil
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
-}
-
 var procSecret = []byte("processes' secret")
 
 // procRank connects rank of world through the file KV in dir.
@@ -93,7 +53,7 @@ func procConnect(ctx context.Context, dir string, rank, world, streams int, lost
 	cfg := transport.Config{
 		Self:   transport.Endpoint{Rank: rank, PID: os.Getpid()},
 		World:  world,
-		Store:  fileKV{dir},
+		Store:  transporttest.FileKV{Dir: dir},
 		Prefix: "job",
 		Secret: procSecret,
 		Lost:   lost,
