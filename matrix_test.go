@@ -107,7 +107,7 @@ func oneCall(c *braid.Comm, coll sched.Collective, k mcase) error {
 	p := sched.Params{Coll: coll, NRanks: n, Count: k.count, Root: root}
 	es := d.Size()
 	salt := k.count + 7*n + int(d)*13 + int(op)*101
-	in, out := buffersFor(p, rank, es, k.inPlace)
+	in, out := check.Buffers(p, rank, es, k.inPlace)
 	for i := range out {
 		out[i] = 0xA5
 	}
@@ -146,45 +146,6 @@ func oneCall(c *braid.Comm, coll sched.Collective, k mcase) error {
 		return err
 	}
 	return check.Verify(p, d, op, rank, out[:p.OutLen(rank)*es], salt)
-}
-
-// buffersFor allocates rank's buffers, aliased as the in-place call
-// defines when inPlace.
-func buffersFor(p sched.Params, rank, es int, inPlace bool) (in, out []byte) {
-	inLen, outLen := p.InLen(rank)*es, p.OutLen(rank)*es
-	blk := p.Count * es
-	if !inPlace {
-		if p.Coll == sched.Bcast {
-			return nil, make([]byte, p.Count*es)
-		}
-		return make([]byte, inLen), make([]byte, outLen)
-	}
-	switch p.Coll {
-	case sched.Allreduce, sched.Alltoall:
-		out = make([]byte, outLen)
-		return out, out
-	case sched.Reduce:
-		if rank == p.Root {
-			out = make([]byte, outLen)
-			return out, out
-		}
-		return make([]byte, inLen), nil
-	case sched.Allgather, sched.Gather:
-		if outLen == 0 {
-			return make([]byte, inLen), nil
-		}
-		out = make([]byte, outLen)
-		return out[rank*blk : (rank+1)*blk], out
-	case sched.ReduceScatter, sched.Scatter:
-		if inLen == 0 {
-			return nil, make([]byte, outLen)
-		}
-		in = make([]byte, inLen)
-		return in, in[rank*blk : (rank+1)*blk]
-	case sched.Bcast:
-		return nil, make([]byte, p.Count*es)
-	}
-	return make([]byte, inLen), make([]byte, outLen)
 }
 
 func opsFor(coll sched.Collective, d dtype.DType) []dtype.Op {

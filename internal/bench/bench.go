@@ -111,40 +111,8 @@ type buffers struct {
 }
 
 func alloc(cfg Config, p sched.Params, rank int) *buffers {
-	es := cfg.DType.Size()
 	b := &buffers{}
-	inLen, outLen := p.InLen(rank)*es, p.OutLen(rank)*es
-	if cfg.Coll == sched.Bcast {
-		outLen = p.Count * es
-	}
-	if cfg.InPlace {
-		switch cfg.Coll {
-		case sched.Allreduce, sched.Reduce, sched.Alltoall:
-			if outLen == 0 {
-				outLen = inLen
-			}
-			b.out = make([]byte, outLen)
-			b.in = b.out
-		case sched.Allgather, sched.Gather:
-			if outLen == 0 {
-				b.in = make([]byte, inLen)
-				break
-			}
-			b.out = make([]byte, outLen)
-			b.in = b.out[rank*p.Count*es : (rank+1)*p.Count*es]
-		case sched.ReduceScatter, sched.Scatter:
-			if inLen == 0 {
-				b.out = make([]byte, outLen)
-				break
-			}
-			b.in = make([]byte, inLen)
-			b.out = b.in[rank*p.Count*es : (rank+1)*p.Count*es]
-		default:
-			b.in, b.out = make([]byte, inLen), make([]byte, outLen)
-		}
-	} else {
-		b.in, b.out = make([]byte, inLen), make([]byte, outLen)
-	}
+	b.in, b.out = check.Buffers(p, rank, cfg.DType.Size(), cfg.InPlace)
 	b.send = braid.Raw{Bytes: b.in, Type: cfg.DType}
 	b.recv = braid.Raw{Bytes: b.out, Type: cfg.DType}
 	return b

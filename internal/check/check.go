@@ -175,3 +175,44 @@ func Verify(p sched.Params, d dtype.DType, op dtype.Op, rank int, out []byte, sa
 	}
 	return nil
 }
+
+// Buffers allocates rank's buffers for p with elements of es bytes,
+// aliased as the collective's in-place call defines when inPlace (see
+// package sched). A buffer the rank does not have is nil; a bcast's
+// buffer is out.
+func Buffers(p sched.Params, rank, es int, inPlace bool) (in, out []byte) {
+	inLen, outLen := p.InLen(rank)*es, p.OutLen(rank)*es
+	blk := p.Count * es
+	if !inPlace {
+		if p.Coll == sched.Bcast {
+			return nil, make([]byte, p.Count*es)
+		}
+		return make([]byte, inLen), make([]byte, outLen)
+	}
+	switch p.Coll {
+	case sched.Allreduce, sched.Alltoall:
+		out = make([]byte, outLen)
+		return out, out
+	case sched.Reduce:
+		if rank == p.Root {
+			out = make([]byte, outLen)
+			return out, out
+		}
+		return make([]byte, inLen), nil
+	case sched.Allgather, sched.Gather:
+		if outLen == 0 {
+			return make([]byte, inLen), nil
+		}
+		out = make([]byte, outLen)
+		return out[rank*blk : (rank+1)*blk], out
+	case sched.ReduceScatter, sched.Scatter:
+		if inLen == 0 {
+			return nil, make([]byte, outLen)
+		}
+		in = make([]byte, inLen)
+		return in, in[rank*blk : (rank+1)*blk]
+	case sched.Bcast:
+		return nil, make([]byte, p.Count*es)
+	}
+	return make([]byte, inLen), make([]byte, outLen)
+}
