@@ -11,6 +11,7 @@ import (
 
 	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/internal/bench"
 	"github.com/braid-ccl/braid/internal/check"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/sched"
@@ -121,27 +122,7 @@ func oneCall(c *braid.Comm, coll sched.Collective, k mcase) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	send, recv := braid.Raw{Bytes: in, Type: d}, braid.Raw{Bytes: out, Type: d}
-	var err error
-	switch coll {
-	case sched.Allreduce:
-		err = c.Allreduce(ctx, send, recv, op)
-	case sched.Reduce:
-		err = c.Reduce(ctx, send, recv, op, root)
-	case sched.Bcast:
-		err = c.Bcast(ctx, recv, root)
-	case sched.Allgather:
-		err = c.Allgather(ctx, send, recv)
-	case sched.ReduceScatter:
-		err = c.ReduceScatter(ctx, send, recv, op)
-	case sched.Gather:
-		err = c.Gather(ctx, send, recv, root)
-	case sched.Scatter:
-		err = c.Scatter(ctx, send, recv, root)
-	case sched.Alltoall:
-		err = c.Alltoall(ctx, send, recv)
-	case sched.Barrier:
-		err = c.Barrier(ctx)
-	}
+	err := bench.Call(ctx, c, coll, send, recv, op, root)
 	if err != nil {
 		return err
 	}

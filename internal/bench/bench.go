@@ -120,27 +120,34 @@ func alloc(cfg Config, p sched.Params, rank int) *buffers {
 
 // call runs the collective once.
 func call(ctx context.Context, c *braid.Comm, cfg Config, b *buffers) error {
-	switch cfg.Coll {
+	return Call(ctx, c, cfg.Coll, b.send, b.recv, cfg.Op, cfg.Root)
+}
+
+// Call runs one collective on c by its sched name; send is ignored by bcast
+// and barrier, recv by barrier, op by collectives that do not reduce, root
+// by those without one.
+func Call(ctx context.Context, c *braid.Comm, coll sched.Collective, send, recv any, op braid.Op, root int) error {
+	switch coll {
 	case sched.Allreduce:
-		return c.Allreduce(ctx, b.send, b.recv, cfg.Op)
+		return c.Allreduce(ctx, send, recv, op)
 	case sched.Reduce:
-		return c.Reduce(ctx, b.send, b.recv, cfg.Op, cfg.Root)
+		return c.Reduce(ctx, send, recv, op, root)
 	case sched.Bcast:
-		return c.Bcast(ctx, b.recv, cfg.Root)
+		return c.Bcast(ctx, recv, root)
 	case sched.Allgather:
-		return c.Allgather(ctx, b.send, b.recv)
+		return c.Allgather(ctx, send, recv)
 	case sched.ReduceScatter:
-		return c.ReduceScatter(ctx, b.send, b.recv, cfg.Op)
+		return c.ReduceScatter(ctx, send, recv, op)
 	case sched.Gather:
-		return c.Gather(ctx, b.send, b.recv, cfg.Root)
+		return c.Gather(ctx, send, recv, root)
 	case sched.Scatter:
-		return c.Scatter(ctx, b.send, b.recv, cfg.Root)
+		return c.Scatter(ctx, send, recv, root)
 	case sched.Alltoall:
-		return c.Alltoall(ctx, b.send, b.recv)
+		return c.Alltoall(ctx, send, recv)
 	case sched.Barrier:
 		return c.Barrier(ctx)
 	}
-	return fmt.Errorf("unknown collective %v", cfg.Coll)
+	return fmt.Errorf("unknown collective %v", coll)
 }
 
 // fill writes the check pattern into the input (for bcast, into the root's
