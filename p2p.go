@@ -13,12 +13,20 @@ import (
 // Send sends buf to rank peer with tag and returns when the transport has
 // taken the data (which may be before the peer received it).
 func (c *Comm) Send(ctx context.Context, buf any, peer, tag int) error {
-	return c.ISend(ctx, buf, peer, tag).Wait(context.Background())
+	req, err := c.p2pStart("send", buf, peer, tag, true)
+	if err != nil {
+		return err
+	}
+	return c.p2pWait(ctx, "send", req)
 }
 
 // Recv receives the next message from rank peer with tag into buf.
 func (c *Comm) Recv(ctx context.Context, buf any, peer, tag int) error {
-	return c.IRecv(ctx, buf, peer, tag).Wait(context.Background())
+	req, err := c.p2pStart("recv", buf, peer, tag, false)
+	if err != nil {
+		return err
+	}
+	return c.p2pWait(ctx, "recv", req)
 }
 
 // ISend starts Send and returns at once; buf must not change until the
@@ -32,24 +40,32 @@ func (c *Comm) IRecv(ctx context.Context, buf any, peer, tag int) *Request {
 	return c.p2p(ctx, "recv", buf, peer, tag, false)
 }
 
+// p2p starts a send or receive and waits for it in the background.
 func (c *Comm) p2p(ctx context.Context, name string, buf any, peer, tag int, send bool) *Request {
 	r := newRequest()
-	fail := func(e *Error) *Request {
-		r.finish(e)
+	req, err := c.p2pStart(name, buf, peer, tag, send)
+	if err != nil {
+		r.finish(err)
 		return r
 	}
+	go func() { r.finish(c.p2pWait(ctx, name, req)) }()
+	return r
+}
+
+// p2pStart checks the arguments and posts the transport request.
+func (c *Comm) p2pStart(name string, buf any, peer, tag int, send bool) (transport.Request, error) {
 	if err := c.usable(name); err != nil {
-		return fail(err.(*Error))
+		return nil, err
 	}
 	b, d, err := view(buf)
 	if err != nil {
-		return fail(argError(c.rank, name, "buffer: %v", err))
+		return nil, argError(c.rank, name, "buffer: %v", err)
 	}
 	if peer < 0 || peer >= c.Size() || peer == c.rank {
-		return fail(argError(c.rank, name, "peer %d: want another rank in [0, %d)", peer, c.Size()))
+		return nil, argError(c.rank, name, "peer %d: want another rank in [0, %d)", peer, c.Size())
 	}
 	if tag < 0 || tag >= 1<<31 {
-		return fail(argError(c.rank, name, "tag %d: want 0 ≤ tag < 2^31", tag))
+		return nil, argError(c.rank, name, "tag %d: want 0 ≤ tag < 2^31", tag)
 	}
 	key := [2]int{peer, tag}
 	c.p2pMu.Lock()
@@ -71,16 +87,17 @@ func (c *Comm) p2p(ctx context.Context, name string, buf any, peer, tag int, sen
 		req, err = conn.Irecv(t, b)
 	}
 	if err != nil {
-		return fail(c.failWith(name, err))
+		return nil, c.failWith(name, err)
 	}
-	go func() {
-		ctx, cancel := c.deadline(ctx)
-		defer cancel()
-		if err := transport.Wait(ctx, c.w.err, req); err != nil {
-			r.finish(c.failWith(name, err))
-			return
-		}
-		r.finish(nil)
-	}()
-	return r
+	return req, nil
+}
+
+// p2pWait waits for a posted request within the call's deadline.
+func (c *Comm) p2pWait(ctx context.Context, name string, req transport.Request) error {
+	ctx, cancel := c.deadline(ctx)
+	defer cancel()
+	if err := transport.Wait(ctx, c.w.err, req); err != nil {
+		return c.failWith(name, err)
+	}
+	return nil
 }
