@@ -289,7 +289,7 @@ func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, 
 			return bad("receive buffer has %d elements, send buffer %d", len(out)/es, len(in)/es)
 		}
 	}
-	p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root}
+	p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Layout: c.layout}
 	if !coll.Rooted() {
 		p.Root = 0
 	}
@@ -347,7 +347,7 @@ func (c *Comm) Explain(coll string, count int, d DType, root int) (algo, reason 
 	if !d.Valid() {
 		return "", "", argError(c.rank, "explain", "unknown dtype %v", d)
 	}
-	p := sched.Params{Coll: col, NRanks: c.Size(), Count: count}
+	p := sched.Params{Coll: col, NRanks: c.Size(), Count: count, Layout: c.layout}
 	if col.Rooted() {
 		p.Root = root
 	}

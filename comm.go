@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
 )
 
@@ -22,6 +23,7 @@ import (
 type world struct {
 	rank, size int
 	hosts      []string         // host identity per world rank
+	numa       []int            // NUMA node per world rank; nil if unknown
 	conns      []transport.Conn // by world rank; nil for self
 	meshes     []transport.Mesh
 	closers    []func() error
@@ -216,6 +218,7 @@ type Comm struct {
 	members []int // communicator rank -> world rank
 	local   struct{ rank, size int }
 	nhosts  int
+	layout  *sched.Layout // hosts (and NUMA nodes) of the members, for the planner
 	force   algoForce
 
 	seq    atomic.Uint32
@@ -253,6 +256,18 @@ func newComm(w *world, id uint32, rank int, members []int) *Comm {
 		}
 	}
 	c.nhosts = len(hosts)
+	names := make([]string, len(members))
+	var numa []int
+	if w.numa != nil {
+		numa = make([]int, len(members))
+	}
+	for i, wr := range members {
+		names[i] = w.hosts[wr]
+		if numa != nil {
+			numa[i] = w.numa[wr]
+		}
+	}
+	c.layout = sched.NewLayout(names, numa)
 	return c
 }
 

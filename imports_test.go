@@ -19,6 +19,7 @@ func TestImportRules(t *testing.T) {
 		"sched":     {},
 		"algo":      {"sched", "cost"},
 		"plan":      {"sched", "cost"},
+		"cost":      {"sched"},
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
 		"transport": {},
 	}

@@ -31,6 +31,12 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 	for i := range hosts {
 		hosts[i] = host
 	}
+	if o.LocalHosts != nil {
+		if len(o.LocalHosts) != n {
+			return nil, argError(-1, "newlocal", "Options.LocalHosts names %d hosts for %d ranks", len(o.LocalHosts), n)
+		}
+		copy(hosts, o.LocalHosts)
+	}
 	for r := range n {
 		w := &world{rank: r, size: n, opts: o, hosts: hosts,
 			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}

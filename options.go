@@ -44,6 +44,11 @@ type Options struct {
 	// same host share memory). BRAID_HOST. Useful to test multi-host paths
 	// on one machine.
 	Host string
+
+	// LocalHosts, for NewLocal only, names the host of each rank (length
+	// n), so that one process can emulate ranks spread over several hosts
+	// and exercise hierarchical algorithms. Nil puts every rank on Host.
+	LocalHosts []string
 }
 
 // DefaultTimeout is the timeout of a call when neither the context nor

@@ -72,16 +72,125 @@ func (c Collective) Reduces() bool { return c == Allreduce || c == Reduce || c =
 
 // Params describes one instance of a collective, identical on every rank.
 //
-// Segment is a tuning knob for pipelined algorithms (algo's "segring"): the
-// most elements one message carries, so that the next segment is in flight
-// while the previous one is reduced. 0 lets the algorithm choose; generators
-// that do not pipeline ignore it.
+// Segment, Radix and Layout are tuning knobs and facts that only some
+// algorithms use; generators that do not need them ignore them.
+//
+// Segment is the most elements one message of a pipelined algorithm
+// (algo's "segring", "chain") carries, so that the next segment is in
+// flight while the previous one is reduced or forwarded. 0 lets the
+// algorithm choose.
+//
+// Radix is the degree k of k-nomial trees; 0 lets the algorithm choose.
+//
+// Layout says where the ranks run, for hierarchical and topology-aware
+// algorithms; nil means every rank on one host and one NUMA node.
 type Params struct {
 	Coll    Collective
 	NRanks  int
 	Count   int // elements; see the Collective constants for what it counts
 	Root    int // for rooted collectives
 	Segment int // elements per message for pipelined algorithms; 0 lets the algorithm choose
+	Radix   int // tree degree for k-nomial algorithms; 0 lets the algorithm choose
+	Layout  *Layout
+}
+
+// Layout is where each rank of a communicator runs. It is shared and must
+// not be modified once a Params refers to it.
+type Layout struct {
+	// Host[r] numbers rank r's host, 0 to NHosts()-1, in order of first
+	// appearance among the ranks.
+	Host []int
+	// NUMA[r] numbers rank r's NUMA node (socket) on its host; ranks of
+	// different hosts may share a number. Nil means one NUMA node per host.
+	NUMA []int
+}
+
+// NewLayout returns the layout of ranks whose hosts are named hosts[r] and
+// NUMA nodes numa[r] (nil if unknown). Host numbers follow the order of
+// first appearance.
+func NewLayout(hosts []string, numa []int) *Layout {
+	l := &Layout{Host: make([]int, len(hosts))}
+	ids := map[string]int{}
+	for r, h := range hosts {
+		id, ok := ids[h]
+		if !ok {
+			id = len(ids)
+			ids[h] = id
+		}
+		l.Host[r] = id
+	}
+	if numa != nil {
+		l.NUMA = append([]int(nil), numa...)
+	}
+	return l
+}
+
+// NHosts returns the number of distinct hosts; a nil layout has one.
+func (l *Layout) NHosts() int {
+	if l == nil {
+		return 1
+	}
+	m := 0
+	for _, h := range l.Host {
+		m = max(m, h+1)
+	}
+	return m
+}
+
+// HostOf returns rank r's host number; 0 for a nil layout.
+func (l *Layout) HostOf(r int) int {
+	if l == nil {
+		return 0
+	}
+	return l.Host[r]
+}
+
+// NUMAOf returns rank r's NUMA node number; 0 when unknown.
+func (l *Layout) NUMAOf(r int) int {
+	if l == nil || l.NUMA == nil {
+		return 0
+	}
+	return l.NUMA[r]
+}
+
+// Groups returns the ranks of each host, in host order, each list in rank
+// order. A nil layout on n ranks gives one group of all n.
+func (l *Layout) Groups(n int) [][]int {
+	g := make([][]int, l.NHosts())
+	for r := range n {
+		h := l.HostOf(r)
+		g[h] = append(g[h], r)
+	}
+	return g
+}
+
+// Check returns an error unless l describes n ranks with host numbers
+// 0..NHosts()-1 in order of first appearance.
+func (l *Layout) Check(n int) error {
+	if l == nil {
+		return nil
+	}
+	if len(l.Host) != n {
+		return fmt.Errorf("sched: layout of %d ranks for %d ranks", len(l.Host), n)
+	}
+	if l.NUMA != nil && len(l.NUMA) != n {
+		return fmt.Errorf("sched: layout has %d NUMA entries for %d ranks", len(l.NUMA), n)
+	}
+	next := 0
+	for r, h := range l.Host {
+		switch {
+		case h == next:
+			next++
+		case h < 0 || h > next:
+			return fmt.Errorf("sched: layout gives rank %d host %d; hosts must be numbered in order of first appearance", r, h)
+		}
+	}
+	for r, u := range l.NUMA {
+		if u < 0 {
+			return fmt.Errorf("sched: layout gives rank %d NUMA node %d", r, u)
+		}
+	}
+	return nil
 }
 
 // InLen returns the number of elements of rank's input buffer.

@@ -21,8 +21,12 @@ func CheckParams(p Params) error {
 		return fmt.Errorf("sched: barrier with count %d: count must be 0", p.Count)
 	case p.Coll.Rooted() && (p.Root < 0 || p.Root >= p.NRanks):
 		return fmt.Errorf("sched: %v with root %d on %d ranks: root out of range", p.Coll, p.Root, p.NRanks)
+	case p.Segment < 0:
+		return fmt.Errorf("sched: %v with segment %d: segment must not be negative", p.Coll, p.Segment)
+	case p.Radix < 0 || p.Radix == 1:
+		return fmt.Errorf("sched: %v with radix %d: radix must be 0 (choose) or at least 2", p.Coll, p.Radix)
 	}
-	return nil
+	return p.Layout.Check(p.NRanks)
 }
 
 // InPlaceAlias reports how rank's In and Out share memory in an in-place call
