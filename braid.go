@@ -2,6 +2,7 @@ package braid
 
 import (
 	"fmt"
+	"reflect"
 	"unsafe"
 
 	"github.com/braid-ccl/braid/internal/dtype"
@@ -90,7 +91,9 @@ func view(buf any) (b []byte, d DType, err error) {
 	case nil:
 		return nil, 0, fmt.Errorf("nil buffer")
 	}
-	return nil, 0, fmt.Errorf("unsupported buffer type %T (want a slice of float32, float64, Half, BF16, int8, uint8, int32, uint32, int64, uint64, or braid.Raw)", buf)
+	// reflect.TypeOf, unlike fmt's %T, does not make buf escape: a
+	// slice converted to any at the call site can stay on the stack.
+	return nil, 0, fmt.Errorf("unsupported buffer type %s (want a slice of float32, float64, Half, BF16, int8, uint8, int32, uint32, int64, uint64, or braid.Raw)", reflect.TypeOf(buf))
 }
 
 func bytesOf[T any](s []T) []byte {

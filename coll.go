@@ -3,9 +3,16 @@ package braid
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/exec"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/plan"
@@ -38,8 +45,23 @@ type lastPlan struct {
 type planned struct {
 	algo   string
 	reason string
-	prog   sched.Program
+	prog   atomic.Pointer[sched.Program]
+
+	// adapting is set while MIAD searches the segment; then every call
+	// goes through issue's slow path under mu.
+	adapting atomic.Bool
+	mu       sync.Mutex
+	miad     *plan.MIAD
+	a        algo.Algorithm
+	p        sched.Params // the params the program was generated with
+	bytes    float64      // bytes a call moves, for throughput
+	calls    int          // calls issued in the current trial
+	pending  chan struct{} // closed when the last trial's agreement is done
 }
+
+// trialCalls is the calls per MIAD trial: the first warms the new
+// schedule up, the second is timed.
+const trialCalls = 2
 
 // signature summarises a call's arguments; every message of the call
 // carries it, and a receiver that expected another one reports Mismatch.
@@ -50,6 +72,7 @@ func signature(p sched.Params, d DType, op Op) uint32 {
 	// A 64-bit mix (splitmix64's finaliser) of the packed fields.
 	x := uint64(p.Coll) | uint64(d)<<8 | uint64(op)<<16 | uint64(uint32(p.Root))<<24
 	x ^= uint64(p.Count) * 0x9e3779b97f4a7c15
+	x ^= uint64(p.Segment)*0xd6e8feb86659fd93 ^ uint64(p.Radix)<<56
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
@@ -58,7 +81,7 @@ func signature(p sched.Params, d DType, op Op) uint32 {
 	return uint32(x) ^ uint32(x>>32)
 }
 
-// plan returns the program for p, planning and generating it on first use.
+// plan returns the plan for p, planning and generating it on first use.
 func (c *Comm) plan(p sched.Params, es int) (*planned, error) {
 	k := planKey{p.Coll, p.Count, p.Root, es}
 	// Training loops repeat one call: try the last plan before the map.
@@ -72,46 +95,9 @@ func (c *Comm) plan(p sched.Params, es int) (*planned, error) {
 		c.last.Store(&lastPlan{k, pl})
 		return pl, nil
 	}
-	var cand []string
-	var why []string
-	for _, a := range algo.ForCollective(p.Coll) {
-		if err := a.Supports(p); err != nil {
-			why = append(why, a.Name()+": "+err.Error())
-			continue
-		}
-		cand = append(cand, a.Name())
-	}
-	if len(cand) == 0 {
-		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
-			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
-	}
-	var d plan.Decision
-	if name, ok := c.force.perCol[p.Coll]; ok {
-		a, err := algo.Lookup(p.Coll, name)
-		if err != nil {
-			return nil, &Error{Kind: InvalidArgument, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO: %v", err)}
-		}
-		if err := a.Supports(p); err != nil {
-			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v", name, err)}
-		}
-		d = plan.Decision{Algo: name, Reason: "forced by BRAID_ALGO"}
-	} else if c.force.any != "" && contains(cand, c.force.any) {
-		d = plan.Decision{Algo: c.force.any, Reason: "forced by BRAID_ALGO"}
-	} else {
-		req := plan.Request{Coll: p.Coll, NRanks: p.NRanks, NHosts: c.nhosts, Count: p.Count, Bytes: int64(p.Count) * int64(es)}
-		d = c.w.opts.Planner.Plan(req, cand)
-		if !contains(cand, d.Algo) {
-			d = plan.Default{}.Plan(req, cand)
-		}
-	}
-	a, err := algo.Lookup(p.Coll, d.Algo)
+	pl, err := c.newPlan(p, es)
 	if err != nil {
-		return nil, &Error{Kind: Internal, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: err}
-	}
-	pl = &planned{algo: d.Algo, reason: d.Reason, prog: a.Program(p, c.rank)}
-	if c.rank == 0 {
-		c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s); candidates %v",
-			p.Coll, c.id, p.NRanks, p.Count, p.Count*es, p.Root, d.Algo, d.Reason, cand)
+		return nil, err
 	}
 	c.mu.Lock()
 	if len(c.plans) > 1024 {
@@ -122,13 +108,170 @@ func (c *Comm) plan(p sched.Params, es int) (*planned, error) {
 	return pl, nil
 }
 
-func contains(s []string, x string) bool {
-	for _, v := range s {
-		if v == x {
-			return true
+// newPlan chooses the algorithm and parameters for p and generates the
+// program.
+func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
+	model := c.w.model
+	var cand []plan.Candidate
+	var why []string
+	for _, a := range algo.ForCollective(p.Coll) {
+		if err := a.Supports(p); err != nil {
+			why = append(why, a.Name()+": "+err.Error())
+			continue
+		}
+		cand = append(cand, candidate(a, p, es, model))
+	}
+	if len(cand) == 0 {
+		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
+			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
+	}
+	var d plan.Decision
+	forced, forcedSeg := false, false
+	if ch, ok := c.force.perCol[p.Coll]; ok {
+		forcedSeg = ch.Segment > 0
+		a, err := algo.Lookup(p.Coll, ch.Algo)
+		if err != nil {
+			return nil, &Error{Kind: InvalidArgument, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO: %v", err)}
+		}
+		fp := ch.Apply(p, es)
+		if err := a.Supports(fp); err != nil {
+			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v", ch, err)}
+		}
+		d, forced = plan.Decision{Algo: ch.Algo, Params: tuned(a, fp, es, model), Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if ch := c.force.any; ch.Algo != "" && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
+		forcedSeg = ch.Segment > 0
+		a, _ := algo.Lookup(p.Coll, ch.Algo)
+		fp := ch.Apply(p, es)
+		if a.Supports(fp) == nil {
+			d, forced = plan.Decision{Algo: ch.Algo, Params: tuned(a, fp, es, model), Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 		}
 	}
-	return false
+	req := plan.Request{Params: p, ElemSize: es}
+	if !forced {
+		d = c.w.opts.Planner.Plan(req, cand)
+		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == d.Algo }) {
+			d = plan.Default{}.Plan(req, cand)
+		}
+	}
+	a, err := algo.Lookup(p.Coll, d.Algo)
+	if err != nil {
+		return nil, &Error{Kind: Internal, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: err}
+	}
+	// The planner returns the request's params with tuning parameters;
+	// anything else it changed is not its to change.
+	gp := p
+	gp.Segment, gp.Radix = d.Params.Segment, d.Params.Radix
+	if err := a.Supports(gp); err != nil {
+		return nil, &Error{Kind: Internal, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("planner chose %s with %+v: %v", d.Algo, gp, err)}
+	}
+	pl := &planned{algo: d.Algo, reason: d.Reason, a: a, p: gp, bytes: float64(plan.Size(p, es))}
+	// MIAD adapts the segment of a pipelined algorithm whose segment the
+	// model chose (not one that BRAID_ALGO or a tuning table fixed), when
+	// the call is long enough for segments to matter.
+	fixedSeg := forced && forcedSeg
+	if !forced && strings.HasPrefix(d.Reason, "tuning table") {
+		e := c.w.table().Lookup(p.Coll, p.NRanks, p.Layout.NHosts(), plan.Size(p, es))
+		fixedSeg = e == nil || e.Choice.Segment > 0
+	}
+	if _, ok := a.(algo.Tuner); ok && !c.w.opts.DisableMIAD && !fixedSeg && gp.Segment > 0 &&
+		int64(p.Count)*int64(es) >= miadMinBytes {
+		lo := max(1, miadMinSegment/es)
+		pl.miad = plan.NewMIAD(max(lo, gp.Segment/4), lo, max(lo, p.Count))
+		pl.p.Segment = pl.miad.Segment()
+		pl.adapting.Store(true)
+		pl.reason += fmt.Sprintf("; MIAD adapts the segment from %s", plan.FormatSize(int64(pl.p.Segment)*int64(es)))
+	}
+	prog := a.Program(pl.p, c.rank)
+	pl.prog.Store(&prog)
+	if c.rank == 0 {
+		c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s)",
+			p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, choiceString(d.Algo, pl.p, es), pl.reason)
+	}
+	return pl, nil
+}
+
+// MIAD's scope: calls of at least miadMinBytes, segments of at least
+// miadMinSegment bytes.
+const (
+	miadMinBytes   = 1 << 20
+	miadMinSegment = 4 << 10
+)
+
+// candidate returns a as a planner candidate for p: its parameters tuned
+// and its cost under model.
+func candidate(a algo.Algorithm, p sched.Params, es int, model cost.Model) plan.Candidate {
+	p = tuned(a, p, es, model)
+	c := plan.Candidate{Name: a.Name(), Params: p, Cost: math.NaN()}
+	if k, ok := a.(algo.Coster); ok {
+		c.Cost = k.Cost(p, es, model)
+	}
+	return c
+}
+
+// tuned returns p with a's parameters chosen under model, where p leaves
+// them 0.
+func tuned(a algo.Algorithm, p sched.Params, es int, model cost.Model) sched.Params {
+	if t, ok := a.(algo.Tuner); ok {
+		q := t.Tune(p, es, model)
+		if a.Supports(q) == nil {
+			return q
+		}
+	}
+	return p
+}
+
+func choiceString(name string, p sched.Params, es int) string {
+	ch := plan.Choice{Algo: name, Radix: p.Radix}
+	if p.Segment > 0 {
+		ch.Segment = int64(p.Segment) * int64(es)
+	}
+	return ch.String()
+}
+
+// issue takes the call's place in the communicator's order: its sequence
+// number and the program it runs. While MIAD adapts the plan, the call
+// that ends a trial also takes the next number for the trial's agreement,
+// and the next call waits for that agreement, so that every rank runs
+// every call with the same segment.
+func (c *Comm) issue(k *call) (run, error) {
+	pl, err := c.plan(k.p, k.d.Size())
+	if err != nil {
+		return run{}, err
+	}
+	if !pl.adapting.Load() {
+		return run{pl: pl, prog: pl.prog.Load(), seq: c.seq.Add(1)}, nil
+	}
+	pl.mu.Lock()
+	for pl.pending != nil {
+		ch := pl.pending
+		pl.mu.Unlock()
+		<-ch
+		pl.mu.Lock()
+	}
+	defer pl.mu.Unlock()
+	r := run{pl: pl, prog: pl.prog.Load()}
+	if pl.miad == nil || pl.miad.Done() {
+		r.seq = c.seq.Add(1)
+		return r, nil
+	}
+	pl.calls++
+	if pl.calls < trialCalls {
+		r.seq = c.seq.Add(1)
+		return r, nil
+	}
+	pl.calls = 0
+	pl.pending = make(chan struct{})
+	r.trial = true
+	r.seq = c.seq.Add(2) - 1
+	return r, nil
+}
+
+// run is an issued call.
+type run struct {
+	pl    *planned
+	prog  *sched.Program
+	seq   uint32
+	trial bool // the call ends a MIAD trial; seq+1 is the trial's agreement
 }
 
 // runCall executes a checked call.
@@ -136,11 +279,77 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 	if err := c.usable(k.name); err != nil {
 		return err
 	}
-	return c.runSeq(ctx, k, c.seq.Add(1))
+	r, err := c.issue(k)
+	if err != nil {
+		e := err.(*Error)
+		c.w.fail(e)
+		return e
+	}
+	return c.runIssued(ctx, k, r)
+}
+
+// runIssued executes an issued call, and the MIAD agreement it carries.
+func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
+	if !r.trial {
+		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)
+	}
+	pl := r.pl
+	defer func() {
+		pl.mu.Lock()
+		close(pl.pending)
+		pl.pending = nil
+		pl.mu.Unlock()
+	}()
+	t0 := time.Now()
+	if err := c.runSeq(ctx, k, r.prog, pl.algo, r.seq); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
+	// Every rank must make the same move: agree on the slowest rank's
+	// time, with a fixed 8-byte allreduce.
+	t := []float64{time.Since(t0).Seconds()}
+	agree := call{name: "allreduce (MIAD agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1},
+		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max}
+	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	es := k.d.Size()
+	old := pl.p.Segment
+	pl.miad.Observe(pl.bytes / max(t[0], 1e-9))
+	pl.p.Segment = pl.miad.Segment()
+	if pl.p.Segment != old {
+		prog := pl.a.Program(pl.p, c.rank)
+		pl.prog.Store(&prog)
+	}
+	if pl.miad.Done() {
+		pl.adapting.Store(false)
+		if c.rank == 0 {
+			c.w.debugf("info", "%v comm %08x count=%d: MIAD settled on %s after %d trials",
+				k.p.Coll, c.id, k.p.Count, choiceString(pl.algo, pl.p, es), pl.miad.Trials())
+		}
+	}
+	return nil
+}
+
+// agreeProg returns the program of MIAD's agreement: recursive doubling
+// allreduce of one element (no planning: every rank must run the same).
+func (c *Comm) agreeProg() *sched.Program {
+	c.agreeOnce.Do(func() {
+		a, err := algo.Lookup(sched.Allreduce, "recdouble")
+		if err != nil {
+			panic(err)
+		}
+		prog := a.Program(sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1}, c.rank)
+		c.agree = &prog
+	})
+	return c.agree
 }
 
 // runSeq executes a checked call as the communicator's call number seq.
-func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) (rerr error) {
+func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoName string, seq uint32) (rerr error) {
 	defer func() {
 		// No panic crosses the API: a bug becomes an Internal error that
 		// ends the job on every rank.
@@ -150,12 +359,6 @@ func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) (rerr error) {
 			rerr = e
 		}
 	}()
-	pl, err := c.plan(k.p, k.d.Size())
-	if err != nil {
-		e := err.(*Error)
-		c.w.fail(e)
-		return e
-	}
 	sig := signature(k.p, k.d, k.op)
 	if peer, other, bad := c.w.begin(c.id, seq, sig); bad {
 		c.w.end(c.id, seq)
@@ -177,9 +380,9 @@ func (c *Comm) runSeq(ctx context.Context, k *call, seq uint32) (rerr error) {
 		env.Timeout = c.w.opts.Timeout
 	}
 	if c.w.opts.Debug == "trace" {
-		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, pl.algo)
+		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, algoName)
 	}
-	err = exec.Run(ctx, &pl.prog, &env, exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks})
+	err := exec.Run(ctx, prog, &env, exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks})
 	if err != nil {
 		return c.failWith(k.name, err)
 	}
@@ -355,5 +558,5 @@ func (c *Comm) Explain(coll string, count int, d DType, root int) (algo, reason 
 	if err != nil {
 		return "", "", err
 	}
-	return pl.algo, pl.reason, nil
+	return choiceString(pl.algo, pl.p, d.Size()), pl.reason, nil
 }

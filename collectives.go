@@ -124,10 +124,16 @@ func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collecti
 		r.finish(err)
 		return r
 	}
-	// The sequence number is taken here, in call order, so that several
-	// outstanding calls match up across ranks.
-	seq := c.seq.Add(1)
-	go func() { r.finish(c.runSeq(ctx, &k, seq)) }()
+	// The sequence number and program are taken here, in call order, so
+	// that several outstanding calls match up across ranks.
+	run, err := c.issue(&k)
+	if err != nil {
+		e := err.(*Error)
+		c.w.fail(e)
+		r.finish(e)
+		return r
+	}
+	go func() { r.finish(c.runIssued(ctx, &k, run)) }()
 	return r
 }
 

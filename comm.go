@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
 )
@@ -24,6 +26,7 @@ type world struct {
 	rank, size int
 	hosts      []string         // host identity per world rank
 	numa       []int            // NUMA node per world rank; nil if unknown
+	model      cost.Model       // link figures the planner costs algorithms with
 	conns      []transport.Conn // by world rank; nil for self
 	meshes     []transport.Mesh
 	closers    []func() error
@@ -228,6 +231,9 @@ type Comm struct {
 	plans map[planKey]*planned
 	last  atomic.Pointer[lastPlan]
 
+	agreeOnce sync.Once
+	agree     *sched.Program // MIAD's agreement allreduce
+
 	p2pMu   sync.Mutex
 	p2pSend map[[2]int]uint32 // (peer, tag) -> messages sent
 	p2pRecv map[[2]int]uint32 // (peer, tag) -> messages received
@@ -271,6 +277,14 @@ func newComm(w *world, id uint32, rank int, members []int) *Comm {
 	return c
 }
 
+// table returns the tuning table the default planner uses, or nil.
+func (w *world) table() *plan.Table {
+	if d, ok := w.opts.Planner.(plan.Default); ok {
+		return d.Table
+	}
+	return nil
+}
+
 // Rank returns this process's rank in the communicator.
 func (c *Comm) Rank() int { return c.rank }
 
@@ -286,6 +300,15 @@ func (c *Comm) LocalSize() int { return c.local.size }
 
 // Hosts returns the number of distinct hosts among the communicator's ranks.
 func (c *Comm) Hosts() int { return c.nhosts }
+
+// HostOf returns the host number of rank r: hosts are numbered 0 to
+// Hosts()-1 in the order of their first rank. -1 if r is out of range.
+func (c *Comm) HostOf(r int) int {
+	if r < 0 || r >= c.Size() {
+		return -1
+	}
+	return c.layout.HostOf(r)
+}
 
 // ID returns the communicator's id, the same on every member.
 func (c *Comm) ID() uint32 { return c.id }

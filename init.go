@@ -38,7 +38,7 @@ func Init(ctx context.Context, opts *Options) (*Comm, error) {
 }
 
 func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error) {
-	w := &world{rank: info.Rank, size: info.Size, opts: o,
+	w := &world{rank: info.Rank, size: info.Size, opts: o, model: o.model(),
 		logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
 	w.hosts = make([]string, info.Size)
 	w.conns = make([]transport.Conn, info.Size)

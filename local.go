@@ -38,7 +38,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		copy(hosts, o.LocalHosts)
 	}
 	for r := range n {
-		w := &world{rank: r, size: n, opts: o, hosts: hosts,
+		w := &world{rank: r, size: n, opts: o, model: o.model(), hosts: hosts,
 			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
 		m, err := t.Connect(context.Background(), transport.Config{Self: transport.Endpoint{Rank: r}, World: n, Lost: w.lost, Unexpected: w.unexpected})
 		if err != nil {

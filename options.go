@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -21,8 +23,22 @@ type Options struct {
 
 	// Algo forces algorithms: "ring" forces ring wherever a collective has
 	// one; "allreduce=recdouble,bcast=binomial" forces per collective (an
-	// explicit entry the collective cannot run is an error). BRAID_ALGO.
+	// explicit entry the collective cannot run is an error). A name may
+	// carry parameters: "bcast=chain:seg=256K", "reduce=knomial:k=4".
+	// BRAID_ALGO.
 	Algo string
+
+	// Tuning names a tuning table file (written by braid tune; format in
+	// package plan) whose entries override the cost model and whose link
+	// figures feed it. "" reads BRAID_TUNING, then the file braid tune
+	// caches by default (DefaultTuningFile) if it exists; "none" uses
+	// neither.
+	Tuning string
+
+	// DisableMIAD switches off MIAD, the adaptation of pipelined
+	// algorithms' segment over the first calls of a size (plan.MIAD).
+	// BRAID_MIAD=off.
+	DisableMIAD bool
 
 	// Timeout bounds every call that has no earlier deadline in its
 	// context; a call that runs past it fails with Timeout and aborts the
@@ -105,8 +121,34 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	if r.Log == nil {
 		r.Log = os.Stderr
 	}
+	if r.Tuning == "" {
+		r.Tuning = getenv("BRAID_TUNING")
+	}
 	if r.Planner == nil {
-		r.Planner = plan.Default{}
+		def := plan.Default{}
+		switch r.Tuning {
+		case "none":
+		case "":
+			if path := DefaultTuningFile(); path != "" {
+				if t, err := plan.LoadTable(path); err == nil {
+					def.Table = t
+				}
+			}
+		default:
+			t, err := plan.LoadTable(r.Tuning)
+			if err != nil {
+				return r, fmt.Errorf("BRAID_TUNING: %v", err)
+			}
+			def.Table = t
+		}
+		r.Planner = def
+	}
+	switch strings.ToLower(getenv("BRAID_MIAD")) {
+	case "", "on", "1", "true":
+	case "off", "0", "false":
+		r.DisableMIAD = true
+	default:
+		return r, fmt.Errorf("BRAID_MIAD=%q: want on or off", getenv("BRAID_MIAD"))
 	}
 	if r.Host == "" {
 		r.Host = getenv("BRAID_HOST")
@@ -114,29 +156,58 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	return r, nil
 }
 
+// DefaultTuningFile is where braid tune writes its table unless told
+// otherwise, and where a job looks for one when neither Options.Tuning nor
+// BRAID_TUNING names a file: $XDG_CACHE_HOME/braid/tuning.txt (on Linux,
+// ~/.cache/braid/tuning.txt). "" if there is no cache directory.
+func DefaultTuningFile() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "braid", "tuning.txt")
+}
+
+// model returns the link figures the planner costs algorithms with.
+func (o *Options) model() cost.Model {
+	if d, ok := o.Planner.(plan.Default); ok {
+		return d.Model()
+	}
+	return cost.Default()
+}
+
 // algoForce is a parsed Options.Algo.
 type algoForce struct {
-	any    string                      // applies wherever available
-	perCol map[sched.Collective]string // explicit per collective
+	any    plan.Choice                      // applies wherever available
+	perCol map[sched.Collective]plan.Choice // explicit per collective
 }
 
 func parseAlgo(s string) (algoForce, error) {
-	f := algoForce{perCol: map[sched.Collective]string{}}
+	f := algoForce{perCol: map[sched.Collective]plan.Choice{}}
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
 			continue
 		}
 		k, v, ok := strings.Cut(part, "=")
-		if !ok {
-			f.any = part
+		if !ok || strings.Contains(k, ":") {
+			// "ring" or "chain:seg=256K": no collective named.
+			ch, err := plan.ParseChoice(part)
+			if err != nil {
+				return f, fmt.Errorf("BRAID_ALGO entry %q: %v", part, err)
+			}
+			f.any = ch
 			continue
 		}
 		c, err := sched.ParseCollective(k)
 		if err != nil {
 			return f, fmt.Errorf("BRAID_ALGO entry %q: %v", part, err)
 		}
-		f.perCol[c] = strings.TrimSpace(v)
+		ch, err := plan.ParseChoice(v)
+		if err != nil {
+			return f, fmt.Errorf("BRAID_ALGO entry %q: %v", part, err)
+		}
+		f.perCol[c] = ch
 	}
 	return f, nil
 }

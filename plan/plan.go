@@ -2,108 +2,152 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 
+	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
 )
 
 // Request describes a call to plan.
 type Request struct {
-	Coll   sched.Collective
-	NRanks int
-	NHosts int   // distinct hosts among the ranks
-	Count  int   // elements, as sched.Params counts them
-	Bytes  int64 // bytes of the call's buffer (Count × element size)
+	Params   sched.Params // the call; Segment and Radix are 0
+	ElemSize int          // bytes per element
+}
+
+// Bytes returns the bytes of the call's buffer as Params.Count counts
+// them: the whole vector for allreduce, reduce and bcast, one rank's block
+// for the others.
+func (r Request) Bytes() int64 { return int64(r.Params.Count) * int64(r.ElemSize) }
+
+// Size returns the size braid bench reports and tuning tables are keyed
+// by: the whole vector (allgather and gather output, reducescatter and
+// scatter input, one rank's alltoall buffer).
+func (r Request) Size() int64 { return Size(r.Params, r.ElemSize) }
+
+// Size returns p's size in bytes as braid bench reports it (see
+// Request.Size).
+func Size(p sched.Params, es int) int64 {
+	b := int64(p.Count) * int64(es)
+	switch p.Coll {
+	case sched.Allgather, sched.Gather, sched.ReduceScatter, sched.Scatter, sched.Alltoall:
+		b *= int64(p.NRanks)
+	}
+	return b
+}
+
+// Candidate is an algorithm that can run a request, with its parameters
+// and cost under the planner's model.
+type Candidate struct {
+	Name   string
+	Params sched.Params // the request's params with the algorithm's parameters tuned under the model
+	Cost   float64      // the model's seconds; NaN if the algorithm has no cost model
 }
 
 // Decision is a planner's choice.
 type Decision struct {
-	Algo   string // an algorithm name from the candidates
-	Reason string // why, for BRAID_DEBUG=info
+	Algo   string
+	Params sched.Params // what to generate the schedule with
+	Reason string       // why, for BRAID_DEBUG=info
 }
 
-// Planner picks one of the candidate algorithms (those that support the
-// call) for a request. It must return one of the candidates.
+// Planner picks one of the candidates (the algorithms that support the
+// call) for a request. It must return one of the candidates' names.
 type Planner interface {
-	Plan(r Request, candidates []string) Decision
+	Plan(r Request, cand []Candidate) Decision
 }
 
-// Default is Braid's built-in planner: latency-bound algorithms
-// (recursive doubling, binomial trees) for small messages, bandwidth-bound
-// ones (ring, Rabenseifner) for large messages.
-type Default struct{}
-
-// Thresholds of the Default planner, in bytes.
-const (
-	SmallMessage = 16 << 10
-	LargeMessage = 512 << 10
-	// PipelineMessage is where the segmented ring's overlap of
-	// communication and reduction pays for its extra messages.
-	PipelineMessage = 2 << 20
-	// ChainMessage is where the pipelined chain broadcast beats the
-	// binomial tree on this project's 2-core machine (measured at 64 MiB
-	// on 3 and 4 ranks; at 4 MiB the tree was still faster).
-	ChainMessage = 16 << 20
-)
+// Default is Braid's planner. In order:
+//
+//  1. a tuning table entry for the collective, rank count, host count and
+//     size, if Table has one whose algorithm is a candidate;
+//  2. the candidate with the lowest cost under the model (candidates
+//     carry their costs, computed by the caller with the model Model);
+//  3. Rules, for candidates without a cost model.
+//
+// The zero value has no table and plans by the model alone.
+type Default struct {
+	Table *Table
+}
 
 // Plan implements Planner.
-func (Default) Plan(r Request, cand []string) Decision {
-	pick := func(reason string, names ...string) (Decision, bool) {
-		for _, n := range names {
-			if slices.Contains(cand, n) {
-				return Decision{Algo: n, Reason: reason}, true
+func (d Default) Plan(r Request, cand []Candidate) Decision {
+	if len(cand) == 0 {
+		return Decision{}
+	}
+	if e := d.Table.Lookup(r.Params.Coll, r.Params.NRanks, r.Params.Layout.NHosts(), r.Size()); e != nil {
+		for _, c := range cand {
+			if c.Name == e.Choice.Algo {
+				p := e.Choice.Apply(c.Params, r.ElemSize)
+				return Decision{Algo: c.Name, Params: p, Reason: fmt.Sprintf("tuning table %s: %s", d.Table.Source, e)}
 			}
 		}
-		return Decision{}, false
 	}
-	var d Decision
-	var ok bool
-	size := fmt.Sprintf("%d B", r.Bytes)
-	switch r.Coll {
-	case sched.Allreduce:
+	var costed []Candidate
+	for _, c := range cand {
+		if !math.IsNaN(c.Cost) && !math.IsInf(c.Cost, 0) && c.Cost >= 0 {
+			costed = append(costed, c)
+		}
+	}
+	if len(costed) == 0 {
+		return Rules{}.Plan(r, cand)
+	}
+	slices.SortStableFunc(costed, func(a, b Candidate) int {
 		switch {
-		case r.Bytes <= SmallMessage:
-			d, ok = pick(size+" ≤ 16 KiB: latency-bound, log2(n) rounds", "recdouble", "rabenseifner", "ring")
-		case r.Bytes < LargeMessage:
-			d, ok = pick(size+" < 512 KiB: Rabenseifner halves the bytes each round in log2(n) rounds", "rabenseifner", "ring")
-		case r.Bytes < PipelineMessage:
-			d, ok = pick(size+" < 2 MiB: bandwidth-bound, ring moves 2(n-1)/n of the buffer per rank", "ring", "rabenseifner")
-		default:
-			d, ok = pick(size+" ≥ 2 MiB: segmented ring, reduction of one segment overlaps the transfer of the next and stays in cache", "segring", "ring", "rabenseifner")
+		case a.Cost < b.Cost:
+			return -1
+		case a.Cost > b.Cost:
+			return 1
 		}
-	case sched.Allgather:
-		switch total := r.Bytes * int64(r.NRanks); {
-		case total <= SmallMessage:
-			d, ok = pick(size+" per rank, small: log2(n) rounds", "recdouble", "ring")
-		case total < PipelineMessage:
-			d, ok = pick(size+" per rank: ring is bandwidth-optimal", "ring", "recdouble")
-		default:
-			d, ok = pick(size+" per rank, ≥ 2 MiB in all: segmented ring pipelines each block", "segring", "ring")
+		return 0
+	})
+	best := costed[0]
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "cost model: ")
+	for i, c := range costed {
+		if i > 0 {
+			sb.WriteString(" < ")
 		}
-	case sched.Bcast:
-		if r.Bytes >= ChainMessage && r.NRanks > 2 {
-			d, ok = pick(size+" ≥ 16 MiB on more than 2 ranks: pipelined chain, every link busy, T = (M/C + n − 2)(α + C/β)", "chain", "binomial")
-		} else {
-			d, ok = pick("binomial tree: log2(n) rounds", "binomial", "linear")
+		sb.WriteString(c.Name)
+		if s := paramString(c.Params, r.ElemSize); s != "" {
+			sb.WriteString(":" + s)
 		}
-	case sched.Reduce:
-		d, ok = pick("binomial tree: log2(n) rounds", "binomial", "linear")
-	case sched.ReduceScatter:
-		if r.Bytes*int64(r.NRanks) >= PipelineMessage {
-			d, ok = pick(size+" per rank, ≥ 2 MiB in all: segmented ring pipelines each block", "segring", "ring")
-		} else {
-			d, ok = pick("ring: bandwidth-optimal", "ring")
-		}
-	case sched.Alltoall:
-		d, ok = pick("pairwise exchange: n-1 rounds, one peer each", "pairwise")
-	case sched.Barrier:
-		d, ok = pick("dissemination: ceil(log2 n) rounds", "dissemination")
+		fmt.Fprintf(&sb, " %s", formatSeconds(c.Cost))
 	}
-	if !ok {
-		if len(cand) == 0 {
-			return Decision{}
-		}
-		return Decision{Algo: cand[0], Reason: "the only or first available algorithm"}
+	return Decision{Algo: best.Name, Params: best.Params, Reason: sb.String()}
+}
+
+// paramString formats p's tuning parameters as a Choice writes them.
+func paramString(p sched.Params, es int) string {
+	var parts []string
+	if p.Segment > 0 {
+		parts = append(parts, "seg="+FormatSize(int64(p.Segment)*int64(es)))
 	}
-	return d
+	if p.Radix > 0 {
+		parts = append(parts, fmt.Sprintf("k=%d", p.Radix))
+	}
+	return strings.Join(parts, ":")
+}
+
+// formatSeconds writes a duration in µs with three significant figures.
+func formatSeconds(s float64) string {
+	us := s * 1e6
+	switch {
+	case us < 10:
+		return fmt.Sprintf("%.2fµs", us)
+	case us < 100:
+		return fmt.Sprintf("%.1fµs", us)
+	}
+	return fmt.Sprintf("%.0fµs", us)
+}
+
+// Model returns the model a Default planner's caller should cost
+// candidates with: the table's measured figures where it has them, the
+// built-in figures otherwise.
+func (d Default) Model() cost.Model {
+	if d.Table != nil && d.Table.Model != nil {
+		return *d.Table.Model
+	}
+	return cost.Default()
 }

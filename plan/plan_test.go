@@ -1,138 +1,251 @@
 package plan_test
 
 import (
-	"slices"
+	"math"
+	"strings"
 	"testing"
 
-	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
 
-func names(c sched.Collective) []string {
-	var out []string
-	for _, a := range algo.ForCollective(c) {
-		out = append(out, a.Name())
+func req(c sched.Collective, n int, bytes int64) plan.Request {
+	return plan.Request{Params: sched.Params{Coll: c, NRanks: n, Count: int(bytes / 4)}, ElemSize: 4}
+}
+
+func cands(r plan.Request, costs map[string]float64, names ...string) []plan.Candidate {
+	var out []plan.Candidate
+	for _, n := range names {
+		c, ok := costs[n]
+		if !ok {
+			c = math.NaN()
+		}
+		out = append(out, plan.Candidate{Name: n, Params: r.Params, Cost: c})
 	}
 	return out
 }
 
-// subsets returns every non-empty subset of s (s is short).
-func subsets(s []string) [][]string {
-	var out [][]string
-	for m := 1; m < 1<<len(s); m++ {
-		var sub []string
-		for i := range s {
-			if m&(1<<i) != 0 {
-				sub = append(sub, s[i])
-			}
-		}
-		out = append(out, sub)
+func TestDefaultPicksCheapest(t *testing.T) {
+	r := req(sched.Allreduce, 4, 1<<20)
+	d := plan.Default{}.Plan(r, cands(r, map[string]float64{"ring": 3e-4, "recdouble": 9e-4, "rabenseifner": 2e-4}, "recdouble", "ring", "rabenseifner"))
+	if d.Algo != "rabenseifner" {
+		t.Fatalf("chose %q (%s), want the cheapest", d.Algo, d.Reason)
 	}
-	return out
-}
-
-func TestPlanReturnsCandidate(t *testing.T) {
-	sizes := []int64{0, 1, 8, plan.SmallMessage, plan.SmallMessage + 1, plan.LargeMessage - 1, plan.LargeMessage, 1 << 30}
-	for _, c := range sched.Collectives() {
-		all := names(c)
-		if len(all) == 0 {
-			t.Errorf("%v: no registered algorithms", c)
-			continue
-		}
-		for _, cand := range subsets(all) {
-			for _, n := range []int{1, 2, 3, 8, 13} {
-				for _, b := range sizes {
-					r := plan.Request{Coll: c, NRanks: n, NHosts: 1, Count: int(b / 4), Bytes: b}
-					d := plan.Default{}.Plan(r, cand)
-					if !slices.Contains(cand, d.Algo) {
-						t.Errorf("%v n=%d %d B, candidates %v: chose %q", c, n, b, cand, d.Algo)
-					}
-					if d.Reason == "" {
-						t.Errorf("%v n=%d %d B, candidates %v: no reason", c, n, b, cand)
-					}
-				}
-			}
-		}
+	if !strings.Contains(d.Reason, "rabenseifner 200µs < ring 300µs < recdouble 900µs") {
+		t.Errorf("reason %q does not list the alternatives in order", d.Reason)
 	}
 }
 
-func TestPlanChoices(t *testing.T) {
-	allreduce := []string{"rabenseifner", "recdouble", "reducebcast", "ring"}
-	cases := []struct {
-		name string
-		r    plan.Request
-		cand []string
-		want string
+func TestDefaultFallsBackToRules(t *testing.T) {
+	r := req(sched.Allreduce, 4, 8)
+	d := plan.Default{}.Plan(r, cands(r, nil, "ring", "recdouble"))
+	if d.Algo != "recdouble" {
+		t.Fatalf("chose %q (%s), want the rules' recdouble", d.Algo, d.Reason)
+	}
+	if d := (plan.Default{}).Plan(r, nil); d.Algo != "" {
+		t.Errorf("no candidates: chose %q", d.Algo)
+	}
+}
+
+func TestDefaultTableWins(t *testing.T) {
+	tab, err := plan.ParseTable(strings.NewReader(`
+allreduce ranks=4 hosts=* size=0-64K ring
+allreduce ranks=* hosts=* size=0- segring:seg=128K
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	costs := map[string]float64{"ring": 3, "recdouble": 1, "segring": 2}
+	r := req(sched.Allreduce, 4, 8)
+	d := plan.Default{Table: tab}.Plan(r, cands(r, costs, "recdouble", "ring", "segring"))
+	if d.Algo != "ring" || !strings.Contains(d.Reason, "tuning table t: allreduce ranks=4") {
+		t.Errorf("8 B on 4 ranks: chose %q (%s), want the table's ring", d.Algo, d.Reason)
+	}
+	r = req(sched.Allreduce, 2, 8)
+	d = plan.Default{Table: tab}.Plan(r, cands(r, costs, "recdouble", "ring", "segring"))
+	if d.Algo != "segring" || d.Params.Segment != 32<<10 {
+		t.Errorf("8 B on 2 ranks: chose %q segment %d (%s), want the wildcard's segring with 32Ki elements", d.Algo, d.Params.Segment, d.Reason)
+	}
+	// An entry whose algorithm cannot run the call gives way to the model.
+	d = plan.Default{Table: tab}.Plan(r, cands(r, costs, "recdouble", "ring"))
+	if d.Algo != "recdouble" {
+		t.Errorf("table algorithm unavailable: chose %q (%s), want the model's recdouble", d.Algo, d.Reason)
+	}
+}
+
+func TestTableRoundTrip(t *testing.T) {
+	src := `# a comment
+link intra alpha=1.5us beta=8GB/s
+gamma 12GB/s
+allreduce ranks=2 hosts=1 size=0-16K recdouble
+allreduce ranks=2 hosts=1 size=16K-2M ring   # trailing comment
+bcast ranks=* hosts=* size=2M- chain:seg=256K
+reduce ranks=3 hosts=* size=8-1G knomial:k=4
+`
+	tab, err := plan.ParseTable(strings.NewReader(src), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.Model == nil || tab.Model.Links[cost.Intra] != (cost.Link{Alpha: 1.5e-6, Beta: 8e9}) ||
+		math.Abs(tab.Model.Gamma-1/12e9) > 1e-20 || tab.Model.Links[cost.Inter] != cost.Default().Links[cost.Inter] {
+		t.Errorf("model %+v", tab.Model)
+	}
+	if len(tab.Entries) != 4 || tab.Entries[1].Line != 5 {
+		t.Fatalf("entries %+v", tab.Entries)
+	}
+	var b strings.Builder
+	if _, err := tab.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	again, err := plan.ParseTable(strings.NewReader(b.String()), "y")
+	if err != nil {
+		t.Fatalf("reading what WriteTo wrote: %v\n%s", err, b.String())
+	}
+	for i := range tab.Entries {
+		a, b := tab.Entries[i], again.Entries[i]
+		a.Line, b.Line = 0, 0
+		if a != b {
+			t.Errorf("entry %d: %+v became %+v", i, a, b)
+		}
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-3*math.Abs(b) }
+	for c := range tab.Model.Links {
+		a, b := tab.Model.Links[c], again.Model.Links[c]
+		if !near(a.Alpha, b.Alpha) || !near(a.Beta, b.Beta) {
+			t.Errorf("link %d %+v became %+v", c, a, b)
+		}
+	}
+	if !near(tab.Model.Gamma, again.Model.Gamma) {
+		t.Errorf("gamma %g became %g", tab.Model.Gamma, again.Model.Gamma)
+	}
+	for _, tc := range []struct {
+		c     sched.Collective
+		n     int
+		size  int64
+		want  string
+		found bool
 	}{
-		{"tiny allreduce", plan.Request{Coll: sched.Allreduce, NRanks: 8, Bytes: 8}, allreduce, "recdouble"},
-		{"16 KiB allreduce", plan.Request{Coll: sched.Allreduce, NRanks: 8, Bytes: plan.SmallMessage}, allreduce, "recdouble"},
-		{"medium allreduce", plan.Request{Coll: sched.Allreduce, NRanks: 8, Bytes: 64 << 10}, allreduce, "rabenseifner"},
-		{"large allreduce", plan.Request{Coll: sched.Allreduce, NRanks: 8, Bytes: plan.LargeMessage}, allreduce, "ring"},
-		{"huge allreduce", plan.Request{Coll: sched.Allreduce, NRanks: 3, Bytes: 1 << 30}, allreduce, "ring"},
-		{"tiny allreduce without recdouble", plan.Request{Coll: sched.Allreduce, NRanks: 8, Bytes: 8}, []string{"ring", "rabenseifner"}, "rabenseifner"},
-		{"large allreduce without ring", plan.Request{Coll: sched.Allreduce, NRanks: 8, Bytes: 1 << 20}, []string{"recdouble", "rabenseifner"}, "rabenseifner"},
-		{"small allgather", plan.Request{Coll: sched.Allgather, NRanks: 4, Bytes: 64}, []string{"bruck", "recdouble", "ring"}, "recdouble"},
-		{"large allgather", plan.Request{Coll: sched.Allgather, NRanks: 4, Bytes: 1 << 20}, []string{"bruck", "recdouble", "ring"}, "ring"},
-		{"bcast", plan.Request{Coll: sched.Bcast, NRanks: 4, Bytes: 1 << 20}, []string{"binomial", "linear"}, "binomial"},
-		{"reduce", plan.Request{Coll: sched.Reduce, NRanks: 4, Bytes: 8}, []string{"linear", "binomial"}, "binomial"},
-		{"barrier", plan.Request{Coll: sched.Barrier, NRanks: 4}, []string{"dissemination"}, "dissemination"},
-	}
-	for _, tc := range cases {
-		d := plan.Default{}.Plan(tc.r, tc.cand)
-		if d.Algo != tc.want {
-			t.Errorf("%s: chose %q (%s), want %q", tc.name, d.Algo, d.Reason, tc.want)
+		{sched.Allreduce, 2, 0, "recdouble", true},
+		{sched.Allreduce, 2, 16<<10 - 1, "recdouble", true},
+		{sched.Allreduce, 2, 16 << 10, "ring", true},
+		{sched.Allreduce, 2, 2 << 20, "", false},
+		{sched.Allreduce, 3, 8, "", false},
+		{sched.Bcast, 7, 1 << 30, "chain:seg=256K", true},
+		{sched.Reduce, 3, 4, "", false},
+	} {
+		e := tab.Lookup(tc.c, tc.n, 1, tc.size)
+		if (e != nil) != tc.found || e != nil && e.Choice.String() != tc.want {
+			t.Errorf("Lookup(%v, %d, %d) = %v, want %q", tc.c, tc.n, tc.size, e, tc.want)
 		}
 	}
 }
 
-func TestPlanFallsBackToFirst(t *testing.T) {
-	cases := []struct {
-		r    plan.Request
-		cand []string
-	}{
-		// None of the allreduce preferences is available.
-		{plan.Request{Coll: sched.Allreduce, NRanks: 4, Bytes: 8}, []string{"reducebcast", "other"}},
-		{plan.Request{Coll: sched.Allreduce, NRanks: 4, Bytes: 1 << 20}, []string{"reducebcast"}},
-		// Only bruck for allgather.
-		{plan.Request{Coll: sched.Allgather, NRanks: 4, Bytes: 8}, []string{"bruck"}},
-		// Gather and scatter have no preferences at all.
-		{plan.Request{Coll: sched.Gather, NRanks: 4, Bytes: 8}, []string{"linear", "x"}},
-		{plan.Request{Coll: sched.Scatter, NRanks: 4, Bytes: 8}, []string{"linear"}},
-		// An unknown collective.
-		{plan.Request{Coll: sched.InvalidCollective, NRanks: 4}, []string{"a", "b"}},
-	}
-	for _, tc := range cases {
-		d := plan.Default{}.Plan(tc.r, tc.cand)
-		if d.Algo != tc.cand[0] {
-			t.Errorf("%v %d B, candidates %v: chose %q, want the first", tc.r.Coll, tc.r.Bytes, tc.cand, d.Algo)
-		}
-		if d.Reason == "" {
-			t.Errorf("%v: fallback without a reason", tc.r.Coll)
+func TestTableErrors(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"allreduce ranks=2 hosts=1 size=0-16K", "t:1: want"},
+		{"\nallreduc ranks=2 hosts=1 size=0-16K ring", "t:2: unknown collective"},
+		{"allreduce ranks=0 hosts=1 size=0-16K ring", "ranks=\"0\""},
+		{"allreduce ranks=2 hosts=1 size=16K-8 ring", "empty range"},
+		{"allreduce ranks=2 hosts=1 size=16K ring", "a range"},
+		{"allreduce ranks=2 hosts=1 size=0- ring:seg=0", "positive size"},
+		{"allreduce ranks=2 hosts=1 size=0- knomial:k=1", "k=\"1\""},
+		{"allreduce ranks=2 hosts=1 size=0- ring:x=1", "unknown parameter"},
+		{"link intra alpha=1us beta=0GB/s", "rate"},
+		{"link intra alpha=1 beta=1GB/s", "unit"},
+		{"link warp alpha=1us beta=1GB/s", "unknown link class"},
+		{"gamma fast", "rate"},
+	} {
+		_, err := plan.ParseTable(strings.NewReader(tc.src), "t")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.src, err, tc.want)
 		}
 	}
 }
 
-func TestPlanEmptyCandidates(t *testing.T) {
-	for _, c := range append(sched.Collectives(), sched.InvalidCollective) {
-		for _, cand := range [][]string{nil, {}} {
-			d := plan.Default{}.Plan(plan.Request{Coll: c, NRanks: 4, Bytes: 1024}, cand)
-			if d.Algo != "" {
-				t.Errorf("%v with no candidates: chose %q", c, d.Algo)
-			}
+func FuzzParseTable(f *testing.F) {
+	f.Add("link intra alpha=1us beta=8GB/s\ngamma 10GB/s\nallreduce ranks=2 hosts=1 size=0-16K recdouble\n")
+	f.Add("bcast ranks=* hosts=* size=2M- chain:seg=256K:k=3")
+	f.Fuzz(func(t *testing.T, s string) {
+		tab, err := plan.ParseTable(strings.NewReader(s), "fuzz")
+		if err != nil {
+			return
+		}
+		var b strings.Builder
+		tab.WriteTo(&b)
+		again, err := plan.ParseTable(strings.NewReader(b.String()), "again")
+		if err != nil {
+			t.Fatalf("%q parsed, but what WriteTo made of it did not: %v\n%s", s, err, b.String())
+		}
+		if len(again.Entries) != len(tab.Entries) {
+			t.Fatalf("%d entries became %d", len(tab.Entries), len(again.Entries))
+		}
+	})
+}
+
+func TestChoice(t *testing.T) {
+	c, err := plan.ParseChoice("segring:seg=64K:k=3")
+	if err != nil || c != (plan.Choice{Algo: "segring", Segment: 64 << 10, Radix: 3}) {
+		t.Fatalf("ParseChoice = %+v, %v", c, err)
+	}
+	p := c.Apply(sched.Params{Coll: sched.Allreduce, NRanks: 2, Count: 100}, 8)
+	if p.Segment != 8<<10 || p.Radix != 3 {
+		t.Errorf("Apply: %+v", p)
+	}
+	if p := (plan.Choice{Algo: "x", Segment: 3}).Apply(sched.Params{}, 8); p.Segment != 1 {
+		t.Errorf("a segment below one element became %d", p.Segment)
+	}
+	for _, bad := range []string{"", ":seg=1", "a=b", "ring:seg", "ring:k=x"} {
+		if _, err := plan.ParseChoice(bad); err == nil {
+			t.Errorf("ParseChoice(%q) accepted", bad)
 		}
 	}
 }
 
-func TestPlanDoesNotModifyCandidates(t *testing.T) {
-	cand := []string{"ring", "recdouble", "rabenseifner"}
-	keep := slices.Clone(cand)
-	plan.Default{}.Plan(plan.Request{Coll: sched.Allreduce, NRanks: 4, Bytes: 8}, cand)
-	if !slices.Equal(cand, keep) {
-		t.Errorf("candidates changed to %v", cand)
+// TestMIAD runs MIAD against a throughput curve with one peak and checks
+// that it settles near the peak, growing first and then stepping back.
+func TestMIAD(t *testing.T) {
+	thr := func(seg int) float64 {
+		// Throughput rises with the segment (fewer messages) until 96 Ki
+		// elements, then falls (pipeline fill).
+		x := math.Log2(float64(seg) / (96 << 10))
+		return 10 - x*x
 	}
-}
-
-func TestDefaultIsPlanner(t *testing.T) {
-	var _ plan.Planner = plan.Default{}
+	m := plan.NewMIAD(4<<10, 1<<10, 16<<20)
+	var tried []int
+	for !m.Done() {
+		s := m.Segment()
+		tried = append(tried, s)
+		m.Observe(thr(s))
+		if m.Trials() > plan.MIADMaxTrials {
+			t.Fatal("MIAD does not stop")
+		}
+	}
+	got := m.Segment()
+	if got < 64<<10 || got > 128<<10 {
+		t.Errorf("settled at %d (tried %v), want near the peak at 96Ki", got, tried)
+	}
+	if tried[1] != 2*tried[0] {
+		t.Errorf("tried %v: the first move must be multiplicative", tried)
+	}
+	if seg := m.Segment(); !m.Done() || seg != got {
+		t.Errorf("Segment after Done changed")
+	}
+	// A flat curve stops quickly and keeps the start.
+	m = plan.NewMIAD(64<<10, 1<<10, 1<<20)
+	for i := 0; !m.Done(); i++ {
+		m.Observe(5)
+	}
+	if m.Segment() != 64<<10 || m.Trials() > 5 {
+		t.Errorf("flat curve: settled at %d after %d trials", m.Segment(), m.Trials())
+	}
+	// Bounds hold.
+	m = plan.NewMIAD(1, 16, 32)
+	for !m.Done() {
+		s := m.Segment()
+		if s < 16 || s > 32 {
+			t.Fatalf("segment %d outside [16, 32]", s)
+		}
+		m.Observe(float64(s))
+	}
 }

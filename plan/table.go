@@ -1,0 +1,396 @@
+package plan
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
+
+// A tuning table maps (collective, rank count, host count, size range) to
+// an algorithm and its parameters, and may carry the machine's measured
+// link figures. braid tune writes one; BRAID_TUNING names the file a job
+// reads. The format is text, one entry per line:
+//
+//	# comments start with #
+//	link intra alpha=1.1us beta=8.2GB/s
+//	link inter alpha=25us beta=1.2GB/s
+//	gamma 10.5GB/s
+//	allreduce ranks=2 hosts=1 size=0-16K recdouble
+//	allreduce ranks=2 hosts=1 size=16K-2M ring
+//	allreduce ranks=* hosts=* size=2M- segring:seg=256K
+//	bcast ranks=4 hosts=1 size=64K-1M knomial:k=4
+//
+// size=A-B is the half-open range [A, B) of sizes as braid bench reports
+// them (the whole vector; see Size), B empty for no bound. ranks and hosts
+// are counts or * for any. When several entries match a call, the one with
+// exact rank and host counts wins over wildcards, then the first in the
+// file. The choice is an algorithm name with optional parameters, as
+// BRAID_ALGO takes them (see ParseChoice).
+type Table struct {
+	Source  string      // where it was read from, for log messages
+	Model   *cost.Model // measured link figures; nil if the file has none
+	Entries []Entry
+}
+
+// Entry is one line of a table.
+type Entry struct {
+	Coll     sched.Collective
+	Ranks    int   // 0: any
+	Hosts    int   // 0: any
+	Min, Max int64 // sizes [Min, Max) in bytes; Max 0: no bound
+	Choice   Choice
+	Line     int // line in the file, 0 if built in code
+}
+
+// Matches reports whether e applies to the call.
+func (e *Entry) Matches(c sched.Collective, ranks, hosts int, size int64) bool {
+	return e.Coll == c && (e.Ranks == 0 || e.Ranks == ranks) && (e.Hosts == 0 || e.Hosts == hosts) &&
+		size >= e.Min && (e.Max == 0 || size < e.Max)
+}
+
+// String writes e as a table line.
+func (e *Entry) String() string {
+	count := func(v int) string {
+		if v == 0 {
+			return "*"
+		}
+		return strconv.Itoa(v)
+	}
+	hi := ""
+	if e.Max > 0 {
+		hi = FormatSize(e.Max)
+	}
+	s := fmt.Sprintf("%v ranks=%s hosts=%s size=%s-%s %s", e.Coll, count(e.Ranks), count(e.Hosts), FormatSize(e.Min), hi, e.Choice)
+	return s
+}
+
+// Lookup returns the entry for the call, or nil. A nil table has none.
+func (t *Table) Lookup(c sched.Collective, ranks, hosts int, size int64) *Entry {
+	if t == nil {
+		return nil
+	}
+	var best *Entry
+	score := -1
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		if !e.Matches(c, ranks, hosts, size) {
+			continue
+		}
+		s := 0
+		if e.Ranks != 0 {
+			s += 2
+		}
+		if e.Hosts != 0 {
+			s++
+		}
+		if s > score {
+			best, score = e, s
+		}
+	}
+	return best
+}
+
+// LoadTable reads the table in file path.
+func LoadTable(path string) (*Table, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tuning table: %w", err)
+	}
+	return ParseTable(bytes.NewReader(b), path)
+}
+
+// ParseTable reads a table; name says where it came from in errors.
+func ParseTable(r io.Reader, name string) (*Table, error) {
+	t := &Table{Source: name}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	line := 0
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("tuning table %s:%d: %s", name, line, fmt.Sprintf(format, a...))
+	}
+	var model cost.Model
+	haveLink := [len(model.Links)]bool{}
+	haveGamma, any := false, false
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if i := strings.IndexByte(text, '#'); i >= 0 {
+			text = text[:i]
+		}
+		f := strings.Fields(text)
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "link":
+			if len(f) != 4 {
+				return nil, bad("want \"link CLASS alpha=T beta=B\", got %q", strings.Join(f, " "))
+			}
+			c, err := cost.ParseClass(f[1])
+			if err != nil {
+				return nil, bad("%v", err)
+			}
+			var l cost.Link
+			for _, kv := range f[2:] {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "alpha":
+					l.Alpha, err = parseSeconds(v)
+				case "beta":
+					l.Beta, err = parseRate(v)
+				default:
+					err = fmt.Errorf("unknown field %q (want alpha= and beta=)", k)
+				}
+				if err != nil {
+					return nil, bad("%v", err)
+				}
+			}
+			if !l.Valid() {
+				return nil, bad("link %v: alpha=%g s beta=%g B/s is not a valid link", c, l.Alpha, l.Beta)
+			}
+			model.Links[c], haveLink[c], any = l, true, true
+		case "gamma":
+			if len(f) != 2 {
+				return nil, bad("want \"gamma RATE\" (bytes reduced per second, e.g. 10GB/s)")
+			}
+			rate, err := parseRate(f[1])
+			if err != nil {
+				return nil, bad("%v", err)
+			}
+			model.Gamma, haveGamma, any = 1/rate, true, true
+		default:
+			e, err := parseEntry(f)
+			if err != nil {
+				return nil, bad("%v", err)
+			}
+			e.Line = line
+			t.Entries = append(t.Entries, e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("tuning table %s: %w", name, err)
+	}
+	if any {
+		// Figures the file lacks come from the built-in model.
+		def := cost.Default()
+		for c, ok := range haveLink {
+			if !ok {
+				model.Links[c] = def.Links[c]
+			}
+		}
+		if !haveGamma {
+			model.Gamma = def.Gamma
+		}
+		t.Model = &model
+	}
+	return t, nil
+}
+
+func parseEntry(f []string) (Entry, error) {
+	var e Entry
+	c, err := sched.ParseCollective(f[0])
+	if err != nil {
+		return e, err
+	}
+	e.Coll = c
+	if len(f) != 5 {
+		return e, fmt.Errorf("want \"COLLECTIVE ranks=N hosts=N size=A-B ALGO[:PARAMS]\", got %d fields", len(f))
+	}
+	count := func(kv, key string) (int, error) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k != key {
+			return 0, fmt.Errorf("want %s=N or %s=*, got %q", key, key, kv)
+		}
+		if v == "*" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return 0, fmt.Errorf("%s=%q: want a positive count or *", key, v)
+		}
+		return n, nil
+	}
+	if e.Ranks, err = count(f[1], "ranks"); err != nil {
+		return e, err
+	}
+	if e.Hosts, err = count(f[2], "hosts"); err != nil {
+		return e, err
+	}
+	k, v, ok := strings.Cut(f[3], "=")
+	if !ok || k != "size" {
+		return e, fmt.Errorf("want size=A-B, got %q", f[3])
+	}
+	lo, hi, ok := strings.Cut(v, "-")
+	if !ok {
+		return e, fmt.Errorf("size=%q: want A-B or A- (a range)", v)
+	}
+	if e.Min, err = ParseSize(lo); err != nil {
+		return e, err
+	}
+	if hi != "" {
+		if e.Max, err = ParseSize(hi); err != nil {
+			return e, err
+		}
+		if e.Max <= e.Min {
+			return e, fmt.Errorf("size=%q: empty range", v)
+		}
+	}
+	if e.Choice, err = ParseChoice(f[4]); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// WriteTo writes t in the file format.
+func (t *Table) WriteTo(w io.Writer) (int64, error) {
+	var b bytes.Buffer
+	if t.Model != nil {
+		for _, c := range cost.Classes() {
+			l := t.Model.Links[c]
+			fmt.Fprintf(&b, "link %v alpha=%s beta=%s\n", c, formatSecondsExact(l.Alpha), formatRate(l.Beta))
+		}
+		if t.Model.Gamma > 0 {
+			fmt.Fprintf(&b, "gamma %s\n", formatRate(1/t.Model.Gamma))
+		}
+	}
+	for i := range t.Entries {
+		b.WriteString(t.Entries[i].String())
+		b.WriteByte('\n')
+	}
+	n, err := w.Write(b.Bytes())
+	return int64(n), err
+}
+
+// parseSeconds reads a duration with a unit: 1.5us, 800ns, 2ms, 1s.
+func parseSeconds(s string) (float64, error) {
+	for _, u := range []struct {
+		suf  string
+		mult float64
+	}{{"ns", 1e-9}, {"us", 1e-6}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}} {
+		if v, ok := strings.CutSuffix(s, u.suf); ok {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+				return 0, fmt.Errorf("time %q: want a non-negative number and a unit (ns, us, ms, s)", s)
+			}
+			return x * u.mult, nil
+		}
+	}
+	return 0, fmt.Errorf("time %q: want a unit (ns, us, ms, s)", s)
+}
+
+// parseRate reads a rate in bytes per second: 8.2GB/s, 900MB/s (decimal
+// units, as DESIGN.md's figures are).
+func parseRate(s string) (float64, error) {
+	for _, u := range []struct {
+		suf  string
+		mult float64
+	}{{"GB/s", 1e9}, {"MB/s", 1e6}, {"KB/s", 1e3}, {"B/s", 1}} {
+		if v, ok := strings.CutSuffix(s, u.suf); ok {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x <= 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+				return 0, fmt.Errorf("rate %q: want a positive number and a unit (GB/s, MB/s, KB/s, B/s)", s)
+			}
+			return x * u.mult, nil
+		}
+	}
+	return 0, fmt.Errorf("rate %q: want a unit (GB/s, MB/s, KB/s, B/s)", s)
+}
+
+func formatSecondsExact(s float64) string { return strconv.FormatFloat(s*1e6, 'g', 4, 64) + "us" }
+func formatRate(r float64) string         { return strconv.FormatFloat(r/1e9, 'g', 4, 64) + "GB/s" }
+
+// Choice is an algorithm with optional parameters, written
+// "name[:seg=SIZE][:k=K]": seg is the segment (chunk) of pipelined
+// algorithms in bytes, k the radix of k-nomial trees. "segring:seg=256K",
+// "knomial:k=4", "ring".
+type Choice struct {
+	Algo    string
+	Segment int64 // bytes; 0: the algorithm's or the model's choice
+	Radix   int   // 0: the algorithm's or the model's choice
+}
+
+// ParseChoice reads a Choice.
+func ParseChoice(s string) (Choice, error) {
+	parts := strings.Split(strings.TrimSpace(s), ":")
+	c := Choice{Algo: parts[0]}
+	if c.Algo == "" || strings.ContainsAny(c.Algo, "= ,") {
+		return c, fmt.Errorf("algorithm %q: want a name, then optional :seg=SIZE or :k=K", s)
+	}
+	for _, kv := range parts[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return c, fmt.Errorf("algorithm %q: parameter %q is not key=value", s, kv)
+		}
+		switch k {
+		case "seg", "segment", "chunk":
+			n, err := ParseSize(v)
+			if err != nil || n < 1 {
+				return c, fmt.Errorf("algorithm %q: seg=%q: want a positive size", s, v)
+			}
+			c.Segment = n
+		case "k", "radix":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 2 || n > 1<<16 {
+				return c, fmt.Errorf("algorithm %q: k=%q: want an integer ≥ 2", s, v)
+			}
+			c.Radix = n
+		default:
+			return c, fmt.Errorf("algorithm %q: unknown parameter %q (want seg or k)", s, k)
+		}
+	}
+	return c, nil
+}
+
+// String writes c as ParseChoice reads it.
+func (c Choice) String() string {
+	s := c.Algo
+	if c.Segment > 0 {
+		s += ":seg=" + FormatSize(c.Segment)
+	}
+	if c.Radix > 0 {
+		s += ":k=" + strconv.Itoa(c.Radix)
+	}
+	return s
+}
+
+// Apply returns p with c's parameters set: the segment in whole elements
+// of es bytes (at least one), the radix as is. Parameters c leaves at 0
+// keep p's.
+func (c Choice) Apply(p sched.Params, es int) sched.Params {
+	if c.Segment > 0 {
+		p.Segment = int(max(1, c.Segment/int64(max(es, 1))))
+	}
+	if c.Radix > 0 {
+		p.Radix = c.Radix
+	}
+	return p
+}
+
+// Sort orders entries by collective, ranks, hosts and size.
+func (t *Table) Sort() {
+	slices.SortStableFunc(t.Entries, func(a, b Entry) int {
+		switch {
+		case a.Coll != b.Coll:
+			return int(a.Coll) - int(b.Coll)
+		case a.Ranks != b.Ranks:
+			return a.Ranks - b.Ranks
+		case a.Hosts != b.Hosts:
+			return a.Hosts - b.Hosts
+		case a.Min != b.Min:
+			if a.Min < b.Min {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+}
