@@ -41,6 +41,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	w := &world{rank: info.Rank, size: info.Size, opts: o, model: o.model(),
 		logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
 	w.hosts = make([]string, info.Size)
+	w.numa = make([]int, info.Size)
 	w.conns = make([]transport.Conn, info.Size)
 	host := o.Host
 	if host == "" {
@@ -68,7 +69,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	prefix := "braid/" + info.JobID
 	self := transport.Endpoint{Rank: info.Rank, Host: host, PID: os.Getpid()}
-	if err := store.Set(ctx, fmt.Sprintf("%s/ep/%d", prefix, info.Rank), []byte(fmt.Sprintf("%d\t%s", self.PID, host))); err != nil {
+	if err := store.Set(ctx, fmt.Sprintf("%s/ep/%d", prefix, info.Rank), []byte(fmt.Sprintf("%d\t%d\t%s", self.PID, numaNode(), host))); err != nil {
 		return fail(fmt.Errorf("publishing this rank's endpoint: %w", err))
 	}
 	eps := make([]transport.Endpoint, info.Size)
@@ -77,13 +78,19 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		if err != nil {
 			return fail(fmt.Errorf("waiting for rank %d to join (%d ranks expected): %w", r, info.Size, err))
 		}
-		pid, h, ok := strings.Cut(string(v), "\t")
-		p, err := strconv.Atoi(pid)
-		if !ok || err != nil {
+		f := strings.SplitN(string(v), "\t", 3)
+		var p, numa int
+		var err1, err2 error
+		if len(f) == 3 {
+			p, err1 = strconv.Atoi(f[0])
+			numa, err2 = strconv.Atoi(f[1])
+		}
+		if len(f) != 3 || err1 != nil || err2 != nil {
 			return fail(fmt.Errorf("rank %d published a malformed endpoint %q", r, v))
 		}
-		eps[r] = transport.Endpoint{Rank: r, Host: h, PID: p}
-		w.hosts[r] = h
+		eps[r] = transport.Endpoint{Rank: r, Host: f[2], PID: p}
+		w.hosts[r] = f[2]
+		w.numa[r] = numa
 	}
 	// One transport per pair: shm within a host unless tcp is forced.
 	var local, remote []transport.Endpoint
