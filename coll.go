@@ -53,9 +53,9 @@ type planned struct {
 	mu       sync.Mutex
 	miad     *plan.MIAD
 	a        algo.Algorithm
-	p        sched.Params // the params the program was generated with
-	bytes    float64      // bytes a call moves, for throughput
-	calls    int          // calls issued in the current trial
+	p        sched.Params  // the params the program was generated with
+	bytes    float64       // bytes a call moves, for throughput
+	calls    int           // calls issued in the current trial
 	pending  chan struct{} // closed when the last trial's agreement is done
 }
 
