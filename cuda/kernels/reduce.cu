@@ -1,0 +1,326 @@
+// Reduction kernels for Braid's GPU path, compiled to PTX and embedded in
+// package cuda (cuda/reduce.go). The PTX beside this file is generated from it
+// and committed; regenerate it with (needs nvcc 13.0, e.g. on the GPU machine):
+//
+//     nvcc -ptx -arch=sm_90 -O3 -std=c++17 -o cuda/kernels/reduce.ptx cuda/kernels/reduce.cu
+//
+// which is what cuda/kernels/gen.sh runs. The file includes no header, so that
+// NVRTC or any CUDA C++ compiler builds it the same way; float16 and bfloat16
+// conversions are written as PTX instructions.
+//
+// Every kernel of the reduce family has the same parameters:
+//
+//     braid_reduce_<op>_<type>(T *dst0, T *dst1, const T *a, const T *b,
+//                              unsigned long long n, unsigned int div)
+//
+// and writes dst0[i] = a[i] op b[i] for i < n, and the same value to dst1[i]
+// when dst1 is not null (a reduction fused with one or two copies). For op avg
+// the sum, rounded to T, is then divided by div and rounded again: with div = 1
+// avg is sum, and on the last step of an average over k ranks div = k. div is
+// ignored by the other ops. A destination may be exactly a or exactly b, or
+// overlap neither.
+//
+// braid_divide_<type>(T *dst, const T *src, unsigned long long n, unsigned int div)
+// writes dst[i] = src[i] / div for the floating-point types.
+//
+// The semantics are those of Braid's host kernels (internal/reduce), bit for
+// bit: integers wrap; float16 and bfloat16 are widened to float32, combined and
+// rounded back to nearest even; min and max propagate NaN and order -0 below
+// +0 (Go's built-in min and max); division rounds once.
+//
+// Every kernel is launched with 512 threads a block (__launch_bounds__), any
+// number of blocks.
+//
+// Speed: when every pointer is 16-byte aligned, each thread moves 16 bytes per
+// load and store (uint4) and keeps four such loads of each input in flight,
+// in a grid-stride loop, so that any grid size covers any n; the last few
+// elements, and all elements of misaligned buffers, go one at a time.
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+typedef long long i64;
+typedef unsigned short half_bits;  // float16, IEEE binary16
+typedef unsigned short bf16_bits;  // bfloat16, the top half of a float32
+
+// Tags for the two 16-bit floating-point types, which share a storage type.
+struct F16 {};
+struct BF16 {};
+
+// Traits<S> gives, for storage tag S: the stored type T, the type C in which
+// the operation is computed, and the conversions between them.
+template <typename S> struct Traits;
+
+#define PLAIN_TRAITS(S)                                          \
+  template <> struct Traits<S> {                                 \
+    typedef S T;                                                 \
+    typedef S C;                                                 \
+    static __device__ __forceinline__ C load(T x) { return x; }  \
+    static __device__ __forceinline__ T store(C x) { return x; } \
+  };
+PLAIN_TRAITS(float)
+PLAIN_TRAITS(double)
+PLAIN_TRAITS(i8)
+PLAIN_TRAITS(u8)
+PLAIN_TRAITS(i32)
+PLAIN_TRAITS(u32)
+PLAIN_TRAITS(i64)
+PLAIN_TRAITS(u64)
+
+template <> struct Traits<F16> {
+  typedef half_bits T;
+  typedef float C;
+  static __device__ __forceinline__ C load(T x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+  }
+  static __device__ __forceinline__ T store(C f) {
+    half_bits x;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+  }
+};
+
+template <> struct Traits<BF16> {
+  typedef bf16_bits T;
+  typedef float C;
+  static __device__ __forceinline__ C load(T x) {
+    return __int_as_float(((u32)x) << 16);
+  }
+  static __device__ __forceinline__ T store(C f) {
+    bf16_bits x;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+  }
+};
+
+// Bit patterns of floating-point values, for min and max of equal operands.
+__device__ __forceinline__ float or_bits(float a, float b) {
+  return __int_as_float(__float_as_int(a) | __float_as_int(b));
+}
+__device__ __forceinline__ float and_bits(float a, float b) {
+  return __int_as_float(__float_as_int(a) & __float_as_int(b));
+}
+__device__ __forceinline__ double or_bits(double a, double b) {
+  return __longlong_as_double(__double_as_longlong(a) | __double_as_longlong(b));
+}
+__device__ __forceinline__ double and_bits(double a, double b) {
+  return __longlong_as_double(__double_as_longlong(a) & __double_as_longlong(b));
+}
+
+// Go's min and max on floating point: NaN if either operand is NaN, and
+// -0 < +0. Equal operands have equal bits except for a pair of zeros, where
+// OR of the bits gives -0 (min) and AND gives +0 (max).
+template <typename F> __device__ __forceinline__ F go_min(F a, F b) {
+  if (a != a || b != b) return a + b;
+  if (a == b) return or_bits(a, b);
+  return a < b ? a : b;
+}
+template <typename F> __device__ __forceinline__ F go_max(F a, F b) {
+  if (a != a || b != b) return a + b;
+  if (a == b) return and_bits(a, b);
+  return a > b ? a : b;
+}
+
+// Unsigned<T> is the unsigned type of T's width: integer sums and products
+// are computed in it, where wrap-around is defined.
+template <typename T> struct Unsigned { typedef T U; };
+template <> struct Unsigned<i8> { typedef u8 U; };
+template <> struct Unsigned<i32> { typedef u32 U; };
+template <> struct Unsigned<i64> { typedef u64 U; };
+
+template <typename C> struct IsFloat { enum { value = 0 }; };
+template <> struct IsFloat<float> { enum { value = 1 }; };
+template <> struct IsFloat<double> { enum { value = 1 }; };
+
+// The operators, on the compute type C.
+struct OpSum {
+  template <typename C> static __device__ __forceinline__ C apply(C a, C b) {
+    if constexpr (IsFloat<C>::value) {
+      return a + b;
+    } else {
+      typedef typename Unsigned<C>::U U;
+      return (C)(U)((U)a + (U)b);
+    }
+  }
+};
+struct OpProd {
+  template <typename C> static __device__ __forceinline__ C apply(C a, C b) {
+    if constexpr (IsFloat<C>::value) {
+      return a * b;
+    } else {
+      typedef typename Unsigned<C>::U U;
+      return (C)(U)((U)a * (U)b);
+    }
+  }
+};
+struct OpMin {
+  template <typename C> static __device__ __forceinline__ C apply(C a, C b) {
+    if constexpr (IsFloat<C>::value) {
+      return go_min(a, b);
+    } else {
+      return a < b ? a : b;
+    }
+  }
+};
+struct OpMax {
+  template <typename C> static __device__ __forceinline__ C apply(C a, C b) {
+    if constexpr (IsFloat<C>::value) {
+      return go_max(a, b);
+    } else {
+      return a > b ? a : b;
+    }
+  }
+};
+struct OpBAnd {
+  template <typename C> static __device__ __forceinline__ C apply(C a, C b) { return a & b; }
+};
+struct OpBOr {
+  template <typename C> static __device__ __forceinline__ C apply(C a, C b) { return a | b; }
+};
+struct OpBXor {
+  template <typename C> static __device__ __forceinline__ C apply(C a, C b) { return a ^ b; }
+};
+// OpAvg is the sum; the kernel divides afterwards.
+struct OpAvg : OpSum {};
+
+// combine computes one element of the result, stored type in and out.
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ typename Traits<S>::T combine(typename Traits<S>::T a,
+                                                         typename Traits<S>::T b,
+                                                         typename Traits<S>::C div) {
+  typedef Traits<S> Tr;
+  typename Traits<S>::T r = Tr::store(Op::apply(Tr::load(a), Tr::load(b)));
+  if constexpr (Avg) r = Tr::store(Tr::load(r) / div);
+  return r;
+}
+
+// Vec is 16 bytes seen as W elements of T.
+template <typename T> union Vec {
+  uint4 v;
+  T e[16 / sizeof(T)];
+};
+
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void reduce_body(typename Traits<S>::T *dst0, typename Traits<S>::T *dst1,
+                                            const typename Traits<S>::T *a, const typename Traits<S>::T *b,
+                                            u64 n, u32 udiv) {
+  typedef typename Traits<S>::T T;
+  typedef typename Traits<S>::C C;
+  const C div = (C)udiv;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 addr_bits = (u64)dst0 | (u64)dst1 | (u64)a | (u64)b;
+  u64 done = 0;  // elements handled by the vector loops
+  if ((addr_bits & 15) == 0) {
+    const int W = 16 / sizeof(T);
+    const int U = 4;  // vectors in flight per thread and input
+    const u64 nvec = n / W;
+    const uint4 *va = (const uint4 *)a;
+    const uint4 *vb = (const uint4 *)b;
+    uint4 *vd0 = (uint4 *)dst0;
+    uint4 *vd1 = (uint4 *)dst1;
+    u64 i = tid;
+    for (; i + (U - 1) * stride < nvec; i += U * stride) {
+      Vec<T> x[U], y[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        x[u].v = va[i + u * stride];
+        y[u].v = vb[i + u * stride];
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+#pragma unroll
+        for (int k = 0; k < W; k++) x[u].e[k] = combine<S, Op, Avg>(x[u].e[k], y[u].e[k], div);
+        vd0[i + u * stride] = x[u].v;
+        if (dst1) vd1[i + u * stride] = x[u].v;
+      }
+    }
+    for (; i < nvec; i += stride) {
+      Vec<T> x, y;
+      x.v = va[i];
+      y.v = vb[i];
+#pragma unroll
+      for (int k = 0; k < W; k++) x.e[k] = combine<S, Op, Avg>(x.e[k], y.e[k], div);
+      vd0[i] = x.v;
+      if (dst1) vd1[i] = x.v;
+    }
+    done = nvec * W;
+  }
+  for (u64 i = done + tid; i < n; i += stride) {
+    T r = combine<S, Op, Avg>(a[i], b[i], div);
+    dst0[i] = r;
+    if (dst1) dst1[i] = r;
+  }
+}
+
+template <typename S>
+__device__ __forceinline__ void divide_body(typename Traits<S>::T *dst, const typename Traits<S>::T *src,
+                                            u64 n, u32 udiv) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::T T;
+  typedef typename Traits<S>::C C;
+  const C div = (C)udiv;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  u64 done = 0;
+  if ((((u64)dst | (u64)src) & 15) == 0) {
+    const int W = 16 / sizeof(T);
+    const u64 nvec = n / W;
+    const uint4 *vs = (const uint4 *)src;
+    uint4 *vd = (uint4 *)dst;
+    for (u64 i = tid; i < nvec; i += stride) {
+      Vec<T> x;
+      x.v = vs[i];
+#pragma unroll
+      for (int k = 0; k < W; k++) x.e[k] = Tr::store(Tr::load(x.e[k]) / div);
+      vd[i] = x.v;
+    }
+    done = nvec * W;
+  }
+  for (u64 i = done + tid; i < n; i += stride) dst[i] = Tr::store(Tr::load(src[i]) / div);
+}
+
+#define REDUCE(opname, Op, Avg, tname, S)                                                  \
+  extern "C" __global__ void __launch_bounds__(512) braid_reduce_##opname##_##tname(     \
+      Traits<S>::T *dst0, Traits<S>::T *dst1, const Traits<S>::T *a, const Traits<S>::T *b, \
+      u64 n, u32 div) {                                                                    \
+    reduce_body<S, Op, Avg>(dst0, dst1, a, b, n, div);                                     \
+  }
+
+#define DIVIDE(tname, S)                                                                   \
+  extern "C" __global__ void __launch_bounds__(512) braid_divide_##tname(                  \
+      Traits<S>::T *dst, const Traits<S>::T *src, u64 n, u32 div) {                        \
+    divide_body<S>(dst, src, n, div);                                                      \
+  }
+
+#define FLOAT_KERNELS(tname, S)          \
+  REDUCE(sum, OpSum, false, tname, S)    \
+  REDUCE(prod, OpProd, false, tname, S)  \
+  REDUCE(min, OpMin, false, tname, S)    \
+  REDUCE(max, OpMax, false, tname, S)    \
+  REDUCE(avg, OpAvg, true, tname, S)     \
+  DIVIDE(tname, S)
+
+#define INT_KERNELS(tname, S)            \
+  REDUCE(sum, OpSum, false, tname, S)    \
+  REDUCE(prod, OpProd, false, tname, S)  \
+  REDUCE(min, OpMin, false, tname, S)    \
+  REDUCE(max, OpMax, false, tname, S)    \
+  REDUCE(band, OpBAnd, false, tname, S)  \
+  REDUCE(bor, OpBOr, false, tname, S)    \
+  REDUCE(bxor, OpBXor, false, tname, S)
+
+FLOAT_KERNELS(f32, float)
+FLOAT_KERNELS(f64, double)
+FLOAT_KERNELS(f16, F16)
+FLOAT_KERNELS(bf16, BF16)
+INT_KERNELS(i8, i8)
+INT_KERNELS(u8, u8)
+INT_KERNELS(i32, i32)
+INT_KERNELS(u32, u32)
+INT_KERNELS(i64, i64)
+INT_KERNELS(u64, u64)
