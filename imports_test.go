@@ -20,6 +20,8 @@ func TestImportRules(t *testing.T) {
 		"algo":      {"sched", "cost"},
 		"plan":      {"sched", "cost"},
 		"cost":      {"sched"},
+		"topo":      {"sched", "cost"},
+		"pack":      {"topo", "sched", "cost"},
 		"cuda":      {"internal/dtype"},
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
 		"transport": {},
