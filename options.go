@@ -170,8 +170,10 @@ func DefaultTuningFile() string {
 
 // model returns the link figures the planner costs algorithms with.
 func (o *Options) model() cost.Model {
-	if d, ok := o.Planner.(plan.Default); ok {
-		return d.Model()
+	// plan.Default, and planners that wrap one (braid bench's), say
+	// which figures they plan with.
+	if m, ok := o.Planner.(interface{ Model() cost.Model }); ok {
+		return m.Model()
 	}
 	return cost.Default()
 }

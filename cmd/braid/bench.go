@@ -4,14 +4,19 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"time"
 
 	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/internal/bench"
+	"github.com/braid-ccl/braid/internal/benchplot"
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"golang.org/x/term"
 )
@@ -20,7 +25,23 @@ const benchUsage = `usage: braid bench [-n N] COLLECTIVE [flags]
 
 Times COLLECTIVE from --min-size to --max-size (powers of two) on the ranks of
 the job it runs in (braid run, mpirun, Slurm, torchrun), or on N local ranks
-that it starts itself with -n N. Rank 0 prints the table.
+that it starts itself with -n N. Rank 0 prints the table (or CSV or JSON) on
+standard output, draws --plot, and shows a progress bar on standard error
+when that is a terminal.
+
+--all-algos times every algorithm of COLLECTIVE side by side at each size,
+with the planner's own choice as "auto"; --algos LIST times the ones listed
+(names may carry parameters: segring:seg=64K,knomial:k=4,auto).
+--imbalance MIF injects, before each call, compute of a random length in
+[0, MIF × α] on every rank, α the size's balanced latency (measured first;
+the smallest of the runs), and reports the latency of the calls alone, as
+the PAP-aware paper does (seed 001 §6.1).
+
+examples:
+  braid bench -n 4 allreduce --check
+  braid bench -n 2 allreduce --all-algos --max-size 16M --plot allreduce.png
+  braid bench -n 4 bcast --algos binomial,chain:seg=256K,auto --format csv
+  braid bench -n 4 allreduce --imbalance 10 --max-size 64K
 
 flags:
 `
@@ -42,6 +63,10 @@ func benchCmd(args []string) error {
 	format := fs.String("format", "table", "table, csv or json")
 	imb := fs.Float64("imbalance", 0, "inject random compute before each call, up to MIF × the call's balanced latency")
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
+	allAlgos := fs.Bool("all-algos", false, "time every algorithm of the collective side by side, and the planner's choice (auto)")
+	algosF := fs.String("algos", "", "time these algorithms side by side (comma-separated; auto is the planner's choice)")
+	plotF := fs.String("plot", "", "draw latency and bus bandwidth against size into FILE.png or FILE.svg")
+	seed := fs.Uint64("seed", 1, "seed of --imbalance's random compute")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
 
 	// Flags may come before or after the collective: the first argument
@@ -85,26 +110,6 @@ func benchCmd(args []string) error {
 	if err != nil {
 		return usageError{"bench: " + err.Error()}
 	}
-	if *n > 0 && os.Getenv("BRAID_RANK") == "" {
-		// Launch ourselves on n ranks without -n.
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		var child []string
-		for i := 0; i < len(args); i++ {
-			a := args[i]
-			if a == "-n" || a == "--n" {
-				i++
-				continue
-			}
-			if strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n=") {
-				continue
-			}
-			child = append(child, a)
-		}
-		return launchLocal(*n, false, self, append([]string{"bench"}, child...))
-	}
 	d, err := dtype.ParseDType(*dt)
 	if err != nil {
 		return usageError{"bench: " + err.Error()}
@@ -127,18 +132,73 @@ func benchCmd(args []string) error {
 	if hi < lo {
 		return usageError{"bench: --max-size is smaller than --min-size"}
 	}
+	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
+		return usageError{fmt.Sprintf("bench: --imbalance %v: want a factor ≥ 0", *imb)}
+	}
+	if *plotF != "" {
+		if ext := strings.ToLower(filepath.Ext(*plotF)); ext != ".png" && ext != ".svg" {
+			return usageError{fmt.Sprintf("bench: --plot %s: want a .png or .svg file", *plotF)}
+		}
+	}
+	algos, err := benchAlgos(col, *allAlgos, *algosF, *algoF)
+	if err != nil {
+		return err
+	}
+	if *n > 0 && os.Getenv("BRAID_RANK") == "" {
+		// The arguments are good: launch ourselves on n ranks without -n.
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		var child []string
+		for i := 0; i < len(args); i++ {
+			a := args[i]
+			if a == "-n" || a == "--n" {
+				i++
+				continue
+			}
+			if strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n=") {
+				continue
+			}
+			child = append(child, a)
+		}
+		return launchLocal(*n, false, self, append([]string{"bench"}, child...))
+	}
 
 	ctx := context.Background()
-	c, err := braid.Init(ctx, &braid.Options{Algo: *algoF, Transport: *transportF})
+	opts := &braid.Options{Algo: *algoF, Transport: *transportF}
+	var forcer *bench.Forcer
+	var ignored string // BRAID_ALGO, unset for the runs
+	if algos != nil {
+		if forcer, err = bench.NewForcer(""); err != nil {
+			return err
+		}
+		opts.Planner = forcer
+		if ignored = os.Getenv("BRAID_ALGO"); ignored != "" {
+			// A forced algorithm would override every run.
+			os.Unsetenv("BRAID_ALGO")
+		}
+		for _, a := range algos {
+			if ch, _ := plan.ParseChoice(a); ch.Segment > 0 || ch.Radix > 0 {
+				// MIAD would move a segment given as a parameter.
+				opts.DisableMIAD = true
+			}
+		}
+	}
+	c, err := braid.Init(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if ignored != "" && c.Rank() == 0 {
+		fmt.Fprintf(os.Stderr, "braid bench: ignoring BRAID_ALGO=%s: each run chooses its algorithm\n", ignored)
+	}
 	if *root < 0 || *root >= c.Size() {
 		return usageError{fmt.Sprintf("bench: --root %d out of range for %d ranks", *root, c.Size())}
 	}
 	cfg := bench.Config{Coll: col, MinSize: lo, MaxSize: hi, Iters: *iters, Warmup: *warmup,
-		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Imbalance: *imb}
+		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Imbalance: *imb, Seed: *seed,
+		Algos: algos, Forcer: forcer}
 	if !col.Reduces() {
 		cfg.Op = 0
 	}
@@ -152,24 +212,28 @@ func benchCmd(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	tty := c.Rank() == 0 && *format == "table" && term.IsTerminal(int(os.Stderr.Fd()))
-	start := time.Now()
-	if tty {
-		cfg.Progress = func(size int64) {
-			fmt.Fprintf(os.Stderr, "\r%s %-8s %5.1fs ", col, bench.FormatSize(size), time.Since(start).Seconds())
+	bar := c.Rank() == 0 && term.IsTerminal(int(os.Stderr.Fd()))
+	if bar {
+		start := time.Now()
+		width := 24
+		if w, _, err := term.GetSize(int(os.Stderr.Fd())); err == nil && w >= 80 {
+			width = min(40, w-56)
+		}
+		cfg.Progress = func(p bench.Progress) {
+			fmt.Fprint(os.Stderr, "\r"+progressLine(col.String(), p, time.Since(start), width)+"\033[K")
 		}
 	}
 	rows, err := bench.Run(ctx, c, cfg)
-	if tty {
+	if bar {
 		fmt.Fprint(os.Stderr, "\r\033[K")
 	}
 	if err != nil {
 		return err
 	}
-	for i := range rows {
-		count := rows[i].Count
-		if a, _, err := c.Explain(col.String(), count, d, *root); err == nil {
-			rows[i].Algo = a
+	if algos == nil && (*algoF != "" || os.Getenv("BRAID_ALGO") != "") {
+		// One forced run: name it by the algorithm it ran.
+		for i := range rows {
+			rows[i].Algo = rows[i].Ran
 		}
 	}
 	bad := 0
@@ -189,16 +253,60 @@ func benchCmd(args []string) error {
 				tr = "single rank"
 			}
 		}
-		h := bench.Header{Coll: col.String(), DType: d.String(), Transport: tr, Ranks: c.Size(), Hosts: c.Hosts(), InPlace: *inplace, Algo: *algoF}
+		h := bench.Header{Coll: col.String(), DType: d.String(), Transport: tr, Ranks: c.Size(), Hosts: c.Hosts(),
+			InPlace: *inplace, Algo: *algoF, MIF: *imb}
 		if col.Reduces() {
 			h.Op = op.String()
 		}
 		if err := bench.Write(os.Stdout, *format, h, rows); err != nil {
 			return err
 		}
+		if *plotF != "" {
+			fig, err := benchplot.New(h, rows)
+			if err == nil {
+				err = fig.Write(*plotF)
+			}
+			if err != nil {
+				return fmt.Errorf("bench: --plot: %w", err)
+			}
+		}
 	}
 	if bad > 0 {
 		return fmt.Errorf("bench: %d sizes gave wrong results", bad)
 	}
 	return nil
+}
+
+// benchAlgos returns the runs --all-algos or --algos ask for, or nil for
+// one run as the communicator is configured.
+func benchAlgos(col sched.Collective, all bool, list, forced string) ([]string, error) {
+	if !all && list == "" {
+		return nil, nil
+	}
+	if all && list != "" {
+		return nil, usageError{"bench: --all-algos and --algos: give one"}
+	}
+	if forced != "" {
+		return nil, usageError{"bench: --algo forces one algorithm; with --all-algos or --algos, leave it out"}
+	}
+	var algos []string
+	if all {
+		for _, a := range algo.ForCollective(col) {
+			algos = append(algos, a.Name())
+		}
+		algos = append(algos, bench.Auto)
+	} else {
+		for _, a := range strings.Split(list, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				algos = append(algos, a)
+			}
+		}
+	}
+	if len(algos) == 0 {
+		return nil, usageError{"bench: --algos: no algorithm given"}
+	}
+	if err := bench.CheckAlgos(col, algos); err != nil {
+		return nil, usageError{"bench: " + err.Error()}
+	}
+	return algos, nil
 }

@@ -1,5 +1,6 @@
 // Command braid is Braid's one binary: it launches local jobs (run) and
-// benchmarks collectives (bench).
+// benchmarks collectives (bench) and tunes the planner for this machine
+// (tune).
 //
 //	braid run -n 4 -- braid bench allreduce --check
 //	braid bench -n 4 allreduce --check      (the same: bench launches itself)
@@ -16,11 +17,14 @@ const usage = `braid: collective communication for distributed deep learning
 usage:
   braid run -n N [--prefix] -- PROG [ARGS...]   start N local ranks of PROG
   braid bench [-n N] COLLECTIVE [flags]          benchmark a collective (see braid bench -h)
+  braid tune [-n 2,4] [flags]                    measure every algorithm here and write a tuning table
   braid version
 
 Collectives: allreduce, reduce, bcast, allgather, reducescatter, gather,
 scatter, alltoall, barrier.
-Environment: BRAID_ALGO, BRAID_TRANSPORT, BRAID_TIMEOUT, BRAID_DEBUG=info|trace.
+Environment: BRAID_ALGO, BRAID_TRANSPORT, BRAID_TIMEOUT, BRAID_DEBUG=info|trace,
+BRAID_TUNING (a table from braid tune; "none" ignores the cached one),
+BRAID_MIAD=off (keep pipelined algorithms' segment fixed).
 `
 
 const version = "0.1.0"
@@ -36,6 +40,8 @@ func main() {
 		err = runCmd(os.Args[2:])
 	case "bench":
 		err = benchCmd(os.Args[2:])
+	case "tune":
+		err = tuneCmd(os.Args[2:])
 	case "version", "--version", "-v":
 		fmt.Println("braid", version)
 	case "help", "-h", "--help":

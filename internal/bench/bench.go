@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/internal/check"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -23,25 +26,52 @@ type Config struct {
 	Op        braid.Op
 	Root      int
 	InPlace   bool
-	Imbalance float64       // MIF: random compute before each call, up to Imbalance × the balanced latency
+	Imbalance float64       // MIF: random compute before each call, up to Imbalance × the balanced latency (see Run)
+	Seed      uint64        // seeds the random compute, with the rank; 0 means 1
 	Budget    time.Duration // target time of one size's timed loop when Iters is 0 (default 250 ms)
-	Progress  func(size int64)
+
+	// Algos lists the runs to time side by side at each size: algorithm
+	// names, passed to Forcer unchanged, or Auto for the planner's choice.
+	// A run is left out at the sizes its algorithm cannot run. Empty means
+	// one run, Auto, of c as it is configured (Options.Algo included).
+	Algos []string
+	// Forcer is the planner c's job was created with (Options.Planner);
+	// it is required when Algos is not empty.
+	Forcer *Forcer
+
+	// Progress, if set, is called on rank 0 before each measurement.
+	Progress func(Progress)
 }
 
-// Row is one size's result.
+// Progress says how far Run has got.
+type Progress struct {
+	Done, Total int    // measurements finished and planned (one per size and run; two with Imbalance)
+	Size        int64  // the size being measured, in bytes
+	Algo        string // the run being measured
+	Imbalanced  bool   // whether this measurement injects imbalance
+}
+
+// Row is one size's result for one run.
 type Row struct {
-	Coll    string  `json:"collective"`
-	Algo    string  `json:"algo,omitempty"`
-	Bytes   int64   `json:"bytes"`
-	Count   int     `json:"count"`
-	Iters   int     `json:"iters"`
-	AvgUs   float64 `json:"avg_us"`
-	MinUs   float64 `json:"min_us"`
-	MaxUs   float64 `json:"max_us"`
-	AlgBW   float64 `json:"algbw_gbs"`
-	BusBW   float64 `json:"busbw_gbs"`
-	Correct string  `json:"correct"` // "yes", "no" or "-" (not checked)
-	Err     string  `json:"error,omitempty"`
+	Coll  string  `json:"collective"`
+	Algo  string  `json:"algo,omitempty"` // the run: an algorithm name, or auto
+	Ran   string  `json:"ran,omitempty"`  // the algorithm that ran: Algo, or the planner's choice for auto
+	Bytes int64   `json:"bytes"`
+	Count int     `json:"count"`
+	Iters int     `json:"iters"`
+	AvgUs float64 `json:"avg_us"`
+	MinUs float64 `json:"min_us"`
+	MaxUs float64 `json:"max_us"`
+	AlgBW float64 `json:"algbw_gbs"`
+	BusBW float64 `json:"busbw_gbs"`
+	// MIF is Config.Imbalance. When it is set, the latencies above are
+	// those of the calls with injected compute (the compute itself not
+	// counted), and BalancedUs is the run's average latency without it,
+	// measured first.
+	MIF        float64 `json:"mif,omitempty"`
+	BalancedUs float64 `json:"balanced_us,omitempty"`
+	Correct    string  `json:"correct"` // "yes", "no" or "-" (not checked)
+	Err        string  `json:"error,omitempty"`
 }
 
 // BusFactor is nccl-tests' bus bandwidth factor for coll on n ranks.
@@ -165,7 +195,25 @@ func fill(cfg Config, p sched.Params, rank int, b *buffers, salt int) {
 	check.Fill(cfg.DType, cfg.Op, b.in, rank, 0, salt)
 }
 
-// Run benchmarks cfg on c and returns the rows (complete on every rank).
+// run is one of Config.Algos with the communicator it runs on.
+type run struct {
+	name string
+	comm *braid.Comm
+}
+
+// Run benchmarks cfg on c and returns the rows (complete on every rank),
+// by size and, at each size, in the order of cfg.Algos.
+//
+// At each size each run is checked if asked, warmed up, and timed in a
+// loop of back-to-back calls: a rank's latency is its loop's time over the
+// iterations. With cfg.Imbalance (the maximum imbalance factor, MIF) set,
+// the runs are then timed again as seed 001 §6.1 does, with the balanced
+// latency as α: before each call every rank computes for a random time
+// drawn uniformly from [0, MIF × α], where α is the smallest balanced
+// average latency among the runs at that size, so that every algorithm
+// meets the same arrival pattern. Each call is then timed alone, the
+// compute left out, as OSU's benchmarks time MPI_Allreduce: a rank's
+// latency includes its wait for the ranks that arrive after it.
 func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	if cfg.Budget == 0 {
 		cfg.Budget = 250 * time.Millisecond
@@ -176,111 +224,291 @@ func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	if cfg.DType == 0 {
 		cfg.DType = braid.Float32
 	}
+	if cfg.Imbalance < 0 || math.IsNaN(cfg.Imbalance) || math.IsInf(cfg.Imbalance, 0) {
+		return nil, fmt.Errorf("bench: imbalance factor %v: want a finite number ≥ 0", cfg.Imbalance)
+	}
+	runs, err := setup(ctx, c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Forcer != nil {
+		defer cfg.Forcer.Set("")
+	}
 	n, rank := c.Size(), c.Rank()
+	type point struct {
+		p    sched.Params
+		size int64
+	}
+	var points []point
 	sizes := Sizes(cfg.MinSize, cfg.MaxSize)
 	if cfg.Coll == sched.Barrier {
 		sizes = []int64{0}
 	}
-	var rows []Row
-	rng := uint64(rank)*0x9e3779b97f4a7c15 + 1
 	for _, size := range sizes {
-		p, ok := params(cfg, n, size)
-		if !ok {
-			continue
+		if p, ok := params(cfg, n, size); ok {
+			points = append(points, point{p, size})
 		}
-		if cfg.Progress != nil && rank == 0 {
-			cfg.Progress(size)
-		}
-		b := alloc(cfg, p, rank)
-		size = rowBytes(cfg, p, size)
-		row := Row{Coll: cfg.Coll.String(), Bytes: size, Count: p.Count, Correct: "-"}
-		if cfg.Check && cfg.Coll != sched.Barrier {
-			fill(cfg, p, rank, b, int(size))
-			if err := call(ctx, c, cfg, b); err != nil {
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = 1
+	}
+	m := &meter{ctx: ctx, ctrl: c, cfg: cfg, rank: rank, n: n,
+		rng: rand.New(rand.NewPCG(seed, uint64(rank)))}
+	m.progress.Total = len(points) * len(runs)
+	if cfg.Imbalance > 0 {
+		m.progress.Total *= 2
+	}
+	var rows []Row
+	for _, pt := range points {
+		b := alloc(cfg, pt.p, rank)
+		size := rowBytes(cfg, pt.p, pt.size)
+		var at []Row
+		var on []run
+		for _, r := range runs {
+			m.report(size, r.name, false)
+			ran, ok, err := m.plan(r, pt.p)
+			if err != nil {
 				return rows, err
 			}
-			ok := check.Verify(p, cfg.DType, cfg.Op, rank, b.out[:p.OutLen(rank)*cfg.DType.Size()], int(size)) == nil
-			// Every rank learns whether every rank was right.
-			flag := []int32{0}
 			if !ok {
-				flag[0] = 1
+				m.skip()
+				continue
 			}
-			if err := c.Allreduce(ctx, flag, flag, braid.Max); err != nil {
+			row, err := m.balanced(r, pt.p, b, size)
+			if err != nil {
 				return rows, err
 			}
-			row.Correct = "yes"
-			if flag[0] != 0 {
-				row.Correct = "no"
+			// The plan may have adapted its parameters while it ran.
+			if a, err := m.explain(r, pt.p); err == nil {
+				ran = a
+			}
+			row.Algo, row.Ran = r.name, ran
+			at = append(at, row)
+			on = append(on, r)
+		}
+		if cfg.Imbalance > 0 && len(at) > 0 {
+			alpha := at[0].AvgUs
+			for _, row := range at {
+				alpha = math.Min(alpha, row.AvgUs)
+			}
+			for i, r := range on {
+				m.report(size, r.name, true)
+				if cfg.Forcer != nil {
+					cfg.Forcer.Set(r.name) // checked by setup
+				}
+				if err := m.imbalanced(r, b, &at[i], alpha); err != nil {
+					return rows, err
+				}
 			}
 		}
-		warm := cfg.Warmup
-		if warm == 0 {
-			switch {
-			case size <= 64<<10:
-				warm = 50
-			case size <= 4<<20:
-				warm = 5
-			default:
-				warm = 2
-			}
-		}
-		t0 := time.Now()
-		for i := 0; i < warm; i++ {
-			if err := call(ctx, c, cfg, b); err != nil {
-				return rows, err
-			}
-		}
-		iters := cfg.Iters
-		per := float64(time.Since(t0).Nanoseconds()) / float64(max(warm, 1))
-		if iters == 0 {
-			// All ranks agree on the count: the slowest warm-up decides.
-			t := []float64{per}
-			if err := c.Allreduce(ctx, t, t, braid.Max); err != nil {
-				return rows, err
-			}
-			iters = int(float64(cfg.Budget.Nanoseconds()) / math.Max(t[0], 1))
-			iters = min(max(iters, 5), 20000)
-		}
-		if err := c.Barrier(ctx); err != nil {
-			return rows, err
-		}
-		var spin time.Duration
-		start := time.Now()
-		for i := 0; i < iters; i++ {
-			if cfg.Imbalance > 0 {
-				rng ^= rng << 13
-				rng ^= rng >> 7
-				rng ^= rng << 17
-				d := time.Duration(float64(rng%1000) / 1000 * cfg.Imbalance * per)
-				spin += d
-				busy(d)
-			}
-			if err := call(ctx, c, cfg, b); err != nil {
-				return rows, err
-			}
-		}
-		el := time.Since(start) - spin
-		mean := float64(el.Nanoseconds()) / 1e3 / float64(iters)
-		stats := []float64{mean, -mean, mean}
-		if err := c.Allreduce(ctx, stats[:1], stats[:1], braid.Sum); err != nil {
-			return rows, err
-		}
-		mm := []float64{mean, -mean}
-		if err := c.Allreduce(ctx, mm, mm, braid.Max); err != nil {
-			return rows, err
-		}
-		row.Iters = iters
-		row.AvgUs = stats[0] / float64(n)
-		row.MaxUs = mm[0]
-		row.MinUs = -mm[1]
-		if size > 0 && row.MaxUs > 0 {
-			row.AlgBW = float64(size) / (row.MaxUs * 1e3)
-			row.BusBW = row.AlgBW * BusFactor(cfg.Coll, n)
-		}
-		rows = append(rows, row)
+		rows = append(rows, at...)
 	}
 	return rows, nil
 }
+
+// setup returns the runs of cfg: one communicator per algorithm, split
+// from c so that each has its own plans.
+func setup(ctx context.Context, c *braid.Comm, cfg Config) ([]run, error) {
+	if len(cfg.Algos) == 0 {
+		if cfg.Forcer != nil {
+			cfg.Forcer.Set("")
+		}
+		return []run{{Auto, c}}, nil
+	}
+	if cfg.Forcer == nil {
+		return nil, errNoForcer
+	}
+	if err := CheckAlgos(cfg.Coll, cfg.Algos); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	var runs []run
+	for _, name := range cfg.Algos {
+		sub, err := c.Split(ctx, 0, c.Rank())
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, run{name, sub})
+	}
+	return runs, nil
+}
+
+// meter takes the measurements of one Run.
+type meter struct {
+	ctx      context.Context
+	ctrl     *braid.Comm // for agreeing on counts and gathering times
+	cfg      Config
+	rank, n  int
+	rng      *rand.Rand
+	progress Progress
+}
+
+func (m *meter) report(size int64, algo string, imbalanced bool) {
+	if m.cfg.Progress == nil || m.rank != 0 {
+		return
+	}
+	m.progress.Size, m.progress.Algo, m.progress.Imbalanced = size, algo, imbalanced
+	m.cfg.Progress(m.progress)
+	m.progress.Done++
+}
+
+// skip accounts for the measurements of a run left out at a size.
+func (m *meter) skip() {
+	if m.cfg.Imbalance > 0 {
+		m.progress.Done++
+	}
+}
+
+// plan makes r's plan for p (setting the Forcer's choice first) and
+// returns the algorithm it runs; ok is false when r names an algorithm
+// that cannot run p. Every rank comes to the same answer without talking.
+func (m *meter) plan(r run, p sched.Params) (ran string, ok bool, err error) {
+	if m.cfg.Forcer != nil {
+		if err := m.cfg.Forcer.Set(r.name); err != nil {
+			return "", false, err
+		}
+	}
+	a, err := m.explain(r, p)
+	if r.name == Auto {
+		return a, err == nil, err
+	}
+	want, _ := plan.ParseChoice(r.name)
+	got, _ := plan.ParseChoice(a)
+	if err != nil || got.Algo != want.Algo {
+		return a, false, nil
+	}
+	return a, true, nil
+}
+
+// explain returns the algorithm, with its parameters, that r's
+// communicator runs for p.
+func (m *meter) explain(r run, p sched.Params) (string, error) {
+	d := m.cfg.DType
+	if p.Coll == sched.Barrier {
+		d = braid.Uint8 // what the call plans with
+	}
+	a, _, err := r.comm.Explain(p.Coll.String(), p.Count, d, p.Root)
+	return a, err
+}
+
+// balanced checks (if asked) and times r at one size without imbalance.
+func (m *meter) balanced(r run, p sched.Params, b *buffers, size int64) (Row, error) {
+	ctx, cfg := m.ctx, m.cfg
+	row := Row{Coll: cfg.Coll.String(), Bytes: size, Count: p.Count, Correct: "-"}
+	if cfg.Check && cfg.Coll != sched.Barrier {
+		fill(cfg, p, m.rank, b, int(size))
+		if err := call(ctx, r.comm, cfg, b); err != nil {
+			return row, err
+		}
+		ok := check.Verify(p, cfg.DType, cfg.Op, m.rank, b.out[:p.OutLen(m.rank)*cfg.DType.Size()], int(size)) == nil
+		// Every rank learns whether every rank was right.
+		flag := []int32{0}
+		if !ok {
+			flag[0] = 1
+		}
+		if err := m.ctrl.Allreduce(ctx, flag, flag, braid.Max); err != nil {
+			return row, err
+		}
+		row.Correct = "yes"
+		if flag[0] != 0 {
+			row.Correct = "no"
+		}
+	}
+	warm := cfg.Warmup
+	if warm == 0 {
+		switch {
+		case size <= 64<<10:
+			warm = 50
+		case size <= 4<<20:
+			warm = 5
+		default:
+			warm = 2
+		}
+	}
+	t0 := time.Now()
+	for i := 0; i < warm; i++ {
+		if err := call(ctx, r.comm, cfg, b); err != nil {
+			return row, err
+		}
+	}
+	iters := cfg.Iters
+	if iters == 0 {
+		// All ranks agree on the count: the slowest warm-up decides.
+		t := []float64{float64(time.Since(t0).Nanoseconds()) / float64(max(warm, 1))}
+		if err := m.ctrl.Allreduce(ctx, t, t, braid.Max); err != nil {
+			return row, err
+		}
+		iters = int(float64(cfg.Budget.Nanoseconds()) / math.Max(t[0], 1))
+		iters = min(max(iters, 5), 20000)
+	}
+	if err := m.ctrl.Barrier(ctx); err != nil {
+		return row, err
+	}
+	start := time.Now()
+	for i := 0; i < iters; i++ {
+		if err := call(ctx, r.comm, cfg, b); err != nil {
+			return row, err
+		}
+	}
+	mean := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(iters)
+	row.Iters = iters
+	return row, m.spread(&row, mean)
+}
+
+// imbalanced times r again with random compute before each call, up to
+// MIF × alpha µs, and replaces row's latencies with those of the calls.
+func (m *meter) imbalanced(r run, b *buffers, row *Row, alpha float64) error {
+	ctx, cfg := m.ctx, m.cfg
+	bound := cfg.Imbalance * alpha * 1e3 // ns
+	iters := cfg.Iters
+	if iters == 0 {
+		// Every rank computes the same count from the same agreed figures.
+		perCall := math.Max(row.MaxUs*1e3+bound/2, 1)
+		iters = min(max(int(float64(cfg.Budget.Nanoseconds())/perCall), 5), 20000)
+	}
+	row.MIF = cfg.Imbalance
+	row.BalancedUs = row.AvgUs
+	if err := m.ctrl.Barrier(ctx); err != nil {
+		return err
+	}
+	var inCalls time.Duration
+	for i := 0; i < iters; i++ {
+		compute(time.Duration(m.rng.Float64() * bound))
+		t0 := time.Now()
+		if err := call(ctx, r.comm, cfg, b); err != nil {
+			return err
+		}
+		inCalls += time.Since(t0)
+	}
+	row.Iters = iters
+	return m.spread(row, float64(inCalls.Nanoseconds())/1e3/float64(iters))
+}
+
+// spread fills row's latencies from every rank's mean (µs) and its
+// bandwidths from the slowest rank.
+func (m *meter) spread(row *Row, mean float64) error {
+	sum := []float64{mean}
+	if err := m.ctrl.Allreduce(m.ctx, sum, sum, braid.Sum); err != nil {
+		return err
+	}
+	mm := []float64{mean, -mean}
+	if err := m.ctrl.Allreduce(m.ctx, mm, mm, braid.Max); err != nil {
+		return err
+	}
+	row.AvgUs = sum[0] / float64(m.n)
+	row.MaxUs = mm[0]
+	row.MinUs = -mm[1]
+	row.AlgBW, row.BusBW = 0, 0
+	if row.Bytes > 0 && row.MaxUs > 0 {
+		row.AlgBW = float64(row.Bytes) / (row.MaxUs * 1e3)
+		row.BusBW = row.AlgBW * BusFactor(m.cfg.Coll, m.n)
+	}
+	return nil
+}
+
+// compute stands in for the application's compute before a call; a test
+// replaces it to see the delays.
+var compute = busy
 
 // busy spins for d, standing in for compute.
 func busy(d time.Duration) {
@@ -291,8 +519,9 @@ func busy(d time.Duration) {
 			x += math.Sqrt(float64(i))
 		}
 	}
-	sink = x
+	sink.Store(math.Float64bits(x))
 }
 
-//lint:ignore U1000 written so that the compiler keeps busy's loop
-var sink float64
+// sink keeps busy's loop from being compiled away; ranks that are
+// goroutines of one process write it at once.
+var sink atomic.Uint64

@@ -133,11 +133,16 @@ func TestBusFactor(t *testing.T) {
 }
 
 var sampleRows = []bench.Row{
-	{Coll: "allreduce", Algo: "ring", Bytes: 4096, Count: 1024, Iters: 10, AvgUs: 12.5, MinUs: 11, MaxUs: 14.25, AlgBW: 0.287, BusBW: 0.431, Correct: "yes"},
-	{Coll: "allreduce", Bytes: 64 << 20, Count: 16 << 20, Iters: 5, AvgUs: 1000, MinUs: 900, MaxUs: 1100, AlgBW: 61.0, BusBW: 91.5, Correct: "-"},
+	{Coll: "allreduce", Algo: "ring", Ran: "ring", Bytes: 4096, Count: 1024, Iters: 10, AvgUs: 12.5, MinUs: 11, MaxUs: 14.25, AlgBW: 0.287, BusBW: 0.431, Correct: "yes"},
+	{Coll: "allreduce", Algo: "auto", Ran: "segring:seg=1M", Bytes: 64 << 20, Count: 16 << 20, Iters: 5, AvgUs: 1000, MinUs: 900, MaxUs: 1100, AlgBW: 61.0, BusBW: 91.5, Correct: "-"},
 }
 
 var sampleHeader = bench.Header{Coll: "allreduce", DType: "float32", Op: "sum", Transport: "inproc", Ranks: 4, Hosts: 1, InPlace: true, Algo: "ring"}
+
+// imbalancedRows are rows of a run with --imbalance.
+var imbalancedRows = []bench.Row{
+	{Coll: "allreduce", Algo: "recdouble", Ran: "recdouble", Bytes: 8, Count: 2, Iters: 100, AvgUs: 30.5, MinUs: 20, MaxUs: 41, AlgBW: 0.0002, BusBW: 0.0003, MIF: 10, BalancedUs: 2.5, Correct: "yes"},
+}
 
 func TestWriteTable(t *testing.T) {
 	var buf bytes.Buffer
@@ -146,7 +151,7 @@ func TestWriteTable(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{"# braid bench allreduce", "4 ranks", "inproc", "float32", "op sum", "in place", "algo ring",
-		"size", "busbw", "correct", "4K", "64M", "yes", "12.50", "91.50"} {
+		"size", "busbw", "correct", "4K", "64M", "yes", "12.50", "91.50", " ring ", " auto (segring:seg=1M) "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -154,10 +159,46 @@ func TestWriteTable(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3+len(sampleRows) {
 		t.Errorf("table has %d lines, want %d:\n%s", len(lines), 3+len(sampleRows), out)
 	}
+	if strings.Contains(out, "balanced") || strings.Contains(out, "imbalance") {
+		t.Errorf("table without imbalance mentions it:\n%s", out)
+	}
 	// "" is the table too.
 	var def bytes.Buffer
 	if err := bench.Write(&def, "", sampleHeader, sampleRows); err != nil || def.String() != out {
 		t.Errorf("format \"\" differs from table: %v", err)
+	}
+}
+
+func TestWriteTableImbalance(t *testing.T) {
+	var buf bytes.Buffer
+	h := sampleHeader
+	h.MIF = 10
+	if err := bench.Write(&buf, "table", h, imbalancedRows); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"imbalance MIF 10", "balanced µs", "30.50", "2.50"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestAlgoCell(t *testing.T) {
+	for _, c := range []struct {
+		algo, ran, want string
+	}{
+		{"ring", "ring", "ring"},
+		{"ring", "", "ring"},
+		{"", "ring", "ring"},
+		{"auto", "recdouble", "auto (recdouble)"},
+		{"segring", "segring:seg=1M", "segring:seg=1M"},
+		{"segring:seg=64K", "segring:seg=64K", "segring:seg=64K"},
+		{"seg", "segring", "seg (segring)"},
+	} {
+		if got := bench.AlgoCell(bench.Row{Algo: c.algo, Ran: c.ran}); got != c.want {
+			t.Errorf("AlgoCell(algo %q, ran %q) = %q, want %q", c.algo, c.ran, got, c.want)
+		}
 	}
 }
 
@@ -170,16 +211,29 @@ func TestWriteCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	header := []string{"collective", "algo", "bytes", "count", "iters", "avg_us", "min_us", "max_us", "algbw_gbs", "busbw_gbs", "correct"}
+	header := []string{"collective", "algo", "ran", "bytes", "count", "iters", "avg_us", "min_us", "max_us", "algbw_gbs", "busbw_gbs", "mif", "balanced_us", "correct"}
 	if len(recs) != 1+len(sampleRows) || !reflect.DeepEqual(recs[0], header) {
 		t.Fatalf("csv records %v, want the header %v and %d rows", recs, header, len(sampleRows))
 	}
-	want := []string{"allreduce", "ring", "4096", "1024", "10", "12.500", "11.000", "14.250", "0.287", "0.431", "yes"}
+	want := []string{"allreduce", "ring", "ring", "4096", "1024", "10", "12.500", "11.000", "14.250", "0.287", "0.431", "", "", "yes"}
 	if !reflect.DeepEqual(recs[1], want) {
 		t.Errorf("row 1: %v, want %v", recs[1], want)
 	}
-	if recs[2][1] != "" || recs[2][2] != "67108864" || recs[2][10] != "-" {
-		t.Errorf("row 2: %v", recs[2])
+	want = []string{"allreduce", "auto", "segring:seg=1M", "67108864", "16777216", "5", "1000.000", "900.000", "1100.000", "61.000", "91.500", "", "", "-"}
+	if !reflect.DeepEqual(recs[2], want) {
+		t.Errorf("row 2: %v, want %v", recs[2], want)
+	}
+
+	buf.Reset()
+	if err := bench.Write(&buf, "csv", sampleHeader, imbalancedRows); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err = csv.NewReader(&buf).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"allreduce", "recdouble", "recdouble", "8", "2", "100", "30.500", "20.000", "41.000", "0.000", "0.000", "10", "2.500", "yes"}
+	if len(recs) != 2 || !reflect.DeepEqual(recs[1], want) {
+		t.Errorf("imbalanced csv %v, want the header and %v", recs, want)
 	}
 }
 
@@ -202,10 +256,37 @@ func TestWriteJSON(t *testing.T) {
 		t.Errorf("rows %+v, want %+v", got.Rows, sampleRows)
 	}
 	// The field names are the documented ones.
-	for _, k := range []string{`"collective"`, `"bytes"`, `"avg_us"`, `"busbw_gbs"`, `"correct"`} {
+	for _, k := range []string{`"collective"`, `"algo"`, `"ran"`, `"bytes"`, `"avg_us"`, `"busbw_gbs"`, `"correct"`,
+		`"run"`, `"ranks"`, `"transport"`, `"dtype"`} {
 		if !strings.Contains(buf.String(), k) {
 			t.Errorf("json lacks %s", k)
 		}
+	}
+	if strings.Contains(buf.String(), `"mif"`) || strings.Contains(buf.String(), `"balanced_us"`) {
+		t.Errorf("json without imbalance has its fields:\n%s", buf.String())
+	}
+
+	buf.Reset()
+	h := sampleHeader
+	h.MIF = 10
+	if err := bench.Write(&buf, "json", h, imbalancedRows); err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Run  map[string]any   `json:"run"`
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw.Run["mif"] != 10.0 || len(raw.Rows) != 1 || raw.Rows[0]["mif"] != 10.0 || raw.Rows[0]["balanced_us"] != 2.5 {
+		t.Errorf("imbalanced json %+v", raw)
+	}
+
+	// No rows is an empty list, not null.
+	buf.Reset()
+	if err := bench.Write(&buf, "json", sampleHeader, nil); err != nil || !strings.Contains(buf.String(), `"rows": []`) {
+		t.Errorf("json of no rows: %v\n%s", err, buf.String())
 	}
 }
 
@@ -325,7 +406,14 @@ func TestRunUnchecked(t *testing.T) {
 	var progress []int64
 	var mu sync.Mutex
 	cfg := bench.Config{Coll: sched.Allreduce, MinSize: 64, MaxSize: 128, Iters: 2, Warmup: -1,
-		Progress: func(s int64) { mu.Lock(); progress = append(progress, s); mu.Unlock() }}
+		Progress: func(p bench.Progress) {
+			mu.Lock()
+			progress = append(progress, p.Size)
+			if p.Total != 2 || p.Done != len(progress)-1 || p.Algo != bench.Auto {
+				t.Errorf("progress %+v, want Total 2, Done %d, Algo auto", p, len(progress)-1)
+			}
+			mu.Unlock()
+		}}
 	rows := runBench(t, 2, cfg)[0]
 	if len(rows) != 2 {
 		t.Fatalf("%d rows", len(rows))
@@ -333,6 +421,9 @@ func TestRunUnchecked(t *testing.T) {
 	for _, r := range rows {
 		if r.Correct != "-" {
 			t.Errorf("unchecked row: correct %q, want -", r.Correct)
+		}
+		if r.Algo != bench.Auto || r.Ran == "" || r.MIF != 0 || r.BalancedUs != 0 {
+			t.Errorf("row %+v: want algo auto, the algorithm that ran, no imbalance", r)
 		}
 	}
 	mu.Lock()

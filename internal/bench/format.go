@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -56,14 +57,36 @@ func ParseSize(s string) (int64, error) {
 
 // Header describes the run above the table.
 type Header struct {
-	Coll, DType, Op, Transport string
-	Ranks, Hosts               int
-	InPlace                    bool
-	Algo                       string
+	Coll      string  `json:"collective"`
+	DType     string  `json:"dtype"`
+	Op        string  `json:"op,omitempty"`
+	Transport string  `json:"transport"`
+	Ranks     int     `json:"ranks"`
+	Hosts     int     `json:"hosts"`
+	InPlace   bool    `json:"inplace"`
+	Algo      string  `json:"algo,omitempty"` // what --algo forced, if anything
+	MIF       float64 `json:"mif,omitempty"`  // the imbalance factor, if any
+}
+
+// AlgoCell is how the table shows a row's run: its name, with the
+// algorithm that ran when that says more ("auto (ring)",
+// "segring:seg=1M").
+func AlgoCell(r Row) string {
+	switch {
+	case r.Ran == "" || r.Ran == r.Algo:
+		return r.Algo
+	case r.Algo == "" || strings.HasPrefix(r.Ran, r.Algo+":"):
+		return r.Ran
+	}
+	return r.Algo + " (" + r.Ran + ")"
 }
 
 // Write prints rows in format "table", "csv" or "json".
 func Write(w io.Writer, format string, h Header, rows []Row) error {
+	imb := h.MIF > 0
+	for _, r := range rows {
+		imb = imb || r.MIF > 0
+	}
 	switch format {
 	case "", "table":
 		fmt.Fprintf(w, "# braid bench %s: %d ranks on %d host(s), %s, dtype %s", h.Coll, h.Ranks, h.Hosts, h.Transport, h.DType)
@@ -78,26 +101,45 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 		}
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "# latency in µs (mean per rank: avg over ranks, min, max); bandwidth in GB/s from the slowest rank")
+		if imb {
+			fmt.Fprintf(w, "# imbalance MIF %g: before each call every rank computes for a random time in [0, MIF × α], α the size's smallest balanced latency;\n", h.MIF)
+			fmt.Fprintln(w, "# latencies count the calls only (waits for late ranks included); balanced is the run's latency without the compute")
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "size\tcount\talgo\titers\tavg µs\tmin µs\tmax µs\talgbw\tbusbw\tcorrect\t")
+		head := "size\tcount\talgo\titers\tavg µs\tmin µs\tmax µs\talgbw\tbusbw\t"
+		if imb {
+			head += "balanced µs\t"
+		}
+		fmt.Fprintln(tw, head+"correct\t")
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n",
-				FormatSize(r.Bytes), r.Count, r.Algo, r.Iters, r.AvgUs, r.MinUs, r.MaxUs, r.AlgBW, r.BusBW, r.Correct)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t",
+				FormatSize(r.Bytes), r.Count, AlgoCell(r), r.Iters, r.AvgUs, r.MinUs, r.MaxUs, r.AlgBW, r.BusBW)
+			if imb {
+				fmt.Fprintf(tw, "%.2f\t", r.BalancedUs)
+			}
+			fmt.Fprintf(tw, "%s\t\n", r.Correct)
 		}
 		return tw.Flush()
 	case "csv":
 		cw := csv.NewWriter(w)
-		cw.Write([]string{"collective", "algo", "bytes", "count", "iters", "avg_us", "min_us", "max_us", "algbw_gbs", "busbw_gbs", "correct"})
+		cw.Write(CSVHeader)
 		f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 		for _, r := range rows {
-			cw.Write([]string{r.Coll, r.Algo, strconv.FormatInt(r.Bytes, 10), strconv.Itoa(r.Count), strconv.Itoa(r.Iters),
-				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), r.Correct})
+			mif, bal := "", ""
+			if r.MIF > 0 {
+				mif, bal = strconv.FormatFloat(r.MIF, 'g', -1, 64), f(r.BalancedUs)
+			}
+			cw.Write([]string{r.Coll, r.Algo, r.Ran, strconv.FormatInt(r.Bytes, 10), strconv.Itoa(r.Count), strconv.Itoa(r.Iters),
+				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), mif, bal, r.Correct})
 		}
 		cw.Flush()
 		return cw.Error()
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		if rows == nil {
+			rows = []Row{}
+		}
 		return enc.Encode(struct {
 			Header Header `json:"run"`
 			Rows   []Row  `json:"rows"`
@@ -105,3 +147,8 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 	}
 	return fmt.Errorf("unknown format %q (want table, csv or json)", format)
 }
+
+// CSVHeader is the first record of the CSV format: one column per Row
+// field. mif and balanced_us are empty without imbalance.
+var CSVHeader = []string{"collective", "algo", "ran", "bytes", "count", "iters", "avg_us", "min_us", "max_us",
+	"algbw_gbs", "busbw_gbs", "mif", "balanced_us", "correct"}
