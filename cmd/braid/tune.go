@@ -189,21 +189,24 @@ func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, tra
 	t.Model = &m
 	for _, coll := range colls {
 		runs := tuneRuns(coll, c.Size())
+		rows, err := bench.Run(ctx, c, bench.Config{Coll: coll, SizeList: sizes, DType: braid.Float32, Op: braid.Sum,
+			Budget: budget, Algos: runs, Forcer: forcer})
+		if err != nil {
+			return err
+		}
 		var best []plan.Choice
 		var measured []int64
-		for _, size := range sizes {
-			rows, err := bench.Run(ctx, c, bench.Config{Coll: coll, MinSize: size, MaxSize: size, DType: braid.Float32, Op: braid.Sum,
-				Budget: budget, Algos: runs, Forcer: forcer})
-			if err != nil {
-				return err
-			}
+		for i := 0; i < len(rows); {
+			// Rows come size by size; pick each size's fastest run.
+			j := i
 			var win *bench.Row
-			for i := range rows {
-				r := &rows[i]
+			for ; j < len(rows) && rows[j].Bytes == rows[i].Bytes; j++ {
+				r := &rows[j]
 				if r.Err == "" && r.Iters > 0 && (win == nil || r.AvgUs < win.AvgUs) {
 					win = r
 				}
 			}
+			i = j
 			if win == nil {
 				continue
 			}

@@ -19,6 +19,7 @@ type Config struct {
 	Coll      sched.Collective
 	MinSize   int64
 	MaxSize   int64
+	SizeList  []int64 // if not empty, the sizes to measure instead of the powers of two from MinSize to MaxSize
 	Iters     int // timed iterations per size; 0 chooses by time
 	Warmup    int // warm-up iterations per size; 0 chooses by size (-1: none)
 	Check     bool
@@ -241,6 +242,9 @@ func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	}
 	var points []point
 	sizes := Sizes(cfg.MinSize, cfg.MaxSize)
+	if len(cfg.SizeList) > 0 {
+		sizes = cfg.SizeList
+	}
 	if cfg.Coll == sched.Barrier {
 		sizes = []int64{0}
 	}
