@@ -20,8 +20,8 @@ type Config struct {
 	MinSize   int64
 	MaxSize   int64
 	SizeList  []int64 // if not empty, the sizes to measure instead of the powers of two from MinSize to MaxSize
-	Iters     int // timed iterations per size; 0 chooses by time
-	Warmup    int // warm-up iterations per size; 0 chooses by size (-1: none)
+	Iters     int     // timed iterations per size; 0 chooses by time
+	Warmup    int     // warm-up iterations per size; 0 chooses by size (-1: none)
 	Check     bool
 	DType     braid.DType
 	Op        braid.Op
