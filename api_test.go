@@ -468,26 +468,29 @@ func localComms(t *testing.T, n int, opts *braid.Options) []*braid.Comm {
 
 func TestExplain(t *testing.T) {
 	c := localComms(t, 4, nil)[0]
-	cases := []struct {
+	// Without a tuning table the cost model chooses: the reason lists the
+	// candidates cheapest first, and the choice is the first.
+	for _, tc := range []struct {
 		coll  string
 		count int
 		d     braid.DType
-		want  string
 	}{
-		{"allreduce", 4, braid.Float32, "recdouble"},
-		{"allreduce", 1 << 18, braid.Float32, "ring"}, {"allreduce", 1 << 20, braid.Float32, "segring"},
-		{"broadcast", 100, braid.Int8, "binomial"},
-		{"barrier", 0, braid.Uint8, "dissemination"},
-	}
-	for _, tc := range cases {
+		{"allreduce", 4, braid.Float32}, {"allreduce", 1 << 18, braid.Float32}, {"allreduce", 1 << 20, braid.Float32},
+		{"broadcast", 100, braid.Int8}, {"broadcast", 1 << 24, braid.Float32},
+	} {
 		algo, reason, err := c.Explain(tc.coll, tc.count, tc.d, 0)
 		if err != nil {
 			t.Errorf("Explain(%s, %d): %v", tc.coll, tc.count, err)
 			continue
 		}
-		if algo != tc.want || reason == "" {
-			t.Errorf("Explain(%s, %d) = %q, %q; want %q and a reason", tc.coll, tc.count, algo, reason, tc.want)
+		first, _, _ := strings.Cut(strings.TrimPrefix(reason, "cost model: "), " ")
+		base, _, _ := strings.Cut(algo, ":")
+		if fb, _, _ := strings.Cut(first, ":"); !strings.HasPrefix(reason, "cost model: ") || fb != base {
+			t.Errorf("Explain(%s, %d) = %q, %q; want the model's cheapest", tc.coll, tc.count, algo, reason)
 		}
+	}
+	if algo, _, err := c.Explain("barrier", 0, braid.Uint8, 0); err != nil || algo != "dissemination" {
+		t.Errorf("Explain(barrier) = %q, %v", algo, err)
 	}
 	// Every collective explains to some algorithm.
 	for _, coll := range []string{"allreduce", "reduce", "bcast", "allgather", "reducescatter", "gather", "scatter", "alltoall", "barrier"} {
@@ -515,8 +518,8 @@ func TestForcedAlgo(t *testing.T) {
 		t.Errorf("forced allreduce=ring: Explain = %q, %q, %v", algo, reason, err)
 	}
 	// Other collectives are planned as usual.
-	if algo, _, err := c.Explain("bcast", 4, braid.Float32, 0); err != nil || algo != "binomial" {
-		t.Errorf("bcast with allreduce forced: %q, %v", algo, err)
+	if algo, reason, err := c.Explain("bcast", 4, braid.Float32, 0); err != nil || strings.Contains(reason, "forced") {
+		t.Errorf("bcast with allreduce forced: %q (%s), %v", algo, reason, err)
 	}
 	// The forced algorithm runs and gives the right result.
 	errs := onRanks(t, 3, opts, func(c *braid.Comm) error {

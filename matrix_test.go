@@ -78,13 +78,14 @@ type mcase struct {
 }
 
 // runCases runs every case, in order, on one local job of n ranks with the
-// collective's algorithm forced, and verifies every rank's output.
-func runCases(t *testing.T, coll sched.Collective, algoName string, n int, cases []mcase) {
+// collective's algorithm forced, and verifies every rank's output. hosts,
+// if not nil, names each rank's emulated host (Options.LocalHosts).
+func runCases(t *testing.T, coll sched.Collective, algoName string, n int, hosts []string, cases []mcase) {
 	t.Helper()
 	if len(cases) == 0 {
 		return
 	}
-	opts := &braid.Options{}
+	opts := &braid.Options{LocalHosts: hosts}
 	if algoName != "" {
 		opts.Algo = coll.String() + "=" + algoName
 	}
@@ -98,7 +99,7 @@ func runCases(t *testing.T, coll sched.Collective, algoName string, n int, cases
 	})
 	for r, err := range errs {
 		if err != nil {
-			t.Errorf("%v algo=%s n=%d: rank %d: %v", coll, algoName, n, r, err)
+			t.Errorf("%v algo=%s n=%d hosts=%v: rank %d: %v", coll, algoName, n, hosts, r, err)
 		}
 	}
 }
@@ -159,6 +160,9 @@ func rootsFor(coll sched.Collective, n int) []int {
 //     (schedules do not depend on the dtype or op);
 //   - kernels in collectives: every dtype × every op it supports × rank
 //     counts 1–9 × counts {0, 1, 7, 1000}, with every algorithm.
+//   - layouts: the algorithms of layoutDependent again on 2–9 ranks over
+//     emulated hosts (matrixLayouts), float32 sum, every count (see
+//     layoutCases for the roots).
 //
 // BRAID_TEST_FULL=1 runs the complete product.
 func TestMatrix(t *testing.T) {
@@ -167,11 +171,70 @@ func TestMatrix(t *testing.T) {
 			t.Run(coll.String()+"/"+a.Name(), func(t *testing.T) {
 				t.Parallel()
 				for n := 1; n <= 9; n++ {
-					runCases(t, coll, a.Name(), n, matrixCases(coll, a, n))
+					runCases(t, coll, a.Name(), n, nil, matrixCases(coll, a, n))
+				}
+				if !layoutDependent[coll.String()+"/"+a.Name()] {
+					return
+				}
+				for n := 2; n <= 9; n++ {
+					for i, hosts := range matrixLayouts(n) {
+						runCases(t, coll, a.Name(), n, hosts, layoutCases(coll, a, n, i == 0))
+					}
 				}
 			})
 		}
 	}
+}
+
+// layoutDependent lists the algorithms ("collective/name") whose schedule
+// depends on the hosts of the ranks; the matrix runs them again over
+// emulated hosts. The others ignore sched.Params.Layout.
+var layoutDependent = map[string]bool{
+	"allreduce/hier":  true,
+	"bcast/hier":      true,
+	"bcast/topochain": true,
+}
+
+// matrixLayouts returns the emulated layouts the matrix runs the
+// layout-dependent algorithms on for n ranks: two hosts with the ranks
+// interleaved (a b a b ...), and up to three hosts of uneven sizes, partly
+// interleaved (a b a a c ...: 3 ranks on a and 1 on b at n = 4; b has one
+// rank up to n = 7). The full run adds two contiguous hosts and a host per
+// rank.
+func matrixLayouts(n int) [][]string {
+	uneven := []string{"a", "b", "a", "a", "c", "a", "c", "b", "a"}
+	var interleaved, contiguous, own []string
+	for r := range n {
+		interleaved = append(interleaved, string(rune('a'+r%2)))
+		contiguous = append(contiguous, string(rune('a'+2*r/n)))
+		own = append(own, fmt.Sprint("h", r))
+	}
+	ls := [][]string{interleaved, uneven[:n]}
+	if full {
+		ls = append(ls, contiguous, own)
+	}
+	return ls
+}
+
+// layoutCases lists the calls of a layout-dependent algorithm on emulated
+// hosts: the schedule cases of matrixCases (float32 and its first op; the
+// dtypes and ops do not depend on the layout), every root for the small
+// counts and, if large is set, one root other than 0 for the large counts
+// (where the model picks pipelined shapes), in place and not. The full run
+// takes every case of matrixCases.
+func layoutCases(coll sched.Collective, a algo.Algorithm, n int, large bool) []mcase {
+	roots := rootsFor(coll, n)
+	var cases []mcase
+	for _, k := range matrixCases(coll, a, n) {
+		if !full && (k.d != dtype.Float32 || k.op != opsFor(coll, k.d)[0]) {
+			continue
+		}
+		if k.count > 1000 && !full && (!large || k.root != roots[len(roots)-1]) {
+			continue
+		}
+		cases = append(cases, k)
+	}
+	return cases
 }
 
 // matrixCases lists the calls of one (collective, algorithm, rank count).
@@ -223,6 +286,11 @@ func matrixCases(coll sched.Collective, a algo.Algorithm, n int) []mcase {
 }
 
 func TestMain(m *testing.M) {
+	// A tuning table cached by braid tune on this machine must not change
+	// what the tests plan.
+	if os.Getenv("BRAID_TUNING") == "" {
+		os.Setenv("BRAID_TUNING", "none")
+	}
 	if v := os.Getenv("BRAID_TEST_CHILD"); v != "" {
 		os.Exit(childMain(v))
 	}

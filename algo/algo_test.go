@@ -88,11 +88,11 @@ func TestLarge(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	want := map[sched.Collective][]string{
-		sched.Allreduce:     {"rabenseifner", "recdouble", "reducebcast", "ring", "segring"},
-		sched.Reduce:        {"binomial", "linear"},
-		sched.Bcast:         {"binomial", "chain", "linear"},
-		sched.Allgather:     {"bruck", "recdouble", "ring", "segring"},
-		sched.ReduceScatter: {"ring", "segring"},
+		sched.Allreduce:     {"direct", "hier", "rabenseifner", "recdouble", "reducebcast", "ring", "segring", "twostep"},
+		sched.Reduce:        {"binomial", "knomial", "linear"},
+		sched.Bcast:         {"binomial", "chain", "hier", "knomial", "linear", "scatterallgather", "topochain"},
+		sched.Allgather:     {"bruck", "direct", "recdouble", "ring", "segring"},
+		sched.ReduceScatter: {"direct", "ring", "segring"},
 		sched.Gather:        {"linear"},
 		sched.Scatter:       {"linear"},
 		sched.Alltoall:      {"pairwise"},
@@ -120,7 +120,7 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("All returned %d algorithms, ForCollective %d", got, total)
 	}
 	_, err := algo.Lookup(sched.Allreduce, "nope")
-	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have rabenseifner, recdouble, reducebcast, ring, segring)`) {
+	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have direct, hier, rabenseifner, recdouble, reducebcast, ring, segring, twostep)`) {
 		t.Errorf("Lookup of an unknown name: %v", err)
 	}
 	defer func() {

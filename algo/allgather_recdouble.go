@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() {
 	Register(recdoubleAllgather{base{"recdouble", sched.Allgather}})
@@ -45,7 +48,11 @@ func (recdoubleAllgather) Program(p sched.Params, r int) sched.Program {
 // r+d. Blocks land at their final place in Out (there is no final rotation);
 // a run of blocks that wraps past the end of Out goes as two messages.
 //
-// Cost: ⌈log2 n⌉α + (n−1)/n·M/β for M bytes of output.
+// Cost: ⌈log2 n⌉α + (n−1)/n·M/β for M bytes of output (Thakur et al.
+// 2005, §4.1). It counts one α per round; the schedule can differ by about
+// one α either way: a run that wraps goes as two messages to the same
+// peer, one after the other, while a round that forwards no block
+// received in the round before need not wait for it.
 type bruckAllgather struct{ base }
 
 func (bruckAllgather) Program(p sched.Params, r int) sched.Program {
@@ -77,4 +84,17 @@ func (bruckAllgather) Program(p sched.Params, r int) sched.Program {
 		k++
 	}
 	return g.program()
+}
+
+func (recdoubleAllgather) Cost(p sched.Params, es int, m cost.Model) float64 {
+	return bruckAllgather{}.Cost(p, es, m) // the same closed form
+}
+
+func (bruckAllgather) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	l := m.Flat(p)
+	n := p.NRanks
+	return float64(ceilLog2(n))*l.Alpha + float64(n-1)*bytesOf(p.Count, es)/l.Beta
 }

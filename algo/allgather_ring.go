@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(ringAllgather{base{"ring", sched.Allgather}}) }
 
@@ -30,4 +33,11 @@ func (ringAllgather) Program(p sched.Params, r int) sched.Program {
 		g.copy(in, blk(r))
 	}
 	return g.program()
+}
+
+func (ringAllgather) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	return float64(p.NRanks-1) * m.Flat(p).Time(bytesOf(p.Count, es))
 }

@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(segRingAllgather{segBase{base{"segring", sched.Allgather}}}) }
 
@@ -10,13 +13,35 @@ func init() { Register(segRingAllgather{segBase{base{"segring", sched.Allgather}
 // segment j of a block goes on to r+1 as soon as it has arrived from r−1,
 // while the other segments are in flight.
 //
-// Cost, for M bytes of output and segments of S bytes:
-// (n−1)(α·⌈M/(nS)⌉ + M/(nβ)) + a pipeline fill of about (n−1)(α + S/β), which
-// for large M gets close to (n−1)M/(nβ) however many ranks forward a block.
+// Cost, for M bytes of output on n ranks, with each block (M/n bytes) cut
+// into q segments of S bytes:
+//
+//	T = (n−1)·q·(α + S/β)
+//
+// Every rank starts with its own block, so every link carries its
+// (n−1)·q segments back to back from the start and never waits (nor does
+// the window of posted receives hold it up: a receive is posted once the
+// one w before it is in, and the link brings them in order). Cutting
+// blocks only adds α per segment, so Tune takes one segment per block (the
+// cost of "ring"); segments can pay only through what the model leaves
+// out, such as caches.
 type segRingAllgather struct{ segBase }
 
 func (segRingAllgather) Program(p sched.Params, r int) sched.Program {
 	return segRingAllgatherProgram(p, r, segWindow)
+}
+
+func (segRingAllgather) Cost(p sched.Params, es int, m cost.Model) float64 {
+	return segCost(p, es, m, p.Count, segRingAllgatherTime)
+}
+
+// Tune sets Params.Segment, if 0, to the segment that minimises Cost.
+func (segRingAllgather) Tune(p sched.Params, es int, m cost.Model) sched.Params {
+	return segTune(p, es, m, p.Count, segRingAllgatherTime)
+}
+
+func segRingAllgatherTime(l cost.Link, _ float64, n, q, _ int, s float64) float64 {
+	return float64(n-1) * float64(q) * l.Time(s)
 }
 
 func segRingAllgatherProgram(p sched.Params, r, window int) sched.Program {

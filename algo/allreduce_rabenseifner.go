@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(rabenseifnerAllreduce{base{"rabenseifner", sched.Allreduce}}) }
 
@@ -64,4 +67,19 @@ func (rabenseifnerAllreduce) Program(p sched.Params, r int) sched.Program {
 		g.send(r-1, last, out)
 	}
 	return g.program()
+}
+
+func (rabenseifnerAllreduce) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	p2, log := pow2Below(p.NRanks)
+	mb := bytesOf(p.Count, es)
+	l := m.Flat(p)
+	frac := float64(p2-1) / float64(p2)
+	t := 2*float64(log)*l.Alpha + 2*frac*mb/l.Beta + frac*mb*m.Gamma
+	if p2 != p.NRanks {
+		t += 2*l.Time(mb) + mb*m.Gamma
+	}
+	return t
 }

@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(recdoubleAllreduce{base{"recdouble", sched.Allreduce}}) }
 
@@ -16,8 +19,8 @@ func init() { Register(recdoubleAllreduce{base{"recdouble", sched.Allreduce}}) }
 // doubling; at the end it sends the result back, so the even ranks receive
 // it rather than recompute it (see fold).
 //
-// Cost: log2(p2)·(α + Mβ⁻¹ + Mγ), plus 2(α + M/β) + Mγ when n is not a power of
-// two.
+// Cost: log2(p2)·(α + M/β + Mγ), plus 2(α + M/β) + Mγ when n is not a power
+// of two.
 type recdoubleAllreduce struct{ base }
 
 func (recdoubleAllreduce) Program(p sched.Params, r int) sched.Program {
@@ -79,4 +82,18 @@ func (f fold) rank(nr int) int {
 		return 2*nr + 1
 	}
 	return nr + f.rem
+}
+
+func (recdoubleAllreduce) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	p2, log := pow2Below(p.NRanks)
+	mb := bytesOf(p.Count, es)
+	step := m.Flat(p).Time(mb)
+	t := float64(log) * (step + mb*m.Gamma)
+	if p2 != p.NRanks {
+		t += 2*step + mb*m.Gamma
+	}
+	return t
 }

@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(reduceBcastAllreduce{base{"reducebcast", sched.Allreduce}}) }
 
@@ -17,4 +20,13 @@ func (reduceBcastAllreduce) Program(p sched.Params, r int) sched.Program {
 	reduceToRoot(g, p.NRanks, 0, r, 0, in, out)
 	treeBcast(g, p.NRanks, 0, r, 1, out, out)
 	return g.program()
+}
+
+func (reduceBcastAllreduce) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	mb := bytesOf(p.Count, es)
+	step := m.Flat(p).Time(mb)
+	return float64(p.NRanks-1)*(step+mb*m.Gamma) + float64(ceilLog2(p.NRanks))*step
 }

@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(ringAllreduce{base{"ring", sched.Allreduce}}) }
 
@@ -11,7 +14,7 @@ func init() { Register(ringAllreduce{base{"ring", sched.Allreduce}}) }
 // computed once, by the rank that ends up holding it, so every rank gets the
 // same bits.
 //
-// Cost: 2(n−1)(α + M/(nβ)) + (n−1)M/(n)·γ for M bytes, n ranks.
+// Cost: 2(n−1)(α + M/(nβ)) + (n−1)·M/n·γ for M bytes, n ranks.
 type ringAllreduce struct{ base }
 
 func (ringAllreduce) Program(p sched.Params, r int) sched.Program {
@@ -43,4 +46,12 @@ func (ringAllreduce) Program(p sched.Params, r int) sched.Program {
 		g.recv(prev, n-1+s, blk(sched.Out, r-s))
 	}
 	return g.program()
+}
+
+func (ringAllreduce) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	n, b := float64(p.NRanks), bytesOf(p.Count, es)/float64(p.NRanks)
+	return 2*(n-1)*m.Flat(p).Time(b) + (n-1)*b*m.Gamma
 }

@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(segRingAllreduce{segBase{base{"segring", sched.Allreduce}}}) }
 
@@ -12,15 +15,49 @@ func init() { Register(segRingAllreduce{segBase{base{"segring", sched.Allreduce}
 // "ring", each sum is computed once, by the rank that ends up holding it, in
 // ring order, so every rank gets the same bits (and the same bits as "ring").
 //
-// Cost, for M bytes, n ranks and segments of S bytes:
-// 2(n−1)(α·⌈M/(nS)⌉ + M/(nβ)) + (n−1)M/n·γ, plus a pipeline fill of about
-// 2(n−1)(α + S/β) that the reduction overlaps; against "ring" it pays
-// ⌈M/(nS)⌉ times the latency for reductions that overlap the transfers and
-// staging that stays in cache.
+// Cost, for M bytes on n ranks, with the largest block (⌈Count/n⌉
+// elements, M/n bytes when n divides Count) cut into q segments of S
+// bytes, c = α + S/β the time of one segment over a link, N = (n−1)·q the
+// segments each link carries in each half, and w ≤ q the segments whose
+// receives a rank posts ahead (the window that bounds the staging memory;
+// see above):
+//
+//	T = max(2N·c, c + N·S·γ + ((n−2)·q + 1)·c, P(N + w) + (N − w)·c)
+//	P(k) = ⌊(k−1)/w⌋·(c + S·γ) + ((k−1) mod w + 1)·c
+//
+// Each term is the time when one resource limits, and exact then: the link,
+// which carries 2N segments one after another; the rank's processor, which
+// adds the N segments of the reduce-scatter one after another from the
+// arrival of the first, after which the link still has the last
+// (n−2)·q + 1 segments of the allgather to carry; and the window: a
+// segment goes on only once it has been received and added, and a receive
+// is posted only once the one w before it is in, so that P(k) is the time
+// of k segments paced by that, which the first w segments of the allgather
+// still are. When S·γ ≤ c and (w−1)·c ≥ S·γ the additions hide behind the
+// transfers and T = 2N·c. With q = 1 this is "ring"'s cost. More segments
+// hide more of the additions but pay α each; Tune takes the q that
+// minimises T. The model has no caches, so it does not see the other gain
+// of small segments, staging that stays in cache.
 type segRingAllreduce struct{ segBase }
 
 func (segRingAllreduce) Program(p sched.Params, r int) sched.Program {
 	return segRingAllreduceProgram(p, r, segWindow)
+}
+
+func (segRingAllreduce) Cost(p sched.Params, es int, m cost.Model) float64 {
+	return segCost(p, es, m, ceilDiv(p.Count, p.NRanks), segRingAllreduceTime)
+}
+
+// Tune sets Params.Segment, if 0, to the segment that minimises Cost.
+func (segRingAllreduce) Tune(p sched.Params, es int, m cost.Model) sched.Params {
+	return segTune(p, es, m, ceilDiv(p.Count, p.NRanks), segRingAllreduceTime)
+}
+
+func segRingAllreduceTime(l cost.Link, gamma float64, n, q, w int, s float64) float64 {
+	c, k, r := l.Time(s), (n-1)*q, s*gamma
+	return max(2*float64(k)*c,
+		c+float64(k)*r+float64((n-2)*q+1)*c,
+		paced(k+w, w, c, r)+float64(k-w)*c)
 }
 
 func segRingAllreduceProgram(p sched.Params, r, window int) sched.Program {

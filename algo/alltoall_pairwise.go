@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(pairwiseAlltoall{base{"pairwise", sched.Alltoall}}) }
 
@@ -15,7 +18,11 @@ func init() { Register(pairwiseAlltoall{base{"pairwise", sched.Alltoall}}) }
 // place. With n even, round n/2 exchanges with one peer through Tmp. Tmp
 // holds two blocks, used alternately by successive pairs of rounds.
 //
-// Cost: (n−1)(α + M/(nβ)) for M bytes per rank, plus ⌊n/2⌋ local block copies.
+// Cost: (n−1)(α + M/(nβ)) for M bytes per rank (the ⌊n/2⌋ local block
+// copies cost nothing in the model). The rounds run one after another:
+// round n−i's receive waits for round i's send (in place, it overwrites
+// the block that send reads), and the copy that ends a pair holds the
+// executor until the pair's messages are done.
 type pairwiseAlltoall struct{ base }
 
 func (pairwiseAlltoall) Program(p sched.Params, r int) sched.Program {
@@ -42,4 +49,11 @@ func (pairwiseAlltoall) Program(p sched.Params, r int) sched.Program {
 		g.copy(t, blk(sched.Out, r-i))
 	}
 	return g.program()
+}
+
+func (pairwiseAlltoall) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	return float64(p.NRanks-1) * m.Flat(p).Time(bytesOf(p.Count, es))
 }

@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(disseminationBarrier{base{"dissemination", sched.Barrier}}) }
 
@@ -25,4 +28,8 @@ func (disseminationBarrier) Program(p sched.Params, r int) sched.Program {
 		k++
 	}
 	return b.P
+}
+
+func (disseminationBarrier) Cost(p sched.Params, _ int, m cost.Model) float64 {
+	return float64(ceilLog2(p.NRanks)) * m.Flat(p).Alpha
 }

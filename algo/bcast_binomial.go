@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(binomialBcast{base{"binomial", sched.Bcast}}) }
 
@@ -9,7 +12,9 @@ func init() { Register(binomialBcast{base{"binomial", sched.Bcast}}) }
 // receives from v − lowbit(v) and sends to v + 2^k for every 2^k below its
 // lowest set bit, largest first.
 //
-// Cost: ⌈log2 n⌉(α + M/β).
+// Cost: ⌈log2 n⌉(α + M/β): a rank's sends to its children leave one
+// after another, the largest subtree's first, and a chain of ⌈log2 n⌉ of
+// them reaches the last rank. It is "knomial" with k = 2.
 type binomialBcast struct{ base }
 
 func (binomialBcast) Program(p sched.Params, r int) sched.Program {
@@ -39,4 +44,11 @@ func treeBcast(g *gen, n, root, r, tag int, src, dst sched.Chunk) {
 			g.send(mod(r+mask, n), tag, src)
 		}
 	}
+}
+
+func (binomialBcast) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	return float64(ceilLog2(p.NRanks)) * m.Flat(p).Time(bytesOf(p.Count, es))
 }

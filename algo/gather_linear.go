@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() {
 	Register(linearGather{base{"linear", sched.Gather}})
@@ -10,7 +13,9 @@ func init() {
 // linearGather has every rank send its block to the root, which receives
 // them all at once into their places in Out.
 //
-// Cost: (n−1)(α + M/(nβ)) at the root, for M bytes of output.
+// Cost: α + (n−1)·M/(nβ) for M bytes of output: the root's receives are
+// from distinct ranks into distinct places and wait for nothing, so their
+// latencies overlap, but their bytes arrive one after another.
 type linearGather struct{ base }
 
 func (linearGather) Program(p sched.Params, r int) sched.Program {
@@ -31,7 +36,7 @@ func (linearGather) Program(p sched.Params, r int) sched.Program {
 
 // linearScatter has the root send block j of its In to every rank j.
 //
-// Cost: (n−1)(α + M/(nβ)) at the root, for M bytes of input.
+// Cost: α + (n−1)·M/(nβ) for M bytes of input, as for linearGather.
 type linearScatter struct{ base }
 
 func (linearScatter) Program(p sched.Params, r int) sched.Program {
@@ -48,4 +53,21 @@ func (linearScatter) Program(p sched.Params, r int) sched.Program {
 	}
 	g.copy(span(sched.In, r*c, c), out)
 	return g.program()
+}
+
+func (linearGather) Cost(p sched.Params, es int, m cost.Model) float64 {
+	return linearRootCost(p, es, m)
+}
+
+func (linearScatter) Cost(p sched.Params, es int, m cost.Model) float64 {
+	return linearRootCost(p, es, m)
+}
+
+// linearRootCost is α + (n−1)·M/(nβ), M/n = Count·es.
+func linearRootCost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	l := m.Flat(p)
+	return l.Alpha + float64(p.NRanks-1)*bytesOf(p.Count, es)/l.Beta
 }

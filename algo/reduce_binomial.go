@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(binomialReduce{base{"binomial", sched.Reduce}}) }
 
@@ -39,4 +42,12 @@ func (binomialReduce) Program(p sched.Params, r int) sched.Program {
 		g.copy(cur, acc)
 	}
 	return g.program()
+}
+
+func (binomialReduce) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	mb := bytesOf(p.Count, es)
+	return float64(ceilLog2(p.NRanks)) * (m.Flat(p).Time(mb) + mb*m.Gamma)
 }

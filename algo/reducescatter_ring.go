@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(ringReduceScatter{base{"ring", sched.ReduceScatter}}) }
 
@@ -37,4 +40,12 @@ func (ringReduceScatter) Program(p sched.Params, r int) sched.Program {
 		g.recvReduce(mod(r-1, n), s, dst)
 	}
 	return g.program()
+}
+
+func (ringReduceScatter) Cost(p sched.Params, es int, m cost.Model) float64 {
+	if idle(p) {
+		return 0
+	}
+	mb := bytesOf(p.Count, es)
+	return float64(p.NRanks-1) * (m.Flat(p).Time(mb) + mb*m.Gamma)
 }

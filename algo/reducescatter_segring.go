@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/sched"
+)
 
 func init() { Register(segRingReduceScatter{segBase{base{"segring", sched.ReduceScatter}}}) }
 
@@ -10,13 +13,40 @@ func init() { Register(segRingReduceScatter{segBase{base{"segring", sched.Reduce
 // segring.go). Partial sums wait, segment by segment, in two alternating Tmp
 // blocks as in "ring"; the last ones are added into Out by Reduce steps.
 //
-// Cost, for M bytes of output per rank and segments of S bytes:
-// (n−1)(α·⌈M/S⌉ + M/β + Mγ), with the reductions overlapping the transfers
-// after a pipeline fill of about (n−1)(α + S/β).
+// Cost, for M bytes of output per rank (the block) on n ranks, cut into q
+// segments of S bytes, c = α + S/β the time of one segment over a link,
+// N = (n−1)·q the segments each link carries, and w ≤ q the segments whose
+// receives a rank posts ahead:
+//
+//	T = max(N·c + S·γ, c + N·S·γ, P(N) + S·γ)
+//	P(k) = ⌊(k−1)/w⌋·(c + S·γ) + ((k−1) mod w + 1)·c
+//
+// Each term is the time when one resource limits, and exact then (see
+// "segring" allreduce): the link, carrying N segments before the last is
+// added; the rank's processor, adding N segments one after another; and
+// the window, under which P(k) is the time of k segments when each is
+// received only once the one w before it is in and added. When S·γ ≤ c
+// and (w−1)·c ≥ S·γ the additions hide behind the transfers and
+// T = N·c + S·γ. With q = 1 this is "ring"'s cost; Tune takes the q that
+// minimises T.
 type segRingReduceScatter struct{ segBase }
 
 func (segRingReduceScatter) Program(p sched.Params, r int) sched.Program {
 	return segRingReduceScatterProgram(p, r, segWindow)
+}
+
+func (segRingReduceScatter) Cost(p sched.Params, es int, m cost.Model) float64 {
+	return segCost(p, es, m, p.Count, segRingReduceScatterTime)
+}
+
+// Tune sets Params.Segment, if 0, to the segment that minimises Cost.
+func (segRingReduceScatter) Tune(p sched.Params, es int, m cost.Model) sched.Params {
+	return segTune(p, es, m, p.Count, segRingReduceScatterTime)
+}
+
+func segRingReduceScatterTime(l cost.Link, gamma float64, n, q, w int, s float64) float64 {
+	c, k, r := l.Time(s), (n-1)*q, s*gamma
+	return max(float64(k)*c+r, c+float64(k)*r, paced(k, w, c, r)+r)
 }
 
 func segRingReduceScatterProgram(p sched.Params, r, window int) sched.Program {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -126,4 +127,58 @@ func (sp segPlan) pipeline(steps int, send, recv func(s, j, tag int)) {
 		postTo(u - sp.nseg + sp.window + 1)
 	}
 	postTo(total)
+}
+
+// segTime is a segmented ring's time over link l with reduction cost gamma
+// per byte, on n ranks, when its largest block is cut into q segments of s
+// bytes and each rank posts its receives w ≤ q segments ahead (segPlan's
+// window). It grows with s and as w shrinks, and for w = q and s = B/q (B
+// the block's bytes) it is convex in q; segTune relies on all three.
+type segTime func(l cost.Link, gamma float64, n, q, w int, s float64) float64
+
+// paced returns the time to move k ≥ 1 segments over one link, c seconds
+// each, when each is received only once the one w before it has been
+// received and added (r seconds): ⌊(k−1)/w⌋·(c + r) + ((k−1) mod w + 1)·c.
+func paced(k, w int, c, r float64) float64 {
+	return float64((k-1)/w)*(c+r) + float64((k-1)%w+1)*c
+}
+
+// segCost is Cost for a segmented ring whose largest block has blockMax
+// elements.
+func segCost(p sched.Params, es int, m cost.Model, blockMax int, t segTime) float64 {
+	if idle(p) {
+		return 0
+	}
+	sp := planSegments(blockMax, p.NRanks, p.Segment, segWindow)
+	return t(m.Flat(p), m.Gamma, p.NRanks, sp.nseg, sp.window, bytesOf(sp.seg, es))
+}
+
+// segTune is Tune for a segmented ring whose largest block has blockMax
+// elements: it sets Params.Segment, if 0, to the segment that minimises
+// segCost. Every cut planSegments makes is q segments of ⌈blockMax/q⌉
+// elements for some q, so it searches q (see minimize), bounding t from
+// below by its value for segments of exactly B/q bytes and a window of all
+// q.
+func segTune(p sched.Params, es int, m cost.Model, blockMax int, t segTime) sched.Params {
+	if p.Segment != 0 {
+		return p
+	}
+	if idle(p) {
+		p.Segment = max(1, blockMax)
+		return p
+	}
+	l, n := m.Flat(p), p.NRanks
+	f := func(q int) float64 {
+		seg := ceilDiv(blockMax, q)
+		sp := planSegments(blockMax, n, seg, segWindow)
+		if sp.nseg != q || sp.seg != seg { // the same cut as a smaller q
+			return math.Inf(1)
+		}
+		return t(l, m.Gamma, n, q, sp.window, bytesOf(seg, es))
+	}
+	b := bytesOf(blockMax, es)
+	lb := func(q int) float64 { return t(l, m.Gamma, n, q, q, b/float64(q)) }
+	q := minimize(1, min(blockMax, max(1, maxSegments/n)), f, lb)
+	p.Segment = ceilDiv(blockMax, q)
+	return p
 }
