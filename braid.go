@@ -88,6 +88,11 @@ func view(buf any) (b []byte, d DType, err error) {
 			return nil, 0, fmt.Errorf("raw buffer of %d bytes is not a whole number of %v elements", len(v.Bytes), v.Type)
 		}
 		return v.Bytes, v.Type, nil
+	case Device:
+		// Device buffers never reach host paths: the collectives route them
+		// to the device communicator (deviceCall) before they look at
+		// bytes. Point-to-point and the rest get here.
+		return nil, 0, fmt.Errorf("device buffer (%d %v elements at %#x): this call takes host memory; collectives on device buffers run through a DeviceComm (Comm.NewDeviceComm)", v.Count, v.Type, uint64(v.Ptr))
 	case nil:
 		return nil, 0, fmt.Errorf("nil buffer")
 	}

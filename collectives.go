@@ -69,6 +69,10 @@ func (c *Comm) Barrier(ctx context.Context) error {
 }
 
 func (c *Comm) collective(ctx context.Context, name string, coll sched.Collective, send, recv any, op Op, root int) error {
+	if deviceArgs(send, recv) {
+		// GPU buffers take the device path (device.go).
+		return c.deviceCall(ctx, name, coll, send, recv, op, root)
+	}
 	k, err := c.prepare(name, coll, send, recv, op, root)
 	if err != nil {
 		return err

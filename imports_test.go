@@ -23,6 +23,7 @@ func TestImportRules(t *testing.T) {
 		"topo":      {"sched", "cost"},
 		"pack":      {"topo", "sched", "cost"},
 		"cuda":      {"internal/dtype"},
+		"gpu":       {"sched", "cuda", "internal/dtype"},
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
 		"transport": {},
 	}

@@ -83,5 +83,5 @@ for coll in colls:
                 continue
             lat = float(r["max_us"]); bw = float(r["busbw_gbs"])
             best_lat = min(o[0], m[0]); best_bw = max(o[1], m[1])
-            print(f"| {coll} | {np_} | {s} | {lat:.2f} | {o[0]:.2f} | {m[0]:.2f} | {lat/best_lat:.2f} | {bw:.2f} | {best_bw:.2f} | {bw/best_bw if best_bw else 0:.2f} | {r['algo']} | {r['correct']} |")
+            print(f"| {coll} | {np_} | {s} | {lat:.2f} | {o[0]:.2f} | {m[0]:.2f} | {lat/best_lat:.2f} | {bw:.2f} | {best_bw:.2f} | {bw/best_bw if best_bw else 0:.2f} | {r.get('ran') or r['algo']} | {r['correct']} |")
 EOF

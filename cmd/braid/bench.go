@@ -36,6 +36,7 @@ with the planner's own choice as "auto"; --algos LIST times the ones listed
 [0, MIF × α] on every rank, α the size's balanced latency (measured first;
 the smallest of the runs), and reports the latency of the calls alone, as
 the PAP-aware paper does (seed 001 §6.1).
+--device cuda times GPU buffers instead (braid bench --device cuda -h).
 
 examples:
   braid bench -n 4 allreduce --check
@@ -47,6 +48,10 @@ flags:
 `
 
 func benchCmd(args []string) error {
+	if dev, rest := benchDeviceArgs(args); dev != "" {
+		// Device buffers: bench_cuda.go.
+		return benchDevice(dev, rest)
+	}
 	fs := flag.NewFlagSet("braid bench", flag.ContinueOnError)
 	n := fs.Int("n", 0, "start N local ranks (as braid run -n N would)")
 	minS := fs.String("min-size", "4", "smallest size (bytes; K, M, G suffixes)")

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/bench"
+	"github.com/braid-ccl/braid/internal/check"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/sched"
+)
+
+const benchDeviceUsage = `usage: braid bench --device cuda [-n N] COLLECTIVE [flags]
+
+Times COLLECTIVE on device buffers, one rank per GPU (rank r on GPU
+LOCAL_RANK mod the GPUs visible), as nccl-tests and NCCL's own benchmarks
+do: the size is the largest buffer (allgather: the gathered output;
+reducescatter: the whole input), powers of two up to 1M and then powers
+of four; allreduce and bcast run in place, allgather and reducescatter
+not. Each call is synchronous (it returns when the result is in place), so
+a timed loop of calls measures the latency a caller sees. Per size: warm-up
+calls, an estimate, then as many calls as fill --target, best of --trials
+loops, the time the slowest rank took.
+
+examples:
+  braid bench --device cuda -n 2 allreduce --check
+  braid bench --device cuda -n 4 allreduce --algos gpu_oneshot,direct,ring --max-size 64M
+  braid run -n 2 -- braid bench --device cuda bcast --format json
+
+flags:
+`
+
+// benchDeviceArgs returns the value of --device (or -device) in args and
+// the arguments without it. benchCmd passes the call here when a device
+// is named:
+//
+//	if dev, rest := benchDeviceArgs(args); dev != "" { return benchDevice(dev, rest) }
+func benchDeviceArgs(args []string) (string, []string) {
+	var dev string
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--device" || a == "-device":
+			if i+1 < len(args) {
+				dev = args[i+1]
+				i++
+			}
+		case strings.HasPrefix(a, "--device=") || strings.HasPrefix(a, "-device="):
+			_, dev, _ = strings.Cut(a, "=")
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return dev, rest
+}
+
+// benchDevice is braid bench --device DEV.
+func benchDevice(dev string, args []string) error {
+	if dev != "cuda" {
+		return usageError{fmt.Sprintf("bench: --device %s: only cuda is supported", dev)}
+	}
+	fs := flag.NewFlagSet("braid bench --device cuda", flag.ContinueOnError)
+	n := fs.Int("n", 0, "start N local ranks, one per GPU (as braid run -n N would)")
+	minS := fs.String("min-size", "8", "smallest size (bytes; K, M, G suffixes)")
+	maxS := fs.String("max-size", "1G", "largest size")
+	algosF := fs.String("algos", "", "time these algorithms side by side (comma-separated; auto is the default choice)")
+	algoF := fs.String("algo", "", "force one algorithm")
+	dt := fs.String("dtype", "float32", "element type")
+	opF := fs.String("op", "sum", "reduction operator")
+	root := fs.Int("root", 0, "root rank of bcast")
+	chk := fs.Bool("check", false, "verify one call's result at every size up to 64M before timing it")
+	format := fs.String("format", "table", "table or json (one object per line)")
+	target := fs.Duration("target", 50*time.Millisecond, "time of one timed loop")
+	trials := fs.Int("trials", 2, "timed loops per size; the best counts")
+	oneShot := fs.String("oneshot-max", "", "largest allreduce run one-shot (bytes; default braid.DefaultOneShotMax)")
+	directMax := fs.String("direct-max", "", "largest allreduce run as direct reduce-scatter and allgather")
+	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
+	var coll string
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") && coll == "" {
+			coll = a
+			continue
+		}
+		rest = append(rest, a)
+		name := strings.TrimLeft(a, "-")
+		if f := fs.Lookup(name); f != nil && !strings.Contains(name, "=") && i+1 < len(args) {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !bf.IsBoolFlag() {
+				i++
+				rest = append(rest, args[i])
+			}
+		}
+	}
+	if err := fs.Parse(rest); err != nil {
+		return usageError{err.Error()}
+	}
+	if coll == "" {
+		fs.Usage()
+		return usageError{"bench: which collective? (allreduce, bcast, allgather, reducescatter)"}
+	}
+	col, err := sched.ParseCollective(coll)
+	if err != nil {
+		return usageError{"bench: " + err.Error()}
+	}
+	switch col {
+	case sched.Allreduce, sched.Bcast, sched.Allgather, sched.ReduceScatter:
+	default:
+		return usageError{fmt.Sprintf("bench --device cuda: %v is not benchmarked on devices (allreduce, bcast, allgather, reducescatter)", col)}
+	}
+	d, err := dtype.ParseDType(*dt)
+	if err != nil {
+		return usageError{"bench: " + err.Error()}
+	}
+	op, err := dtype.ParseOp(*opF)
+	if err != nil {
+		return usageError{"bench: " + err.Error()}
+	}
+	if col.Reduces() && !dtype.Supports(d, op) {
+		return usageError{fmt.Sprintf("bench: op %v is not defined on %v", op, d)}
+	}
+	lo, err := bench.ParseSize(*minS)
+	if err != nil {
+		return usageError{"bench: --min-size: " + err.Error()}
+	}
+	hi, err := bench.ParseSize(*maxS)
+	if err != nil {
+		return usageError{"bench: --max-size: " + err.Error()}
+	}
+	var opts braid.DeviceOptions
+	for _, f := range []struct {
+		s   string
+		dst *int
+	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}} {
+		if f.s != "" {
+			v, err := bench.ParseSize(f.s)
+			if err != nil {
+				return usageError{"bench: " + err.Error()}
+			}
+			*f.dst = int(v)
+		}
+	}
+	algos := []string{"auto"}
+	if *algosF != "" {
+		algos = strings.Split(*algosF, ",")
+	} else if *algoF != "" {
+		algos = []string{*algoF}
+	}
+	if *format != "table" && *format != "json" {
+		return usageError{"bench: --format: table or json"}
+	}
+	if *n > 0 && os.Getenv("BRAID_RANK") == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		var child []string
+		for i := 0; i < len(args); i++ {
+			a := args[i]
+			if a == "-n" || a == "--n" {
+				i++
+				continue
+			}
+			if strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n=") {
+				continue
+			}
+			child = append(child, a)
+		}
+		return launchLocal(*n, false, self, append([]string{"bench", "--device", "cuda"}, child...))
+	}
+
+	ctx := context.Background()
+	c, err := braid.Init(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ngpu, err := cuda.DeviceCount()
+	if err != nil {
+		return fmt.Errorf("bench --device cuda: %w", err)
+	}
+	gpuID := cuda.Device(c.LocalRank() % ngpu)
+	nr := c.Size()
+	es := d.Size()
+	var sizes []int64
+	for s := max(lo, int64(es)); s <= hi; {
+		sizes = append(sizes, s)
+		if s < 1<<20 {
+			s *= 2
+		} else {
+			s *= 4
+		}
+	}
+	// One buffer pair for the largest size.
+	comms := map[string]*braid.DeviceComm{}
+	defer func() {
+		for _, dc := range comms {
+			dc.Close()
+		}
+	}()
+	for _, a := range algos {
+		o := opts
+		if a != "auto" {
+			o.Algo = map[string]string{col.String(): a}
+		}
+		dc, err := c.NewDeviceComm(ctx, gpuID, &o)
+		if err != nil {
+			return err
+		}
+		comms[a] = dc
+	}
+	w := comms[algos[0]].Worker()
+	maxBytes := int(hi) + es*nr
+	var bufA, bufB cuda.DevicePtr
+	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
+		if bufA, err = cc.Alloc(maxBytes); err != nil {
+			return err
+		}
+		if bufB, err = cc.Alloc(maxBytes); err != nil {
+			return err
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+
+	rank := c.Rank()
+	if rank == 0 && *format == "table" {
+		name, _ := gpuID.Name()
+		fmt.Printf("# braid bench --device cuda %v, %d ranks on %s, %v %v; time = slowest rank, best of %d loops\n", col, nr, name, d, op, *trials)
+		fmt.Printf("%10s %12s %-12s %12s %10s %10s %8s\n", "size", "count", "algo", "time(us)", "algbw", "busbw", "correct")
+	}
+	for _, size := range sizes {
+		// count: elements per rank as sched.Params counts them.
+		total := int(size) / es
+		count := total
+		if col == sched.Allgather || col == sched.ReduceScatter {
+			if total%nr != 0 || total == 0 {
+				continue
+			}
+			count = total / nr
+		}
+		if count == 0 {
+			continue
+		}
+		for _, a := range algos {
+			dc := comms[a]
+			call := deviceBenchCall(ctx, dc, col, d, op, *root, count, nr, rank, bufA, bufB)
+			correct := "-"
+			if *chk && size <= checkMax {
+				correct = "yes"
+				if err := deviceBenchCheck(ctx, c, w, call, col, d, op, *root, count, nr, rank, bufA, bufB); err != nil {
+					correct = "NO"
+					fmt.Fprintf(os.Stderr, "rank %d: %v %d B %s: %v\n", rank, col, size, a, err)
+				}
+			}
+			best, iters, err := deviceBenchTime(ctx, c, call, *target, *trials)
+			if err != nil {
+				return err
+			}
+			name := a
+			if a == "auto" {
+				name, _ = dc.Algorithm(col, count, es)
+				name = "auto:" + name
+			}
+			if rank != 0 {
+				continue
+			}
+			us := best.Seconds() * 1e6
+			algbw := float64(size) / best.Seconds() / 1e9
+			busbw := algbw * bench.BusFactor(col, nr)
+			if *format == "json" {
+				b, _ := json.Marshal(map[string]any{"api": "braid", "op": col.String(), "n": nr, "bytes": size, "algo": name,
+					"time_us": us, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String()})
+				fmt.Println(string(b))
+			} else {
+				fmt.Printf("%10s %12d %-12s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, us, algbw, busbw, correct)
+			}
+		}
+	}
+	return nil
+}
+
+// checkMax is the largest size --check verifies: the host reference costs
+// tens of nanoseconds per element.
+const checkMax = 64 << 20
+
+// deviceBenchCall returns one call of col on the benchmark's buffers:
+// allreduce and bcast in place on A, allgather and reducescatter from A
+// to B.
+func deviceBenchCall(ctx context.Context, dc *braid.DeviceComm, col sched.Collective, d dtype.DType, op dtype.Op, root, count, n, rank int, bufA, bufB cuda.DevicePtr) func() error {
+	switch col {
+	case sched.Allreduce:
+		buf := braid.Device{Ptr: bufA, Count: count, Type: d}
+		return func() error { return dc.Allreduce(ctx, buf, buf, op) }
+	case sched.Bcast:
+		buf := braid.Device{Ptr: bufA, Count: count, Type: d}
+		return func() error { return dc.Bcast(ctx, buf, root) }
+	case sched.Allgather:
+		s, r := braid.Device{Ptr: bufA, Count: count, Type: d}, braid.Device{Ptr: bufB, Count: n * count, Type: d}
+		return func() error { return dc.Allgather(ctx, s, r) }
+	default:
+		s, r := braid.Device{Ptr: bufA, Count: n * count, Type: d}, braid.Device{Ptr: bufB, Count: count, Type: d}
+		return func() error { return dc.ReduceScatter(ctx, s, r, op) }
+	}
+}
+
+// deviceBenchCheck fills the input, runs call once and compares the
+// output with the reference; every rank learns whether all passed.
+func deviceBenchCheck(ctx context.Context, c *braid.Comm, w *cuda.Worker, call func() error, col sched.Collective, d dtype.DType, op dtype.Op, root, count, n, rank int, bufA, bufB cuda.DevicePtr) error {
+	p := sched.Params{Coll: col, NRanks: n, Count: count, Root: root}
+	es := d.Size()
+	in := make([]byte, p.InLen(rank)*es)
+	check.FillInput(p, d, op, in, rank, 7)
+	outPtr := bufB
+	if col == sched.Allreduce || col == sched.Bcast {
+		outPtr = bufA
+	}
+	outLen := p.OutLen(rank) * es
+	err := w.Do(ctx, func(cc *cuda.Ctx) error {
+		if outPtr != bufA {
+			if err := cc.Memset8(outPtr, 0xff, outLen, 0); err != nil {
+				return err
+			}
+		} else if len(in) == 0 {
+			if err := cc.Memset8(bufA, 0xff, outLen, 0); err != nil {
+				return err
+			}
+		}
+		if len(in) > 0 {
+			if err := cc.CopyHtoD(bufA, in, 0); err != nil {
+				return err
+			}
+		}
+		return cc.Synchronize()
+	})
+	if err == nil {
+		err = call()
+	}
+	out := make([]byte, outLen)
+	if err == nil {
+		err = w.Do(ctx, func(cc *cuda.Ctx) error {
+			if err := cc.CopyDtoH(out, outPtr, 0); err != nil {
+				return err
+			}
+			return cc.Synchronize()
+		})
+	}
+	if err == nil {
+		err = check.Verify(p, d, op, rank, out, 7)
+	}
+	return err
+}
+
+// deviceBenchTime warms up, estimates the time of one call, agrees on an
+// iteration count, and times trials loops; it returns the best loop's time
+// per call, the slowest rank's.
+func deviceBenchTime(ctx context.Context, c *braid.Comm, call func() error, target time.Duration, trials int) (time.Duration, int, error) {
+	for range 10 {
+		if err := call(); err != nil {
+			return 0, 0, err
+		}
+	}
+	start := time.Now()
+	for range 5 {
+		if err := call(); err != nil {
+			return 0, 0, err
+		}
+	}
+	est, err := slowest(ctx, c, time.Since(start).Seconds()/5)
+	if err != nil {
+		return 0, 0, err
+	}
+	iters := int(math.Min(50000, math.Max(20, math.Ceil(target.Seconds()/math.Max(est, 1e-7)))))
+	best := math.Inf(1)
+	for range max(trials, 1) {
+		if err := c.Barrier(ctx); err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		for range iters {
+			if err := call(); err != nil {
+				return 0, 0, err
+			}
+		}
+		t, err := slowest(ctx, c, time.Since(start).Seconds()/float64(iters))
+		if err != nil {
+			return 0, 0, err
+		}
+		best = math.Min(best, t)
+	}
+	return time.Duration(best * 1e9), iters, nil
+}
+
+// slowest returns the largest v over the ranks.
+func slowest(ctx context.Context, c *braid.Comm, v float64) (float64, error) {
+	b := []float64{v}
+	err := c.Allreduce(ctx, b, b, braid.Max)
+	return b[0], err
+}

@@ -1,0 +1,388 @@
+package braid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/check"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/launch"
+	"github.com/braid-ccl/braid/sched"
+)
+
+// TestDeviceParams checks the argument rules of device calls; it needs no
+// GPU.
+func TestDeviceParams(t *testing.T) {
+	buf := func(n int) Device { return Device{Ptr: 0x1000, Count: n, Type: Float32} }
+	cases := []struct {
+		coll       sched.Collective
+		rank, root int
+		send, recv Device
+		op         Op
+		count      int
+		in, out    bool
+		bad        string
+	}{
+		{coll: sched.Allreduce, send: buf(10), recv: buf(10), op: Sum, count: 10, in: true, out: true},
+		{coll: sched.Allreduce, send: buf(10), recv: buf(9), op: Sum, bad: "recv has 9 elements, want 10"},
+		{coll: sched.Allreduce, send: buf(4), recv: Device{Ptr: 1, Count: 4, Type: Int32}, op: Sum, bad: "send is float32 and recv int32"},
+		{coll: sched.Allreduce, send: Device{Ptr: 1, Count: 4, Type: Int32}, recv: Device{Ptr: 1, Count: 4, Type: Int32}, op: Avg, bad: "op avg is not defined on int32"},
+		{coll: sched.Allreduce, send: Device{Count: 4, Type: Float32}, recv: buf(4), op: Sum, bad: "send is a nil device pointer"},
+		{coll: sched.Bcast, rank: 1, root: 0, send: buf(8), recv: buf(8), count: 8, out: true},
+		{coll: sched.Bcast, rank: 0, root: 0, send: buf(8), recv: buf(8), count: 8, in: true, out: true},
+		{coll: sched.Bcast, root: 3, send: buf(8), recv: buf(8), bad: "root 3 out of range [0, 3)"},
+		{coll: sched.Allgather, send: buf(5), recv: buf(15), count: 5, in: true, out: true},
+		{coll: sched.Allgather, send: buf(5), recv: buf(10), bad: "recv has 10 elements, want 15"},
+		{coll: sched.ReduceScatter, send: buf(15), recv: buf(5), op: Max, count: 5, in: true, out: true},
+		{coll: sched.Reduce, rank: 1, root: 0, send: buf(7), recv: Device{}, op: Sum, count: 7, in: true},
+		{coll: sched.Alltoall, send: buf(7), recv: buf(7), bad: "not a whole number of blocks"},
+	}
+	if deviceArgs([]float32{1}, []float32{1}) || !deviceArgs(buf(1), buf(1)) {
+		t.Error("deviceArgs confuses host and device buffers")
+	}
+	for _, tc := range cases {
+		p, _, in, out, err := deviceParams(tc.coll, 3, tc.rank, tc.send, tc.recv, tc.op, tc.root)
+		if tc.bad != "" {
+			if err == nil || !contains(err.Error(), tc.bad) {
+				t.Errorf("%v %+v: error %v, want %q", tc.coll, tc, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v %+v: %v", tc.coll, tc, err)
+			continue
+		}
+		if p.Count != tc.count || (in != 0) != tc.in || (out != 0) != tc.out {
+			t.Errorf("%v rank %d: count %d in %#x out %#x, want %d %v %v", tc.coll, tc.rank, p.Count, in, out, tc.count, tc.in, tc.out)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDeviceNoDriver checks that without a CUDA driver every rank fails
+// with Unsupported, none waits for the others. It needs no GPU; on a
+// machine with one it is skipped.
+func TestDeviceNoDriver(t *testing.T) {
+	if cuda.Available() {
+		t.Skip("a CUDA driver is present: the no-driver path is not reachable here")
+	}
+	comms, err := NewLocal(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(comms)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(comms))
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.NewDeviceComm(ctx, 0, nil)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		var e *Error
+		if !errors.As(err, &e) || e.Kind != Unsupported {
+			t.Errorf("rank %d: %v, want an Unsupported error", i, err)
+		}
+	}
+}
+
+func closeAll(comms []*Comm) {
+	for _, c := range comms {
+		c.Close()
+	}
+}
+
+// deviceTestEnv marks the ranks that TestDeviceCollectives starts.
+const deviceTestEnv = "BRAID_DEVICE_TEST_RANKS"
+
+// TestDeviceCollectives runs the device collectives on every GPU of the
+// machine (BRAID_TEST_GPUS limits the count), one process per GPU: the
+// test binary starts itself once per GPU through launch (as braid run
+// does), and every rank checks every dtype × op × algorithm × count,
+// in place and not, against the host reference of internal/check. It is
+// skipped without a CUDA driver or with fewer than two GPUs.
+func TestDeviceCollectives(t *testing.T) {
+	if os.Getenv(deviceTestEnv) != "" {
+		deviceRank(t)
+		return
+	}
+	if !cuda.Available() {
+		t.Skip("no CUDA driver: GPU collectives are tested on the GPU machine")
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := os.Getenv("BRAID_TEST_GPUS"); s != "" {
+		if m, err := strconv.Atoi(s); err == nil && m < n {
+			n = m
+		}
+	}
+	if n < 2 {
+		t.Skipf("needs 2 GPUs, have %d", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	args := []string{"-test.run=^TestDeviceCollectives$", "-test.v"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	err = launch.Run(ctx, launch.Config{N: n, Prog: os.Args[0], Args: args, Env: []string{deviceTestEnv + "=" + strconv.Itoa(n)}, Prefix: true})
+	if err != nil {
+		t.Fatalf("%d ranks: %v", n, err)
+	}
+}
+
+// deviceCase is one call of the matrix.
+type deviceCase struct {
+	coll    sched.Collective
+	algo    string
+	d       DType
+	op      Op
+	count   int
+	root    int
+	inPlace bool
+}
+
+func (k deviceCase) String() string {
+	s := fmt.Sprintf("%v/%s %v %v count %d", k.coll, k.algo, k.d, k.op, k.count)
+	if k.coll.Rooted() {
+		s += fmt.Sprintf(" root %d", k.root)
+	}
+	if k.inPlace {
+		s += " in place"
+	}
+	return s
+}
+
+// deviceRank is one rank of TestDeviceCollectives.
+func deviceRank(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
+	defer cancel()
+	c, err := Init(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ngpu, err := cuda.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := cuda.Device(c.LocalRank() % ngpu)
+	n, rank := c.Size(), c.Rank()
+	counts := []int{0, 1, 7, 1000, 65537, 1<<20 + 3}
+	if testing.Short() {
+		counts = []int{0, 1, 7, 1000, 65537}
+	}
+	algos := map[sched.Collective][]string{
+		sched.Allreduce:     {"gpu_oneshot", "direct", "ring", "recdouble", "rabenseifner", ""},
+		sched.Bcast:         {"linear", "chain", "binomial", ""},
+		sched.Allgather:     {"direct", "ring", "recdouble", ""},
+		sched.ReduceScatter: {"direct", "ring", ""},
+	}
+	var cases []deviceCase
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter, sched.Allgather, sched.Bcast} {
+		for _, name := range algos[coll] {
+			if name != "" && name != "gpu_oneshot" {
+				a, err := algo.Lookup(coll, name)
+				if err != nil || a.Supports(sched.Params{Coll: coll, NRanks: n, Count: 1}) != nil {
+					continue
+				}
+			}
+			for _, d := range dtype.All() {
+				ops := []Op{Sum}
+				if coll.Reduces() {
+					ops = nil
+					for _, op := range dtype.AllOps() {
+						if dtype.Supports(d, op) {
+							ops = append(ops, op)
+						}
+					}
+				}
+				for _, op := range ops {
+					for _, count := range counts {
+						// The largest count runs with the default algorithm only.
+						if count > 1<<20 && name != "" {
+							continue
+						}
+						roots := []int{0}
+						if coll.Rooted() {
+							roots = []int{0, n - 1}
+						}
+						for _, root := range roots {
+							for _, inPlace := range []bool{false, true} {
+								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace})
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	// One communicator per algorithm choice, so that each runs what it names.
+	comms := map[string]*DeviceComm{}
+	get := func(coll sched.Collective, name string) *DeviceComm {
+		key := coll.String() + "/" + name
+		if d := comms[key]; d != nil {
+			return d
+		}
+		opts := &DeviceOptions{}
+		if name != "" {
+			opts.Algo = map[string]string{coll.String(): name}
+		}
+		d, err := c.NewDeviceComm(ctx, dev, opts)
+		if err != nil {
+			t.Fatalf("rank %d: NewDeviceComm: %v", rank, err)
+		}
+		comms[key] = d
+		return d
+	}
+	defer func() {
+		for _, d := range comms {
+			if err := d.Close(); err != nil {
+				t.Errorf("rank %d: close: %v", rank, err)
+			}
+		}
+	}()
+	// Buffers for the largest call: inputs and outputs of up to n·count
+	// elements of 8 bytes.
+	maxBytes := n * counts[len(counts)-1] * 8
+	first := get(sched.Allreduce, "")
+	w := first.Worker()
+	var bufA, bufB cuda.DevicePtr
+	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
+		if bufA, err = cc.Alloc(maxBytes + 8); err != nil {
+			return err
+		}
+		bufB, err = cc.Alloc(maxBytes + 8)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+
+	start := time.Now()
+	failures := 0
+	for i, k := range cases {
+		d := get(k.coll, k.algo)
+		call := func(send, recv Device) error {
+			switch k.coll {
+			case sched.Allreduce:
+				return d.Allreduce(ctx, send, recv, k.op)
+			case sched.ReduceScatter:
+				return d.ReduceScatter(ctx, send, recv, k.op)
+			case sched.Allgather:
+				return d.Allgather(ctx, send, recv)
+			case sched.Bcast:
+				return d.Bcast(ctx, recv, k.root)
+			}
+			return fmt.Errorf("no call for %v", k.coll)
+		}
+		if err := runDeviceCase(ctx, w, call, k, rank, n, bufA, bufB, i); err != nil {
+			t.Errorf("rank %d: %v: %v", rank, k, err)
+			if failures++; failures > 20 {
+				t.Fatal("too many failures")
+			}
+		}
+	}
+	// The same through Comm's entry point for device buffers.
+	k := deviceCase{sched.Allreduce, "", Float32, Sum, 4099, 0, true}
+	call := func(send, recv Device) error {
+		if !deviceArgs(send, recv) {
+			return errors.New("deviceArgs does not recognise device buffers")
+		}
+		return c.deviceCall(ctx, "allreduce", sched.Allreduce, send, recv, Sum, 0)
+	}
+	if err := runDeviceCase(ctx, w, call, k, rank, n, bufA, bufB, len(cases)); err != nil {
+		t.Errorf("rank %d: through Comm: %v", rank, err)
+	}
+	if d, ok := deviceComms.Load(c); ok {
+		d.(*DeviceComm).Close()
+	}
+	t.Logf("rank %d: %d device calls checked on GPU %d in %v", rank, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
+}
+
+// runDeviceCase fills the input, poisons the output where it does not
+// hold input, runs k through call and checks the output against the
+// reference.
+func runDeviceCase(ctx context.Context, w *cuda.Worker, call func(send, recv Device) error, k deviceCase, rank, n int, bufA, bufB cuda.DevicePtr, salt int) error {
+	p := sched.Params{Coll: k.coll, NRanks: n, Count: k.count, Root: k.root}
+	es := k.d.Size()
+	inLen, outLen := p.InLen(rank)*es, p.OutLen(rank)*es
+	in := make([]byte, inLen)
+	check.FillInput(p, k.d, k.op, in, rank, salt)
+	// Place the buffers apart, or as the in-place call aliases them.
+	inPtr, outPtr := bufA, bufB
+	poison := true
+	if k.inPlace || k.coll == sched.Bcast {
+		switch k.coll {
+		case sched.Allreduce, sched.Bcast:
+			outPtr = bufA
+			poison = inLen == 0
+		case sched.Allgather:
+			inPtr = bufA.Add(rank * k.count * es)
+			outPtr = bufA
+		case sched.ReduceScatter:
+			outPtr = bufA.Add(rank * k.count * es)
+			poison = false
+		}
+	}
+	out := make([]byte, outLen)
+	err := w.Do(ctx, func(cc *cuda.Ctx) error {
+		if poison && outLen > 0 {
+			if err := cc.Memset8(outPtr, 0xff, outLen, 0); err != nil {
+				return err
+			}
+		}
+		if inLen > 0 {
+			if err := cc.CopyHtoD(inPtr, in, 0); err != nil {
+				return err
+			}
+		}
+		return cc.Synchronize()
+	})
+	if err != nil {
+		return fmt.Errorf("preparing buffers: %w", err)
+	}
+	send := Device{Ptr: inPtr, Count: p.InLen(rank), Type: k.d}
+	recv := Device{Ptr: outPtr, Count: p.OutLen(rank), Type: k.d}
+	if k.coll == sched.Bcast {
+		recv.Count = k.count
+	}
+	if err := call(send, recv); err != nil {
+		return err
+	}
+	if outLen == 0 {
+		return nil
+	}
+	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
+		if err := cc.CopyDtoH(out, outPtr, 0); err != nil {
+			return err
+		}
+		return cc.Synchronize()
+	}); err != nil {
+		return fmt.Errorf("reading the result: %w", err)
+	}
+	return check.Verify(p, k.d, k.op, rank, out, salt)
+}

@@ -1,0 +1,113 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/braid-ccl/braid/cuda"
+)
+
+// The mailbox is a shared-memory file holding one single-producer,
+// single-consumer ring of notices per ordered pair of ranks. A ring is a
+// consumer index (head) and a producer index (tail), each on its own cache
+// line, then ringSlots slots of slotSize bytes. The producer writes a slot,
+// then publishes it by storing tail+1; the consumer reads it, then frees it
+// by storing head+1. Both indices only grow.
+const (
+	slotSize  = 256
+	ringSlots = 256
+	ringHdr   = 128
+	ringBytes = ringHdr + slotSize*ringSlots
+)
+
+// Notice kinds.
+const (
+	noticeReady uint32 = 1 // a chunk may be read
+	noticeDone  uint32 = 2 // a chunk has been read
+)
+
+// Notice flags.
+const (
+	flagEvent uint32 = 1 // wait for Event before the chunk may be read (ready) or overwritten (done)
+	flagBuf   uint32 = 2 // Mem, BufID and Off locate the chunk (ready with a non-empty chunk)
+)
+
+// notice is one message between the executors of two ranks.
+type notice struct {
+	Kind  uint32
+	Seq   uint32 // the call's sequence number on the communicator
+	Tag   int32  // the step's tag within the schedule
+	Flags uint32
+	BufID uint64 // the sender's allocation id
+	Off   uint64 // bytes from the allocation's base to the chunk
+	Mem   cuda.IPCMemHandle
+	Event cuda.IPCEventHandle
+}
+
+func (n *notice) encode(b []byte) {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], n.Kind)
+	le.PutUint32(b[4:], n.Seq)
+	le.PutUint32(b[8:], uint32(n.Tag))
+	le.PutUint32(b[12:], n.Flags)
+	le.PutUint64(b[16:], n.BufID)
+	le.PutUint64(b[24:], n.Off)
+	copy(b[32:96], n.Mem[:])
+	copy(b[96:160], n.Event[:])
+}
+
+func (n *notice) decode(b []byte) {
+	le := binary.LittleEndian
+	n.Kind = le.Uint32(b[0:])
+	n.Seq = le.Uint32(b[4:])
+	n.Tag = int32(le.Uint32(b[8:]))
+	n.Flags = le.Uint32(b[12:])
+	n.BufID = le.Uint64(b[16:])
+	n.Off = le.Uint64(b[24:])
+	copy(n.Mem[:], b[32:96])
+	copy(n.Event[:], b[96:160])
+}
+
+// mailbox is this rank's view of the shared rings.
+type mailbox struct {
+	mem  []byte
+	n    int
+	rank int
+}
+
+func mailboxSize(n int) int { return n * n * ringBytes }
+
+func (m *mailbox) ring(from, to int) []byte {
+	off := (from*m.n + to) * ringBytes
+	return m.mem[off : off+ringBytes]
+}
+
+func index(r []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&r[off])) }
+
+// post appends n to the ring towards peer; false if the ring is full.
+func (m *mailbox) post(peer int, n *notice) bool {
+	r := m.ring(m.rank, peer)
+	head := atomic.LoadUint64(index(r, 0))
+	tail := atomic.LoadUint64(index(r, 64))
+	if tail-head >= ringSlots {
+		return false
+	}
+	s := ringHdr + int(tail%ringSlots)*slotSize
+	n.encode(r[s : s+slotSize])
+	atomic.StoreUint64(index(r, 64), tail+1)
+	return true
+}
+
+// take removes the oldest notice from peer into n; false if there is none.
+func (m *mailbox) take(peer int, n *notice) bool {
+	r := m.ring(peer, m.rank)
+	head := atomic.LoadUint64(index(r, 0))
+	if atomic.LoadUint64(index(r, 64)) == head {
+		return false
+	}
+	s := ringHdr + int(head%ringSlots)*slotSize
+	n.decode(r[s : s+slotSize])
+	atomic.StoreUint64(index(r, 0), head+1)
+	return true
+}
