@@ -36,6 +36,10 @@ Examples:
 
 `
 
+// tuneTolerance is how much slower than the fastest run the previous
+// size's choice may be and still be kept.
+const tuneTolerance = 0.03
+
 // tuneColls are the collectives braid tune measures by default.
 var tuneColls = "allreduce,bcast,reduce,allgather,reducescatter"
 
@@ -197,18 +201,30 @@ func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, tra
 		var best []plan.Choice
 		var measured []int64
 		for i := 0; i < len(rows); {
-			// Rows come size by size; pick each size's fastest run.
+			// Rows come size by size; pick each size's fastest run, but
+			// keep the previous size's choice when it is within
+			// tuneTolerance of the fastest: on a noisy machine that
+			// avoids tables that flip between equals at every size.
 			j := i
-			var win *bench.Row
+			var win, prev *bench.Row
 			for ; j < len(rows) && rows[j].Bytes == rows[i].Bytes; j++ {
 				r := &rows[j]
-				if r.Err == "" && r.Iters > 0 && (win == nil || r.AvgUs < win.AvgUs) {
+				if r.Err != "" || r.Iters == 0 {
+					continue
+				}
+				if win == nil || r.AvgUs < win.AvgUs {
 					win = r
+				}
+				if len(best) > 0 && r.Algo == best[len(best)-1].String() {
+					prev = r
 				}
 			}
 			i = j
 			if win == nil {
 				continue
+			}
+			if prev != nil && prev.AvgUs <= win.AvgUs*(1+tuneTolerance) {
+				win = prev
 			}
 			ch, err := plan.ParseChoice(win.Algo)
 			if err != nil {
