@@ -84,6 +84,9 @@ func (c Collective) Reduces() bool { return c == Allreduce || c == Reduce || c =
 //
 // Layout says where the ranks run, for hierarchical and topology-aware
 // algorithms; nil means every rank on one host and one NUMA node.
+//
+// Trees is the weighted spanning trees the tree-packing algorithms (algo's
+// "treepack") split the data among; nil for every other algorithm.
 type Params struct {
 	Coll    Collective
 	NRanks  int
@@ -92,6 +95,7 @@ type Params struct {
 	Segment int // elements per message for pipelined algorithms; 0 lets the algorithm choose
 	Radix   int // tree degree for k-nomial algorithms; 0 lets the algorithm choose
 	Layout  *Layout
+	Trees   *Trees // spanning trees for tree-packing algorithms; nil for the others
 }
 
 // Layout is where each rank of a communicator runs. It is shared and must

@@ -18,13 +18,16 @@ usage:
   braid run -n N [--prefix] -- PROG [ARGS...]   start N local ranks of PROG
   braid bench [-n N] COLLECTIVE [flags]          benchmark a collective (see braid bench -h)
   braid tune [-n 2,4] [flags]                    measure every algorithm here and write a tuning table
+  braid topo [--topo PRESET|FILE] [flags]        show a topology, or the spanning trees packed on it (--plan)
+  braid sim --topo PRESET|FILE --coll C [flags]  simulate algorithms on a topology; --sweep: trees vs rings on a DGX-1
   braid version
 
 Collectives: allreduce, reduce, bcast, allgather, reducescatter, gather,
 scatter, alltoall, barrier.
 Environment: BRAID_ALGO, BRAID_TRANSPORT, BRAID_TIMEOUT, BRAID_DEBUG=info|trace,
 BRAID_TUNING (a table from braid tune; "none" ignores the cached one),
-BRAID_MIAD=off (keep pipelined algorithms' segment fixed).
+BRAID_MIAD=off (keep pipelined algorithms' segment fixed), BRAID_TOPO (a topology
+file for braid topo and braid sim).
 `
 
 const version = "0.1.0"
@@ -42,6 +45,10 @@ func main() {
 		err = benchCmd(os.Args[2:])
 	case "tune":
 		err = tuneCmd(os.Args[2:])
+	case "topo":
+		err = topoCmd(os.Args[2:])
+	case "sim":
+		err = simCmd(os.Args[2:])
 	case "version", "--version", "-v":
 		fmt.Println("braid", version)
 	case "help", "-h", "--help":

@@ -1,0 +1,492 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/plan"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/sim"
+	"github.com/braid-ccl/braid/topo"
+)
+
+const simUsage = `usage: braid sim --topo PRESET|FILE [--gpus 0,1,2,5] --coll bcast|allreduce --size S [--algos A,B,...]
+       braid sim --sweep dgx1-p100|dgx1-v100 --coll bcast|allreduce [--size 256M]
+
+Runs Braid's schedules in the flow-level simulator (package sim) on a
+topology: every link of the allocation with its bandwidth and latency,
+messages routed as topo routes them, links shared fairly. It prints each
+algorithm's time, bandwidth and ratio to the fastest.
+
+Algorithms are algo's names for the collective, plus:
+  treepack  Blink's packed spanning trees (pack, then algo's treepack)
+  rings     the best ring construction (below)
+
+Pipelined schedules (chain, segring, treepack, rings) take the segment that
+runs fastest: starting from size/256 (at least 64K), the simulator tries
+twice and half the segment while that helps, as Blink's MIAD does at run
+time (seed 002 §4.2.1); --segment fixes it instead.
+
+--sweep runs every unique allocation of 3 to 8 GPUs of a DGX-1 (the
+isomorphism classes of NVLink-connected allocations: 14 on the P100, 46 on
+the V100, seed 002 §5.2), the ranks in increasing GPU order, a broadcast
+from the lowest GPU, and prints per allocation the speedup of the packed
+trees (over NVLink) on the best ring construction, and its distribution
+by allocation size (min, 5th percentile, median, 95th percentile, max), as
+seed 002 Figure 14. The best ring construction is the fastest in the
+simulator of:
+  nvlink   NCCL's rings: the largest set of directed Hamiltonian cycles of
+           the allocation's NVLink graph that its lanes can carry (each
+           ring one lane of each hop; a pair with two lanes can carry two
+           rings), the data split evenly among them;
+  routed   one ring in the cyclic order whose narrowest hop is widest, each
+           hop over the pair's NVLinks if it has them, else over its widest
+           route: on a DGX-1, PCIe through the PCIe switches and, across
+           sockets, QPI (NCCL's PCIe fallback);
+  routed×2 that ring and its reverse, half the data each;
+NVLink rings are used wherever they exist (as NCCL does), the routed
+(PCIe) fallback only where they do not. A broadcast goes down each ring from the
+root as a pipelined chain (algo's treepack over the rings' paths from the
+root, which keeps the rings in step); an allreduce runs algo's ring
+allreduce on each ring. --pcie sets the PCIe links' bandwidth (the
+presets take the nominal 15.75 GB/s of PCIe 3.0 x16; Blink measured 8-12).
+
+The "model" columns are the comparison of seed 002 §5.1 from the rates
+alone: the packing's rate against k NVLink rings at one lane's bandwidth
+each, or, without NVLink rings, one PCIe ring at half a lane's bandwidth
+(Blink's assumption); an allreduce's ring moves 2(n−1)/n of the data.
+
+Examples:
+  braid sim --topo dgx1-v100 --gpus 1,4,5,6 --coll bcast --size 256M
+  braid sim --topo dgx1-v100 --coll allreduce --size 64M --algos treepack,rings,ring,segring
+  braid sim --sweep dgx1-v100 --coll bcast --size 256M
+
+`
+
+func simCmd(args []string) error {
+	fs := flag.NewFlagSet("braid sim", flag.ContinueOnError)
+	spec := fs.String("topo", "", "preset or JSON file (default $BRAID_TOPO, else discover this host)")
+	gpusF := fs.String("gpus", "", "GPU ordinals of the allocation (default: every GPU)")
+	collF := fs.String("coll", "bcast", "collective: bcast or allreduce (or any collective for algo's algorithms)")
+	sizeF := fs.String("size", "256M", "bytes per rank (K, M, G suffixes)")
+	algosF := fs.String("algos", "", "algorithms to compare (default: treepack,rings and the collective's others)")
+	root := fs.Int("root", 0, "root rank for rooted collectives")
+	segF := fs.String("segment", "", "segment of pipelined schedules in bytes (default: the fastest in the simulator)")
+	overhead := fs.Duration("overhead", 0, "time added to every message and local step (sim.Config.StepOverhead)")
+	links := fs.String("links", "auto", "links the packed trees may use: nvlink, all or auto")
+	timeline := fs.String("timeline", "", "write the first algorithm's timeline as SVG to this file")
+	sweep := fs.String("sweep", "", "dgx1-p100 or dgx1-v100: every unique allocation of 3-8 GPUs, trees against rings")
+	pcie := fs.Float64("pcie", 0, "set every PCIe link to this many GB/s per direction (e.g. a measured figure; 0 keeps the topology's)")
+	fs.Usage = func() { fmt.Fprint(os.Stderr, simUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{"sim: unexpected argument " + fs.Arg(0)}
+	}
+	coll, err := sched.ParseCollective(*collF)
+	if err != nil {
+		return usageError{"sim: " + err.Error()}
+	}
+	size, err := plan.ParseSize(*sizeF)
+	if err != nil {
+		return usageError{"sim: --size: " + err.Error()}
+	}
+	var segment int64
+	if *segF != "" {
+		if segment, err = plan.ParseSize(*segF); err != nil || segment < 4 {
+			return usageError{fmt.Sprintf("sim: --segment %q: want a size of at least 4 bytes", *segF)}
+		}
+	}
+	cfg := sim.Config{ElemSize: 4, StepOverhead: overhead.Seconds(), Timeline: *timeline != ""}
+	if *sweep != "" {
+		if coll != sched.Bcast && coll != sched.Allreduce {
+			return usageError{"sim: --sweep compares bcast or allreduce"}
+		}
+		if *sweep != "dgx1-p100" && *sweep != "dgx1-v100" {
+			return usageError{fmt.Sprintf("sim: --sweep %q: want dgx1-p100 or dgx1-v100", *sweep)}
+		}
+		t, _ := topo.Preset(*sweep)
+		setPCIe(t, *pcie)
+		cfg.Timeline = false
+		return runSweep(os.Stdout, t, coll, size, int(segment/4), cfg)
+	}
+	t, err := loadTopology(*spec)
+	if err != nil {
+		return err
+	}
+	setPCIe(t, *pcie)
+	devs, err := allocation(t, *gpusF)
+	if err != nil {
+		return usageError{"sim: " + err.Error()}
+	}
+	if coll.Rooted() && (*root < 0 || *root >= len(devs)) {
+		return usageError{fmt.Sprintf("sim: --root %d outside ranks 0-%d", *root, len(devs)-1)}
+	}
+	if !coll.Rooted() {
+		*root = 0
+	}
+	names := strings.Split(*algosF, ",")
+	if *algosF == "" {
+		names = defaultAlgos(coll)
+	}
+	net, err := sim.FromTopology(t, devs)
+	if err != nil {
+		return err
+	}
+	count := int(size / int64(cfg.ElemSize))
+	var gpuNames []string
+	for r := range devs {
+		gpuNames = append(gpuNames, devName(t, devs, r))
+	}
+	fmt.Printf("%v of %s per rank on %s, %d ranks on %s\n", coll, plan.FormatSize(size), t.Name, len(devs), strings.Join(gpuNames, " "))
+	type row struct {
+		name, desc string
+		res        *sim.Result
+		err        error
+	}
+	var rows []row
+	for _, name := range names {
+		name = strings.TrimSpace(name)
+		c, err := candidate(t, devs, coll, count, *root, name, *links)
+		if err != nil {
+			rows = append(rows, row{name: name, err: err})
+			continue
+		}
+		res, desc, err := c.best(net, cfg, int(segment/4), count)
+		rows = append(rows, row{name: name, desc: desc, res: res, err: err})
+	}
+	best := math.Inf(1)
+	for _, r := range rows {
+		if r.err == nil {
+			best = min(best, r.res.Time)
+		}
+	}
+	fmt.Printf("%-16s %-26s %12s %12s %8s\n", "algorithm", "parameters", "time(us)", "algbw(GB/s)", "vs best")
+	for _, r := range rows {
+		if r.err != nil {
+			fmt.Printf("%-16s %v\n", r.name, r.err)
+			continue
+		}
+		fmt.Printf("%-16s %-26s %12.1f %12.2f %8.3f\n", r.name, r.desc, r.res.Time*1e6, float64(size)/r.res.Time/1e9, r.res.Time/best)
+	}
+	if *timeline != "" {
+		for _, r := range rows {
+			if r.err != nil {
+				continue
+			}
+			f, err := os.Create(*timeline)
+			if err != nil {
+				return err
+			}
+			err = sim.WriteSVG(f, net, r.res, sim.SVGOptions{Title: fmt.Sprintf("%v %s: %s on %s", coll, plan.FormatSize(size), r.name, t.Name)})
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "braid sim: wrote %s (%s)\n", *timeline, r.name)
+			break
+		}
+	}
+	return nil
+}
+
+// setPCIe sets every PCIe link of t to gbps GB/s (one lane); 0 leaves t
+// as it is.
+func setPCIe(t *topo.Topology, gbps float64) {
+	if gbps <= 0 {
+		return
+	}
+	for i := range t.Links {
+		if t.Links[i].Class == topo.PCIe {
+			t.Links[i].Count, t.Links[i].Bandwidth = 1, gbps
+		}
+	}
+}
+
+// defaultAlgos are the algorithms braid sim compares without --algos.
+func defaultAlgos(c sched.Collective) []string {
+	var names []string
+	if c == sched.Bcast || c == sched.Allreduce {
+		names = append(names, "treepack", "rings")
+	}
+	for _, a := range algo.ForCollective(c) {
+		names = append(names, a.Name())
+	}
+	return names
+}
+
+// runner is something braid sim can time: best returns the simulated
+// result of its fastest variant on net (segment, or ring construction)
+// and a description of that variant. segment, in elements, fixes the
+// segment of pipelined schedules (0: search for the fastest).
+type runner interface {
+	best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error)
+}
+
+// schedule makes one algorithm's schedule for a segment in elements (0:
+// the algorithm's own choice); pipelined says whether the segment
+// matters.
+type schedule struct {
+	pipelined bool
+	make      func(segment int) (sched.Params, []sched.Program, string, error)
+}
+
+// simulate runs one schedule.
+func simulate(net *sim.Network, cfg sim.Config, p sched.Params, progs []sched.Program) (*sim.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	return sim.Run(ctx, p, progs, net, cfg)
+}
+
+func (s *schedule) run(net *sim.Network, cfg sim.Config, seg int) (*sim.Result, string, error) {
+	p, progs, desc, err := s.make(seg)
+	if err != nil {
+		return nil, "", err
+	}
+	res, err := simulate(net, cfg, p, progs)
+	if err != nil {
+		return nil, "", err
+	}
+	if s.pipelined && p.Segment > 0 {
+		desc = strings.TrimSpace(desc + " seg " + plan.FormatSize(int64(p.Segment)*int64(cfg.ElemSize)))
+	}
+	return res, desc, nil
+}
+
+// best times the schedule at the given segment, or searches for the
+// fastest segment: from size/256 rounded up to a power of two (at least
+// 64 KiB, at most the size), doubling while that is faster, and if the
+// first doubling was not, halving while that is (down to 1 KiB): a
+// multiplicative search like Blink's MIAD (seed 002 §4.2.1), run in the
+// simulator instead of over the first iterations of a job.
+func (s *schedule) best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error) {
+	if !s.pipelined || segment > 0 || count == 0 {
+		return s.run(net, cfg, segment)
+	}
+	es := cfg.ElemSize
+	quiet := cfg
+	quiet.Timeline = false
+	seg := max(1, min(count, max(64<<10, pow2Above(count*es/256))/es))
+	bestRes, _, err := s.run(net, quiet, seg)
+	if err != nil {
+		return nil, "", err
+	}
+	bestSeg := seg
+	try := func(next int) bool {
+		res, _, err := s.run(net, quiet, next)
+		if err != nil || res.Time >= bestRes.Time {
+			return false
+		}
+		bestRes, bestSeg = res, next
+		return true
+	}
+	up := false
+	for next := bestSeg * 2; bestSeg < count && try(min(next, count)); next = bestSeg * 2 {
+		up = true
+	}
+	if !up {
+		for next := bestSeg / 2; next*es >= 1<<10 && try(next); next = bestSeg / 2 {
+		}
+	}
+	return s.run(net, cfg, bestSeg)
+}
+
+// pow2Above returns the least power of two ≥ x (1 for x ≤ 1).
+func pow2Above(x int) int {
+	p := 1
+	for p < x {
+		p *= 2
+	}
+	return p
+}
+
+// ringChoice is the best of several ring constructions.
+type ringChoice struct {
+	names []string
+	makes []*schedule
+}
+
+func (c *ringChoice) best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error) {
+	var best *sim.Result
+	var desc string
+	var firstErr error
+	for k, m := range c.makes {
+		res, d, err := m.best(net, cfg, segment, count)
+		if err != nil {
+			firstErr = cmpErr(firstErr, fmt.Errorf("%s rings: %w", c.names[k], err))
+			continue
+		}
+		if best == nil || res.Time < best.Time {
+			best, desc = res, d
+		}
+	}
+	if best == nil {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("no ring construction")
+		}
+		return nil, "", firstErr
+	}
+	return best, desc, nil
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// candidate returns the runner of algorithm name for coll on the ranks
+// on devs: treepack, rings, or one of algo's algorithms in rank order.
+func candidate(t *topo.Topology, devs []int, coll sched.Collective, count, root int, name, links string) (runner, error) {
+	n := len(devs)
+	switch name {
+	case "treepack":
+		a := algo.Treepack(coll)
+		if a == nil {
+			return nil, fmt.Errorf("no tree-packing %v", coll)
+		}
+		pt, err := packTrees(t, devs, coll, root, links)
+		if err != nil {
+			return nil, err
+		}
+		return treeSchedule(coll, count, root, pt), nil
+	case "rings":
+		if coll != sched.Bcast && coll != sched.Allreduce {
+			return nil, fmt.Errorf("rings are for bcast and allreduce")
+		}
+		names, sets := ringConstructions(t, devs)
+		c := &ringChoice{names: names}
+		for k := range names {
+			c.makes = append(c.makes, ringMaker(n, coll, count, root, names[k], sets[k]))
+		}
+		return c, nil
+	}
+	a, err := algo.Lookup(coll, name)
+	if err != nil {
+		return nil, err
+	}
+	p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Layout: t.Layout(devs)}
+	if err := a.Supports(p); err != nil {
+		return nil, err
+	}
+	// Parameters other than the segment (a k-nomial tree's radix) come
+	// from the cost model; a segment Tune sets is searched for instead.
+	tuned := p
+	if tu, ok := a.(algo.Tuner); ok {
+		tuned = tu.Tune(p, 4, cost.Default())
+	}
+	pipelined := tuned.Segment != 0 && p.Count > 0
+	return &schedule{pipelined: pipelined, make: func(seg int) (sched.Params, []sched.Program, string, error) {
+		q := tuned
+		if pipelined {
+			q.Segment = seg
+		}
+		if err := a.Supports(q); err != nil {
+			return q, nil, "", err
+		}
+		desc := ""
+		if q.Radix != 0 {
+			desc = fmt.Sprintf("radix %d", q.Radix)
+		}
+		return q, algo.Programs(a, q), desc, nil
+	}}, nil
+}
+
+// treeSchedule returns the treepack schedule of a packing.
+func treeSchedule(coll sched.Collective, count, root int, pt *packedTrees) *schedule {
+	trees := pt.trees()
+	a := algo.Treepack(coll)
+	n := pt.plan.N
+	return &schedule{pipelined: count > 0 && n > 1, make: func(seg int) (sched.Params, []sched.Program, string, error) {
+		p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Segment: seg, Trees: trees}
+		if n == 1 {
+			p.Trees = nil
+			b, _ := algo.Lookup(coll, "linear")
+			if coll == sched.Allreduce {
+				b, _ = algo.Lookup(coll, "ring")
+			}
+			return p, algo.Programs(b, p), "one rank", nil
+		}
+		if err := a.Supports(p); err != nil {
+			return p, nil, "", err
+		}
+		return p, algo.Programs(a, p), fmt.Sprintf("%d trees %.4gGB/s %s", len(trees.Tree), pt.plan.Rate, pt.links), nil
+	}}
+}
+
+// ringConstructions returns the ring constructions of the ranks on devs
+// that braid sim compares with trees, by name: NCCL's NVLink rings where
+// the allocation's NVLinks have a Hamiltonian cycle ("nvlink×k"), else the
+// fallback over the widest routes (PCIe on a DGX-1), one ring ("routed")
+// or it and its reverse ("routed×2").
+func ringConstructions(t *topo.Topology, devs []int) (names []string, sets [][][]int) {
+	if len(devs) < 2 {
+		return []string{"one rank"}, [][][]int{nil}
+	}
+	if c := nvlinkRings(t, devs); c != nil {
+		return []string{fmt.Sprintf("nvlink×%d", len(c))}, [][][]int{c}
+	}
+	if c := widestRing(t, devs); c != nil {
+		rev := slices.Clone(c)
+		slices.Reverse(rev[1:])
+		names = append(names, "routed", "routed×2")
+		sets = append(sets, [][]int{c}, [][]int{c, rev})
+	}
+	return names, sets
+}
+
+// ringMaker returns the schedule of one ring construction: for a
+// broadcast, each ring's path from the root (its n−1 hops in the ring's
+// direction) as a tree of equal weight for algo's treepack, which
+// pipelines each path as the chain broadcast does and keeps the paths in
+// step; for an allreduce, algo's ring allreduce on each ring (compose).
+func ringMaker(n int, coll sched.Collective, count, root int, name string, cycles [][]int) *schedule {
+	return &schedule{pipelined: coll == sched.Bcast && n > 1 && count > 0, make: func(seg int) (sched.Params, []sched.Program, string, error) {
+		if n == 1 {
+			p := sched.Params{Coll: coll, NRanks: 1, Count: count, Root: root}
+			a, _ := algo.Lookup(coll, "linear")
+			if coll == sched.Allreduce {
+				a, _ = algo.Lookup(coll, "ring")
+			}
+			return p, algo.Programs(a, p), name, nil
+		}
+		if coll == sched.Bcast {
+			p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Segment: seg, Trees: ringPaths(cycles, root)}
+			if err := algo.TreepackBcast.Supports(p); err != nil {
+				return p, nil, "", err
+			}
+			return p, algo.Programs(algo.TreepackBcast, p), name, nil
+		}
+		p, progs, err := ringSchedule(coll, n, count, root, seg, cycles)
+		return p, progs, name, err
+	}}
+}
+
+// ringPaths returns, for each ring, its path from root in the ring's
+// direction as a tree of weight 1.
+func ringPaths(cycles [][]int, root int) *sched.Trees {
+	ts := &sched.Trees{}
+	for _, c := range cycles {
+		n := len(c)
+		parent := make([]int, n)
+		at := slices.Index(c, root)
+		parent[root] = -1
+		for i := 1; i < n; i++ {
+			parent[c[(at+i)%n]] = c[(at+i-1)%n]
+		}
+		ts.Tree = append(ts.Tree, sched.Tree{Root: root, Parent: parent, Weight: 1})
+	}
+	return ts
+}

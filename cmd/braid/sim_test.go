@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/sched/schedtest"
+	"github.com/braid-ccl/braid/sim"
+	"github.com/braid-ccl/braid/topo"
+)
+
+// gpuDevs returns the devices of GPU ordinals of t.
+func gpuDevs(t *topo.Topology, ords ...int) []int {
+	all := t.GPUs()
+	out := make([]int, len(ords))
+	for i, o := range ords {
+		out[i] = all[o]
+	}
+	return out
+}
+
+// TestSweepAllocations checks the counts of seed 002 §5.2: 14 unique
+// topologies of 3 to 8 GPUs on the DGX-1 P100, 46 on the V100.
+func TestSweepAllocations(t *testing.T) {
+	for _, tc := range []struct {
+		t    *topo.Topology
+		want int
+	}{{topo.DGX1P100(), 14}, {topo.DGX1V100(), 46}} {
+		if got := len(uniqueAllocations(tc.t, 3, 8)); got != tc.want {
+			t.Errorf("%s: %d unique allocations, want %d", tc.t.Name, got, tc.want)
+		}
+	}
+}
+
+// TestNVLinkRings checks NCCL's ring counts on a DGX-1: four directed
+// NVLink rings on the 8-GPU P100 (two rings both ways, seed 002 §5.1),
+// six on the V100 (six lanes a GPU), two on a fully connected triple of
+// the P100, one each way; none on GPUs 1, 4, 5, 6 (seed 002 §5.2.1).
+func TestNVLinkRings(t *testing.T) {
+	p100, v100 := topo.DGX1P100(), topo.DGX1V100()
+	for _, tc := range []struct {
+		t    *topo.Topology
+		gpus []int
+		want int
+	}{
+		{p100, []int{0, 1, 2, 3, 4, 5, 6, 7}, 4},
+		{v100, []int{0, 1, 2, 3, 4, 5, 6, 7}, 6},
+		{p100, []int{0, 1, 2}, 2},
+		{v100, []int{1, 4, 5, 6}, 0},
+		{v100, []int{2, 3, 6, 7}, 2},
+	} {
+		devs := gpuDevs(tc.t, tc.gpus...)
+		rings := nvlinkRings(tc.t, devs)
+		if len(rings) != tc.want {
+			t.Errorf("%s GPUs %v: %d NVLink rings %v, want %d", tc.t.Name, tc.gpus, len(rings), rings, tc.want)
+		}
+		ln := lanes(tc.t, devs)
+		for _, c := range rings {
+			for i := range c {
+				a, b := c[i], c[(i+1)%len(c)]
+				if ln[a][b]--; ln[a][b] < 0 {
+					t.Errorf("%s GPUs %v: rings %v use %d->%d more than its lanes", tc.t.Name, tc.gpus, rings, a, b)
+				}
+			}
+		}
+	}
+	// Without NVLink rings, the PCIe fallback: one ring and its reverse.
+	names, sets := ringConstructions(v100, gpuDevs(v100, 1, 4, 5, 6))
+	if !slices.Equal(names, []string{"routed", "routed×2"}) || len(sets[1]) != 2 {
+		t.Errorf("ring constructions of 1,4,5,6: %v %v", names, sets)
+	}
+}
+
+// TestRingSchedules checks the ring constructions' schedules with
+// schedtest: the composed ring allreduces and the rings' paths for
+// treepack.
+func TestRingSchedules(t *testing.T) {
+	cycles := [][]int{{0, 2, 1, 4, 3}, {0, 3, 4, 1, 2}, {0, 1, 2, 3, 4}}
+	for _, coll := range []sched.Collective{sched.Bcast, sched.Allreduce} {
+		for _, count := range []int{0, 1, 7, 1000} {
+			for k := 1; k <= len(cycles); k++ {
+				root := 0
+				if coll == sched.Bcast {
+					root = 3
+				}
+				p, progs, _, err := ringMaker(5, coll, count, root, "test", cycles[:k]).make(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := schedtest.Check(p, progs); err != nil {
+					t.Errorf("%v of %d on %d rings: %v", coll, count, k, err)
+				}
+			}
+		}
+	}
+}
+
+// TestCompose checks that composing ring allreduces keeps each part's
+// messages on its channel and ranks, and that the simulated time of k
+// rings on k disjoint links is that of one ring with 1/k of the data.
+func TestCompose(t *testing.T) {
+	ring, _ := algo.Lookup(sched.Allreduce, "ring")
+	p := sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: 4000}
+	progs, err := compose(p, []part{
+		{a: ring, p: sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: 1000}, perm: []int{0, 1, 2, 3}, off: 0, ch: 0},
+		{a: ring, p: sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: 3000}, perm: []int{2, 0, 3, 1}, off: 1000, ch: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schedtest.Check(p, progs); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range progs[2].Steps {
+		if s.Kind == sched.KindSend {
+			want := 3 // rank 2's successor on ring 0, in rank order
+			if s.Channel == 1 {
+				want = 0 // and on ring 1, which runs 2, 0, 3, 1
+			}
+			if s.Peer != want {
+				t.Errorf("rank 2 sends to %d on channel %d, want %d", s.Peer, s.Channel, want)
+			}
+		}
+	}
+	if _, err := compose(p, []part{{a: ring, p: sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: 1}, perm: []int{0, 1}}}); err == nil {
+		t.Error("compose with a short permutation succeeded")
+	}
+}
+
+// TestSweepRows checks a few rows of the sweep against the rates: on the
+// 8-GPU DGX-1 V100 the six broadcast trees (150 GB/s) and the six NVLink
+// rings (6 × 25 GB/s) are as fast as each other in the model and within
+// 5 % in the simulator; on GPUs 1, 4, 5, 6 no NVLink ring exists and the
+// trees (50 GB/s) beat the PCIe fallback.
+func TestSweepRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 256 MiB broadcasts")
+	}
+	v100 := topo.DGX1V100()
+	cfg := sim.Config{ElemSize: 4}
+	const count = 64 << 20
+	r := sweepOne(v100, []int{0, 1, 2, 3, 4, 5, 6, 7}, sched.Bcast, count, 0, cfg)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.trees != 6 || r.ringName != "nvlink×6" || math.Abs(r.modelSp-1) > 1e-9 || math.Abs(r.speedup-1) > 0.05 {
+		t.Errorf("8 GPUs: %d trees, rings %s, speedup %.3f (model %.3f)", r.trees, r.ringName, r.speedup, r.modelSp)
+	}
+	r = sweepOne(v100, []int{1, 4, 5, 6}, sched.Bcast, count, 0, cfg)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !strings.HasPrefix(r.ringName, "routed") || math.Abs(r.modelSp-4) > 1e-9 || r.speedup < 1.2 {
+		t.Errorf("GPUs 1,4,5,6: rings %s, speedup %.3f (model %.3f), want the PCIe fallback, model 4 (50 GB/s of trees against 12.5)", r.ringName, r.speedup, r.modelSp)
+	}
+}
+
+// TestSweepOutput runs the P100 sweep on a small size and checks its
+// table: 14 rows and the distribution by size.
+func TestSweepOutput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 14 allocations")
+	}
+	var b bytes.Buffer
+	if err := runSweep(&b, topo.DGX1P100(), sched.Allreduce, 8<<20, 0, sim.Config{ElemSize: 4}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	rows := 0
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 0 && line[0] >= '0' && line[0] <= '9' && strings.Contains(line, "trees") {
+			rows++
+		}
+	}
+	if rows != 14 {
+		t.Errorf("%d allocation rows, want 14:\n%s", rows, out)
+	}
+	for _, want := range []string{"median", "\n  all      14 ", "\n    8       1 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5}
+	for _, tc := range [][2]float64{{0, 1}, {50, 3}, {5, 1.2}, {95, 4.8}, {100, 5}} {
+		if got := percentile(xs, tc[0]); math.Abs(got-tc[1]) > 1e-12 {
+			t.Errorf("percentile %g = %g, want %g", tc[0], got, tc[1])
+		}
+	}
+	if got := percentile([]float64{7}, 95); got != 7 {
+		t.Errorf("percentile of one = %g", got)
+	}
+}
+
+// TestTopoPlan checks braid topo's plan output and drawing for the
+// allocation of seed 002 §5.2.1 and errors for bad allocations.
+func TestTopoPlan(t *testing.T) {
+	tp, err := loadTopology("dgx1-v100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := allocation(tp, "1,4,5,6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := packTrees(tp, devs, sched.Bcast, 0, "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	writePlanText(&b, tp, devs, pt, 256<<20)
+	for _, want := range []string{"2 trees, rate 50 GB/s", "root gpu1", "128M", "gpu1->gpu5"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("plan text lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := writePlanDOT(&b, tp, devs, pt); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"gpu1" -> "gpu5" [color=`) || !strings.HasPrefix(b.String(), "digraph") {
+		t.Errorf("plan DOT:\n%s", b.String())
+	}
+	// Over every link a broadcast reaches GPUs NVLink does not join.
+	pt, err = packTrees(tp, gpuDevs(tp, 0, 5), sched.Bcast, 0, "auto")
+	if err != nil || pt.links != "all" {
+		t.Errorf("GPUs 0 and 5: %v, links %v", err, pt)
+	}
+	if _, err := packTrees(tp, gpuDevs(tp, 0, 5), sched.Bcast, 0, "nvlink"); err == nil {
+		t.Error("NVLink trees between GPUs 0 and 5 (no NVLink) succeeded")
+	}
+	for _, bad := range []string{"8", "1,1", "x", "-1"} {
+		if _, err := allocation(tp, bad); err == nil {
+			t.Errorf("allocation %q accepted", bad)
+		}
+	}
+	if _, err := loadTopology("no-such-preset-or-file"); err == nil || !strings.Contains(err.Error(), "neither a preset") {
+		t.Errorf("unknown topology: %v", err)
+	}
+}
+
+// TestTopoSimCommands runs braid topo and braid sim as users do.
+func TestTopoSimCommands(t *testing.T) {
+	out, err := run(t, time.Minute, nil, "sim", "--topo", "dgx1-v100", "--gpus", "1,4,5,6", "--coll", "bcast", "--size", "16M", "--algos", "treepack,rings,chain")
+	if err != nil {
+		t.Fatalf("braid sim: %v\n%s", err, out)
+	}
+	for _, want := range []string{"bcast of 16M per rank on dgx1-v100, 4 ranks on gpu1 gpu4 gpu5 gpu6", "treepack         2 trees 50GB/s nvlink", "routed", "vs best"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("braid sim output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, time.Minute, []string{"BRAID_TOPO=mist"}, "topo")
+	if err != nil || !strings.Contains(out, "topology mist: 1 host, 4 gpus") {
+		t.Errorf("braid topo with BRAID_TOPO=mist: %v\n%s", err, out)
+	}
+	out, err = run(t, time.Minute, nil, "topo", "--topo", "dgx1-p100", "--plan", "bcast", "--gpus", "0,1,2,3,4,5,6,7")
+	if err != nil || !strings.Contains(out, "4 trees, rate 80 GB/s") {
+		t.Errorf("braid topo --plan: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"sim", "--sweep", "dgx2"},
+		{"sim", "--coll", "nope"},
+		{"topo", "--plan", "gather", "--topo", "mist"},
+		{"topo", "--topo", "dgx1-v100", "--gpus", "9", "--plan", "bcast"},
+	} {
+		out, err := run(t, time.Minute, nil, args...)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("braid %v: %v, want exit 2:\n%s", args, err, out)
+		}
+	}
+}
