@@ -69,5 +69,5 @@
 //	fmt.Printf("%.1f µs\n", res.Time*1e6)
 //	sim.WriteSVG(f, net, res, sim.SVGOptions{})
 //
-// sim imports sched and cost, never algo.
+// sim imports sched, cost and topo, never algo.
 package sim
