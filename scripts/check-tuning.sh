@@ -30,7 +30,7 @@ fi
 for np in $NPS; do
     for coll in $COLLS; do
         BRAID_TUNING=$TABLE "$OUT/braid" bench -n "$np" "$coll" --all-algos --check \
-            --min-size "$min" --max-size "$max" --format csv > "$OUT/${coll}_np$np.csv"
+            --min-size "$min" --max-size "$max" --reps "${REPS:-2}" --budget "${BUDGET:-100ms}" --format csv > "$OUT/${coll}_np$np.csv"
     done
 done
 python3 - "$OUT" "$NPS" "$COLLS" <<'PY'

@@ -50,7 +50,8 @@ func tuneCmd(args []string) error {
 	minS := fs.String("min-size", "8", "smallest size (bytes; K, M, G suffixes)")
 	maxS := fs.String("max-size", "64M", "largest size")
 	step := fs.Int("step", 4, "factor between measured sizes")
-	budget := fs.Duration("budget", 40*time.Millisecond, "timed loop per size and algorithm")
+	budget := fs.Duration("budget", 30*time.Millisecond, "timed loop per size and algorithm")
+	reps := fs.Int("reps", 3, "sweeps over every size and algorithm; each keeps its fastest (interference only slows)")
 	out := fs.String("out", "", "table file to write (default: "+braid.DefaultTuningFile()+")")
 	transportF := fs.String("transport", "", "shm or tcp between processes (as BRAID_TRANSPORT)")
 	part := fs.String("part", "", "internal: run as one rank of a tuning job and write its part here")
@@ -73,12 +74,12 @@ func tuneCmd(args []string) error {
 	if err != nil {
 		return usageError{"tune: --max-size: " + err.Error()}
 	}
-	if hi < lo || *step < 2 || *budget <= 0 {
-		return usageError{"tune: want --max-size ≥ --min-size, --step ≥ 2 and a positive --budget"}
+	if hi < lo || *step < 2 || *budget <= 0 || *reps < 1 {
+		return usageError{"tune: want --max-size ≥ --min-size, --step ≥ 2, a positive --budget and --reps ≥ 1"}
 	}
 	sizes := tuneSizes(lo, hi, int64(*step))
 	if *part != "" {
-		return tuneRank(colls, sizes, *budget, *transportF, *part)
+		return tuneRank(colls, sizes, *budget, *reps, *transportF, *part)
 	}
 
 	var ns []int
@@ -110,7 +111,7 @@ func tuneCmd(args []string) error {
 		fmt.Fprintf(os.Stderr, "braid tune: %d ranks: %s, %d sizes from %s to %s\n", n, *collsF, len(sizes), plan.FormatSize(lo), plan.FormatSize(hi))
 		file := filepath.Join(tmp, fmt.Sprintf("part-%d.txt", n))
 		child := []string{"tune", "--part", file, "--colls", *collsF, "--min-size", *minS, "--max-size", *maxS,
-			"--step", strconv.Itoa(*step), "--budget", budget.String()}
+			"--step", strconv.Itoa(*step), "--budget", budget.String(), "--reps", strconv.Itoa(*reps)}
 		if *transportF != "" {
 			child = append(child, "--transport", *transportF)
 		}
@@ -177,7 +178,7 @@ func tuneSizes(lo, hi, step int64) []int64 {
 
 // tuneRank is one rank of a tuning job: it measures, and rank 0 writes
 // the job's part of the table to file.
-func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, transport, file string) error {
+func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, reps int, transport, file string) error {
 	ctx := context.Background()
 	forcer := &bench.Forcer{}
 	c, err := braid.Init(ctx, &braid.Options{Transport: transport, Planner: forcer, Tuning: "none", DisableMIAD: true})
@@ -193,8 +194,15 @@ func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, tra
 	t.Model = &m
 	for _, coll := range colls {
 		runs := tuneRuns(coll, c.Size())
-		rows, err := bench.Run(ctx, c, bench.Config{Coll: coll, SizeList: sizes, DType: braid.Float32, Op: braid.Sum,
-			Budget: budget, Algos: runs, Forcer: forcer})
+		cfg := bench.Config{Coll: coll, SizeList: sizes, DType: braid.Float32, Op: braid.Sum,
+			Budget: budget, Algos: runs, Forcer: forcer}
+		rows, err := bench.Run(ctx, c, cfg)
+		for rep := 1; rep < reps && err == nil; rep++ {
+			var more []bench.Row
+			if more, err = bench.Run(ctx, c, cfg); err == nil {
+				rows = bench.Fastest(rows, more)
+			}
+		}
 		if err != nil {
 			return err
 		}

@@ -529,3 +529,28 @@ func busy(d time.Duration) {
 // sink keeps busy's loop from being compiled away; ranks that are
 // goroutines of one process write it at once.
 var sink atomic.Uint64
+
+// Fastest merges two sweeps of the same configuration: for each size and
+// run it keeps the row with the lower average latency (an erroneous row
+// loses). Rows of b that a has no counterpart for are appended.
+func Fastest(a, b []Row) []Row {
+	type key struct {
+		bytes int64
+		algo  string
+	}
+	idx := map[key]int{}
+	for i, r := range a {
+		idx[key{r.Bytes, r.Algo}] = i
+	}
+	out := append([]Row(nil), a...)
+	for _, r := range b {
+		i, ok := idx[key{r.Bytes, r.Algo}]
+		switch {
+		case !ok:
+			out = append(out, r)
+		case out[i].Err != "" && r.Err == "", r.Err == "" && r.Iters > 0 && r.AvgUs < out[i].AvgUs:
+			out[i] = r
+		}
+	}
+	return out
+}
