@@ -112,6 +112,7 @@ func (c *Comm) plan(p sched.Params, es int) (*planned, error) {
 // program.
 func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	model := c.w.model
+	p.Trees = c.trees(p)
 	var cand []plan.Candidate
 	var why []string
 	for _, a := range algo.ForCollective(p.Coll) {
@@ -135,7 +136,7 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		}
 		fp := ch.Apply(p, es)
 		if err := a.Supports(fp); err != nil {
-			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v", ch, err)}
+			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v%s", ch, err, c.treesNote(a, fp))}
 		}
 		d, forced = plan.Decision{Algo: ch.Algo, Params: tuned(a, fp, es, model), Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ch := c.force.any; ch.Algo != "" && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {

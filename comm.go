@@ -230,6 +230,7 @@ type Comm struct {
 	mu    sync.Mutex
 	plans map[planKey]*planned
 	last  atomic.Pointer[lastPlan]
+	packs treeCache // spanning trees packed for tree-packing plans (topology.go)
 
 	agreeOnce sync.Once
 	agree     *sched.Program // MIAD's agreement allreduce

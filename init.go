@@ -27,6 +27,9 @@ func Init(ctx context.Context, opts *Options) (*Comm, error) {
 		return nil, &Error{Kind: InvalidArgument, Rank: -1, Call: "init", Peer: -1, Err: err}
 	}
 	info, err := bootstrap.FromEnv()
+	if err == nil {
+		err = o.placeRanks(info.Size)
+	}
 	if err != nil {
 		return nil, &Error{Kind: InvalidArgument, Rank: -1, Call: "init", Peer: -1, Err: err}
 	}

@@ -18,6 +18,9 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		return nil, argError(-1, "newlocal", "rank count %d: want ≥ 1", n)
 	}
 	o, err := opts.resolve(os.Getenv)
+	if err == nil {
+		err = o.placeRanks(n)
+	}
 	if err != nil {
 		return nil, &Error{Kind: InvalidArgument, Rank: -1, Call: "newlocal", Peer: -1, Err: err}
 	}

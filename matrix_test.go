@@ -15,6 +15,7 @@ import (
 	"github.com/braid-ccl/braid/internal/check"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/topo"
 )
 
 // full runs the whole product of the matrix (BRAID_TEST_FULL=1): every
@@ -88,6 +89,9 @@ func runCases(t *testing.T, coll sched.Collective, algoName string, n int, hosts
 	opts := &braid.Options{LocalHosts: hosts}
 	if algoName != "" {
 		opts.Algo = coll.String() + "=" + algoName
+	}
+	if treeDependent[coll.String()+"/"+algoName] {
+		opts.Topology = matrixTopology(t, n)
 	}
 	errs := onRanks(t, n, opts, func(c *braid.Comm) error {
 		for _, k := range cases {
@@ -163,6 +167,9 @@ func rootsFor(coll sched.Collective, n int) []int {
 //   - layouts: the algorithms of layoutDependent again on 2–9 ranks over
 //     emulated hosts (matrixLayouts), float32 sum, every count (see
 //     layoutCases for the roots).
+//   - trees: the algorithms of treeDependent run, in all of the above, on
+//     jobs given a topology (matrixTopology), with the trees the
+//     communicator packs from it.
 //
 // BRAID_TEST_FULL=1 runs the complete product.
 func TestMatrix(t *testing.T) {
@@ -193,6 +200,47 @@ var layoutDependent = map[string]bool{
 	"allreduce/hier":  true,
 	"bcast/hier":      true,
 	"bcast/topochain": true,
+}
+
+// treeDependent lists the algorithms ("collective/name") that run on the
+// spanning trees the communicator packs from its topology; the matrix
+// gives their jobs a topology (matrixTopology), on whose GPUs rank r runs
+// on the r-th, and the packing's trees.
+var treeDependent = map[string]bool{
+	"bcast/treepack":     true,
+	"reduce/treepack":    true,
+	"allreduce/treepack": true,
+}
+
+// matrixTopology returns the topology of a job of n ranks of a
+// tree-dependent algorithm: a DGX-1 V100 (seed 002's machine, 8 GPUs) up
+// to 8 ranks, whose NVLinks span every prefix of its GPUs but with uneven
+// trees (one tree for 5 GPUs, 4 for the whole machine); two of them for 9,
+// where the ninth rank is on the second node and the trees cross the
+// network through PCIe switches, CPUs and NICs.
+func matrixTopology(t *testing.T, n int) *topo.Topology {
+	if n <= 8 {
+		return topo.DGX1V100()
+	}
+	tp, err := topo.Preset("2xdgx1-v100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+// matrixTrees returns trees that a tree-dependent algorithm accepts for p
+// (a chain from the root), to ask it which calls it supports; the job's
+// own trees come from its topology.
+func matrixTrees(p sched.Params) *sched.Trees {
+	tr := sched.Tree{Root: p.Root, Parent: make([]int, p.NRanks), Weight: 1}
+	prev := -1
+	for i := range p.NRanks {
+		r := (p.Root + i) % p.NRanks
+		tr.Parent[r] = prev
+		prev = r
+	}
+	return &sched.Trees{Tree: []sched.Tree{tr}}
 }
 
 // matrixLayouts returns the emulated layouts the matrix runs the
@@ -256,7 +304,11 @@ func matrixCases(coll sched.Collective, a algo.Algorithm, n int) []mcase {
 			continue
 		}
 		for _, root := range rootsFor(coll, n) {
-			if a.Supports(sched.Params{Coll: coll, NRanks: n, Count: count, Root: root}) != nil {
+			q := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root}
+			if treeDependent[coll.String()+"/"+a.Name()] {
+				q.Trees = matrixTrees(q)
+			}
+			if a.Supports(q) != nil {
 				continue
 			}
 			dts := []dtype.DType{dtype.Float32}
@@ -291,6 +343,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BRAID_TUNING") == "" {
 		os.Setenv("BRAID_TUNING", "none")
 	}
+	// Nor may a topology in the environment (it adds tree-packing plans,
+	// and jobs of more ranks than its GPUs fail): tests that want one set
+	// it.
+	os.Unsetenv("BRAID_TOPO")
 	if v := os.Getenv("BRAID_TEST_CHILD"); v != "" {
 		os.Exit(childMain(v))
 	}

@@ -5,12 +5,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/topo"
 )
 
 // Options configures a communicator. The zero value (or nil) means "let
@@ -65,6 +67,29 @@ type Options struct {
 	// n), so that one process can emulate ranks spread over several hosts
 	// and exercise hierarchical algorithms. Nil puts every rank on Host.
 	LocalHosts []string
+
+	// Topology is the machine the ranks run on (package topo): its
+	// devices and links. With one, the planner packs weighted spanning
+	// trees into the links among the communicator's ranks (package pack:
+	// over NVLink where NVLink spans the ranks, else over every link and
+	// route) for broadcast, reduce and allreduce, and offers the
+	// tree-packing algorithm "treepack" (Blink) among the candidates.
+	// Nil reads BRAID_TOPO: a preset name (topo.Presets, or
+	// "<n>x<preset>" for a cluster, e.g. "dgx1-v100", "2xdgx1-v100") or
+	// the path of a JSON topology file (topo.Load; braid topo --dump
+	// writes one). A name that is neither makes NewLocal and Init fail
+	// with InvalidArgument. Without a topology no trees are packed.
+	Topology *topo.Topology
+
+	// Devices places the ranks on the topology: world rank r runs on
+	// Topology.Devices[Devices[r]] (indices into Topology.Devices, one per
+	// rank, all distinct). Nil puts rank r on the topology's r-th GPU
+	// (Topology.GPUs order). NewLocal and Init fail with InvalidArgument
+	// if the list does not fit the job (wrong length, an index out of
+	// range or repeated, fewer GPUs than ranks) or is given without a
+	// topology. A communicator from Split packs its trees among the
+	// devices of its members.
+	Devices []int
 }
 
 // DefaultTimeout is the timeout of a call when neither the context nor
@@ -153,6 +178,16 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	if r.Host == "" {
 		r.Host = getenv("BRAID_HOST")
 	}
+	if r.Topology == nil {
+		if spec := getenv("BRAID_TOPO"); spec != "" {
+			t, err := loadTopology(spec)
+			if err != nil {
+				return r, fmt.Errorf("BRAID_TOPO: %v", err)
+			}
+			r.Topology = t
+		}
+	}
+	r.Devices = slices.Clone(r.Devices)
 	return r, nil
 }
 

@@ -2,6 +2,7 @@ package algo_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,7 +14,8 @@ import (
 )
 
 // params returns the calls to test a on: n ranks, the given counts, and for
-// rooted collectives roots 0, n/2 and n−1.
+// rooted collectives roots 0, n/2 and n−1. Algorithms that need trees
+// (treepack) get random ones (withTrees).
 func params(a algo.Algorithm, n int, counts ...int) []sched.Params {
 	c := a.Collective()
 	if c == sched.Barrier {
@@ -26,10 +28,32 @@ func params(a algo.Algorithm, n int, counts ...int) []sched.Params {
 	var ps []sched.Params
 	for _, count := range slices.Compact(counts) {
 		for _, root := range roots {
-			ps = append(ps, sched.Params{Coll: c, NRanks: n, Count: count, Root: root})
+			ps = append(ps, withTrees(a, sched.Params{Coll: c, NRanks: n, Count: count, Root: root}))
 		}
 	}
 	return ps
+}
+
+// withTrees returns p with random spanning trees in p.Trees if a rejects p
+// without trees but accepts it with them (the tree-packing algorithms),
+// else p unchanged. The trees are two, rooted at p.Root (for allreduce at
+// random ranks), with random shapes and weights; the same p always gets
+// the same trees.
+func withTrees(a algo.Algorithm, p sched.Params) sched.Params {
+	if p.Trees != nil || p.NRanks < 1 || p.Root < 0 || p.Root >= p.NRanks || a.Supports(p) == nil {
+		return p
+	}
+	root := p.Root
+	if p.Coll == sched.Allreduce {
+		root = -1
+	}
+	rng := rand.New(rand.NewPCG(uint64(p.NRanks)<<32|uint64(p.Root), uint64(p.Count)))
+	q := p
+	q.Trees = randomTrees(rng, p.NRanks, 2, root)
+	if a.Supports(q) != nil {
+		return p
+	}
+	return q
 }
 
 func check(t *testing.T, a algo.Algorithm, p sched.Params) {
@@ -88,9 +112,9 @@ func TestLarge(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	want := map[sched.Collective][]string{
-		sched.Allreduce:     {"direct", "hier", "rabenseifner", "recdouble", "reducebcast", "ring", "segring", "twostep"},
-		sched.Reduce:        {"binomial", "knomial", "linear"},
-		sched.Bcast:         {"binomial", "chain", "hier", "knomial", "linear", "scatterallgather", "topochain"},
+		sched.Allreduce:     {"direct", "hier", "rabenseifner", "recdouble", "reducebcast", "ring", "segring", "treepack", "twostep"},
+		sched.Reduce:        {"binomial", "knomial", "linear", "treepack"},
+		sched.Bcast:         {"binomial", "chain", "hier", "knomial", "linear", "scatterallgather", "topochain", "treepack"},
 		sched.Allgather:     {"bruck", "direct", "recdouble", "ring", "segring"},
 		sched.ReduceScatter: {"direct", "ring", "segring"},
 		sched.Gather:        {"linear"},
@@ -120,7 +144,7 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("All returned %d algorithms, ForCollective %d", got, total)
 	}
 	_, err := algo.Lookup(sched.Allreduce, "nope")
-	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have direct, hier, rabenseifner, recdouble, reducebcast, ring, segring, twostep)`) {
+	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have direct, hier, rabenseifner, recdouble, reducebcast, ring, segring, treepack, twostep)`) {
 		t.Errorf("Lookup of an unknown name: %v", err)
 	}
 	defer func() {

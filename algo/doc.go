@@ -7,9 +7,9 @@
 // Algorithms register themselves by collective and name; Lookup finds one,
 // ForCollective and All list them:
 //
-//	allreduce: ring, segring, recdouble, rabenseifner, reducebcast, direct, twostep, hier
-//	reduce:    linear, binomial, knomial
-//	bcast:     linear, binomial, knomial, chain, scatterallgather, topochain, hier
+//	allreduce: ring, segring, recdouble, rabenseifner, reducebcast, direct, twostep, hier, treepack
+//	reduce:    linear, binomial, knomial, treepack
+//	bcast:     linear, binomial, knomial, chain, scatterallgather, topochain, hier, treepack
 //	allgather: ring, segring, recdouble, bruck, direct
 //	reducescatter: ring, segring, direct
 //	gather, scatter: linear
@@ -35,7 +35,9 @@
 // owners across hosts, a direct allgather within each host (broadcast: the
 // root to each host's leader, then within hosts). "topochain" is the
 // pipelined chain ordered so that it crosses each host and NUMA boundary
-// once (seed 003 §4.3).
+// once (seed 003 §4.3). "treepack" splits the data among the weighted
+// spanning trees of sched.Params.Trees, a packing of the machine's links
+// (Blink, seed 002): it supports only params that carry trees.
 //
 // Every program is right for any number of ranks n ≥ 1 and any count ≥ 0,
 // in place or not. Each step depends only on the steps that touched the
@@ -69,8 +71,8 @@
 //
 // Cost is the time until the last rank finishes. Parameters the params
 // leave 0 count as the defaults Program uses. Algorithms with parameters
-// implement Tuner as well: Tune fills Segment (segring, chain) or Radix
-// (knomial) with the value that minimises Cost.
+// implement Tuner as well: Tune fills Segment (segring, chain, treepack)
+// or Radix (knomial) with the value that minimises Cost.
 //
 // Example:
 //

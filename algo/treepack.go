@@ -61,14 +61,21 @@ import (
 // The packing's trees need not be shallow: a piece takes D rounds to
 // cross the highest tree, so deep trees want more, smaller pieces.
 //
-// The three are not in the registry: they need Params.Trees, which only a
-// planner that knows the topology fills in (from package pack); Supports
-// says so when it is nil.
+// The three are registered as "treepack". They need Params.Trees, which
+// only a planner that knows the topology fills in (the communicator does,
+// from package pack, when it is given one); without trees Supports says
+// so and Cost is +Inf, so a planner never picks them.
 var (
 	TreepackBcast     Algorithm = treepack{base{"treepack", sched.Bcast}}
 	TreepackReduce    Algorithm = treepack{base{"treepack", sched.Reduce}}
 	TreepackAllreduce Algorithm = treepack{base{"treepack", sched.Allreduce}}
 )
+
+func init() {
+	Register(TreepackBcast)
+	Register(TreepackReduce)
+	Register(TreepackAllreduce)
+}
 
 // Treepack returns the tree-packing algorithm of collective c, or nil if
 // there is none (only Bcast, Reduce and Allreduce have one).

@@ -204,8 +204,10 @@ func TestTreepackSupports(t *testing.T) {
 	if algo.Treepack(sched.Allgather) != nil {
 		t.Error("Treepack(Allgather) is not nil")
 	}
-	if _, err := algo.Lookup(sched.Bcast, "treepack"); err == nil {
-		t.Error("treepack is in the registry; it needs trees the registry's users cannot give")
+	for _, coll := range treepackColls {
+		if a, err := algo.Lookup(coll, "treepack"); err != nil || a != algo.Treepack(coll) {
+			t.Errorf("Lookup(%v, treepack) = %v, %v; want the registered Treepack(%v)", coll, a, err, coll)
+		}
 	}
 }
 

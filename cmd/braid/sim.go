@@ -221,7 +221,9 @@ func defaultAlgos(c sched.Collective) []string {
 		names = append(names, "treepack", "rings")
 	}
 	for _, a := range algo.ForCollective(c) {
-		names = append(names, a.Name())
+		if !slices.Contains(names, a.Name()) { // treepack is in the registry too
+			names = append(names, a.Name())
+		}
 	}
 	return names
 }
