@@ -192,6 +192,7 @@ func benchCmd(args []string) error {
 			}
 		}
 	}
+	limitMemory(hi)
 	c, err := braid.Init(ctx, opts)
 	if err != nil {
 		return err
