@@ -254,21 +254,6 @@ func hamiltonianCyclesFirst(n int, ok func(a, b int) bool) []int {
 	return nil
 }
 
-// ringWidth returns the narrowest hop of ring c that a collective uses:
-// every hop for allreduce, the n−1 hops from the root for a broadcast.
-func ringWidth(t *topo.Topology, devs []int, c []int, coll sched.Collective, root int) float64 {
-	r := t.Router(nil)
-	n := len(c)
-	w := math.Inf(1)
-	for i := range n {
-		if coll == sched.Bcast && c[(i+1)%n] == root {
-			continue
-		}
-		w = min(w, hopWidth(r, t, devs[c[i]], devs[c[(i+1)%n]]))
-	}
-	return w
-}
-
 // part is one piece of a composed schedule: algorithm a's call p on the
 // elements [off, off+p.Count) of the whole call's buffers, its rank k
 // played by rank perm[k], its messages on channel ch.
