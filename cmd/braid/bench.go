@@ -117,28 +117,11 @@ func benchCmd(args []string) error {
 	if err != nil {
 		return usageError{"bench: " + err.Error()}
 	}
-	d, err := dtype.ParseDType(*dt)
+	ba, err := parseBenchArgs(col, *dt, *opF, *minS, *maxS)
 	if err != nil {
-		return usageError{"bench: " + err.Error()}
+		return err
 	}
-	op, err := dtype.ParseOp(*opF)
-	if err != nil {
-		return usageError{"bench: " + err.Error()}
-	}
-	if col.Reduces() && !dtype.Supports(d, op) {
-		return usageError{fmt.Sprintf("bench: op %v is not defined on %v", op, d)}
-	}
-	lo, err := bench.ParseSize(*minS)
-	if err != nil {
-		return usageError{"bench: --min-size: " + err.Error()}
-	}
-	hi, err := bench.ParseSize(*maxS)
-	if err != nil {
-		return usageError{"bench: --max-size: " + err.Error()}
-	}
-	if hi < lo {
-		return usageError{"bench: --max-size is smaller than --min-size"}
-	}
+	d, op, lo, hi := ba.d, ba.op, ba.lo, ba.hi
 	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
 		return usageError{fmt.Sprintf("bench: --imbalance %v: want a factor ≥ 0", *imb)}
 	}
@@ -153,23 +136,7 @@ func benchCmd(args []string) error {
 	}
 	if *n > 0 && os.Getenv("BRAID_RANK") == "" {
 		// The arguments are good: launch ourselves on n ranks without -n.
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		var child []string
-		for i := 0; i < len(args); i++ {
-			a := args[i]
-			if a == "-n" || a == "--n" {
-				i++
-				continue
-			}
-			if strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n=") {
-				continue
-			}
-			child = append(child, a)
-		}
-		return launchLocal(*n, false, self, append([]string{"bench"}, child...))
+		return launchSelf(*n, []string{"bench"}, args)
 	}
 
 	ctx := context.Background()
@@ -328,4 +295,58 @@ func benchAlgos(col sched.Collective, all bool, list, forced string) ([]string, 
 		return nil, usageError{"bench: " + err.Error()}
 	}
 	return algos, nil
+}
+
+// benchArgs are the arguments host and device benchmarks parse alike.
+type benchArgs struct {
+	d      braid.DType
+	op     braid.Op
+	lo, hi int64
+}
+
+// parseBenchArgs checks the dtype, op and size range of a benchmark of col.
+func parseBenchArgs(col sched.Collective, dt, opName, minS, maxS string) (benchArgs, error) {
+	var a benchArgs
+	var err error
+	if a.d, err = dtype.ParseDType(dt); err != nil {
+		return a, usageError{"bench: " + err.Error()}
+	}
+	if a.op, err = dtype.ParseOp(opName); err != nil {
+		return a, usageError{"bench: " + err.Error()}
+	}
+	if col.Reduces() && !dtype.Supports(a.d, a.op) {
+		return a, usageError{fmt.Sprintf("bench: op %v is not defined on %v", a.op, a.d)}
+	}
+	if a.lo, err = bench.ParseSize(minS); err != nil {
+		return a, usageError{"bench: --min-size: " + err.Error()}
+	}
+	if a.hi, err = bench.ParseSize(maxS); err != nil {
+		return a, usageError{"bench: --max-size: " + err.Error()}
+	}
+	if a.hi < a.lo {
+		return a, usageError{"bench: --max-size is smaller than --min-size"}
+	}
+	return a, nil
+}
+
+// launchSelf starts n local ranks of this program with args less its -n
+// flag, prefixed by cmd (the subcommand and its fixed flags).
+func launchSelf(n int, cmd, args []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	child := append([]string(nil), cmd...)
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "-n" || a == "--n" {
+			i++
+			continue
+		}
+		if strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n=") {
+			continue
+		}
+		child = append(child, a)
+	}
+	return launchLocal(n, false, self, child)
 }

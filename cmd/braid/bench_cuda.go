@@ -117,25 +117,11 @@ func benchDevice(dev string, args []string) error {
 	default:
 		return usageError{fmt.Sprintf("bench --device cuda: %v is not benchmarked on devices (allreduce, bcast, allgather, reducescatter)", col)}
 	}
-	d, err := dtype.ParseDType(*dt)
+	ba, err := parseBenchArgs(col, *dt, *opF, *minS, *maxS)
 	if err != nil {
-		return usageError{"bench: " + err.Error()}
+		return err
 	}
-	op, err := dtype.ParseOp(*opF)
-	if err != nil {
-		return usageError{"bench: " + err.Error()}
-	}
-	if col.Reduces() && !dtype.Supports(d, op) {
-		return usageError{fmt.Sprintf("bench: op %v is not defined on %v", op, d)}
-	}
-	lo, err := bench.ParseSize(*minS)
-	if err != nil {
-		return usageError{"bench: --min-size: " + err.Error()}
-	}
-	hi, err := bench.ParseSize(*maxS)
-	if err != nil {
-		return usageError{"bench: --max-size: " + err.Error()}
-	}
+	d, op, lo, hi := ba.d, ba.op, ba.lo, ba.hi
 	var opts braid.DeviceOptions
 	for _, f := range []struct {
 		s   string
@@ -159,23 +145,7 @@ func benchDevice(dev string, args []string) error {
 		return usageError{"bench: --format: table or json"}
 	}
 	if *n > 0 && os.Getenv("BRAID_RANK") == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		var child []string
-		for i := 0; i < len(args); i++ {
-			a := args[i]
-			if a == "-n" || a == "--n" {
-				i++
-				continue
-			}
-			if strings.HasPrefix(a, "-n=") || strings.HasPrefix(a, "--n=") {
-				continue
-			}
-			child = append(child, a)
-		}
-		return launchLocal(*n, false, self, append([]string{"bench", "--device", "cuda"}, child...))
+		return launchSelf(*n, []string{"bench", "--device", "cuda"}, args)
 	}
 
 	ctx := context.Background()
