@@ -240,7 +240,7 @@ func (c *Comm) issue(k *call) (run, error) {
 		return run{}, err
 	}
 	if !pl.adapting.Load() {
-		return run{pl: pl, prog: pl.prog.Load(), seq: c.seq.Add(1)}, nil
+		return run{pl: pl, prog: pl.prog.Load(), seq: c.seq.Add(1), seg: pl.p.Segment, radix: pl.p.Radix}, nil
 	}
 	pl.mu.Lock()
 	for pl.pending != nil {
@@ -250,7 +250,7 @@ func (c *Comm) issue(k *call) (run, error) {
 		pl.mu.Lock()
 	}
 	defer pl.mu.Unlock()
-	r := run{pl: pl, prog: pl.prog.Load()}
+	r := run{pl: pl, prog: pl.prog.Load(), seg: pl.p.Segment, radix: pl.p.Radix}
 	if pl.miad == nil || pl.miad.Done() {
 		r.seq = c.seq.Add(1)
 		return r, nil
@@ -273,6 +273,10 @@ type run struct {
 	prog  *sched.Program
 	seq   uint32
 	trial bool // the call ends a MIAD trial; seq+1 is the trial's agreement
+
+	// The program's tuning parameters: they enter the call's signature,
+	// so that ranks that planned differently report Mismatch.
+	seg, radix int
 }
 
 // runCall executes a checked call.
@@ -291,6 +295,7 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 
 // runIssued executes an issued call, and the MIAD agreement it carries.
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
+	k.p.Segment, k.p.Radix = r.seg, r.radix
 	if !r.trial {
 		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)
 	}
