@@ -1,0 +1,196 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"sort"
+	"testing"
+	"time"
+)
+
+func TestSplitMultiPath(t *testing.T) {
+	for _, n := range []int{0, 1, 255, 4097, 1 << 20, 1<<20 + 13, 1 << 30} {
+		for _, share := range []float64{0, 0.05, 0.1, 0.37, 1} {
+			for _, chunks := range []int{1, 3, 4, 16} {
+				sp, err := SplitMultiPath(n, share, chunks)
+				if err != nil {
+					t.Fatalf("n=%d share=%v chunks=%d: %v", n, share, chunks, err)
+				}
+				if want := int(float64(n) * share); sp.Staged != want || sp.Direct != n-want {
+					t.Errorf("n=%d share=%v chunks=%d: direct %d staged %d, want %d staged", n, share, chunks, sp.Direct, sp.Staged, want)
+				}
+				if sp.Staged == 0 {
+					if sp.Chunks != 0 {
+						t.Errorf("n=%d share=%v: %d chunks for nothing staged", n, share, sp.Chunks)
+					}
+					continue
+				}
+				if sp.Chunks < 1 || sp.Chunks > chunks || sp.ChunkSize%multiPathAlign != 0 {
+					t.Errorf("n=%d share=%v chunks=%d: %+v", n, share, chunks, sp)
+				}
+				// The chunks cover the staged bytes exactly: all but the
+				// last are full, the last is not empty.
+				if last := sp.Staged - (sp.Chunks-1)*sp.ChunkSize; last <= 0 || last > sp.ChunkSize {
+					t.Errorf("n=%d share=%v chunks=%d: last chunk %d of %+v", n, share, chunks, last, sp)
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		n      int
+		share  float64
+		chunks int
+	}{{-1, 0, 1}, {10, -0.1, 1}, {10, 1.5, 1}, {10, 0.5, 0}} {
+		if _, err := SplitMultiPath(c.n, c.share, c.chunks); err == nil {
+			t.Errorf("SplitMultiPath(%d, %v, %d) accepted", c.n, c.share, c.chunks)
+		}
+	}
+}
+
+// pattern returns n bytes that differ between neighbouring positions and
+// between calls with different seeds.
+func pattern(n int, seed uint32) []byte {
+	b := make([]byte, n)
+	x := seed*2654435761 + 1
+	for i := range b {
+		x = x*1664525 + 1013904223
+		b[i] = byte(x >> 24)
+	}
+	return b
+}
+
+func TestMultiPathCopy(t *testing.T) {
+	needDevices(t, 2)
+	w0, w1 := newWorker(t, 0), newWorker(t, 1)
+	const maxN = 8<<20 + 3
+	m, err := NewMultiPathCopier(testCtx(t), w0, w1, maxN, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(testCtx(t)); err != nil {
+			t.Error(err)
+		}
+	})
+	s0, s1 := stream(t, w0), stream(t, w1)
+	src, dst := alloc(t, w0, maxN), alloc(t, w1, maxN)
+	for si, n := range []int{1, 4097, 1<<20 + 13, maxN} {
+		want := pattern(n, uint32(si))
+		upload(t, w0, s0, src, want)
+		for _, share := range []float64{0, 0.1, 0.37, 1} {
+			for _, chunks := range []int{1, 4, 16} {
+				do(t, w1, func(c *Ctx) error {
+					if err := c.Memset8(dst, 0xa5, n, s1); err != nil {
+						return err
+					}
+					return c.StreamSynchronize(s1)
+				})
+				sp, err := m.Copy(testCtx(t), dst, src, n, share, chunks)
+				if err != nil {
+					t.Fatalf("n=%d share=%v chunks=%d: %v", n, share, chunks, err)
+				}
+				got := download(t, w1, s1, dst, n)
+				if !bytes.Equal(got, want) {
+					i := 0
+					for got[i] == want[i] {
+						i++
+					}
+					t.Errorf("n=%d share=%v chunks=%d split %+v: first wrong byte at %d", n, share, chunks, sp, i)
+				}
+			}
+		}
+	}
+	// A split larger than the copier was made for is refused.
+	if _, err := m.Copy(testCtx(t), dst, src, maxN, 0.5, 17); err == nil {
+		t.Error("copy in 17 chunks accepted by a copier of 16")
+	}
+}
+
+// BenchmarkMultiPath sweeps the size, host share and chunk count of a
+// multi-path copy from GPU 0 to GPU 1 and prints, per size, the best split
+// and its gain over the direct peer copy alone. Each iteration is one Copy
+// (or several for small sizes, at least 64 MiB in all), timed on the host
+// clock from the first enqueue to the completion of the last path.
+func BenchmarkMultiPath(b *testing.B) {
+	w0, w1 := benchWorker(b, 0), benchWorker(b, 1)
+	sizes := []int{1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
+	shares := []float64{0, 0.05, 0.10, 0.15, 0.20}
+	chunkCounts := []int{4, 8, 16}
+	maxN := sizes[len(sizes)-1]
+	m, err := NewMultiPathCopier(testCtx(b), w0, w1, int(float64(maxN)*shares[len(shares)-1]), 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(testCtx(b))
+	src, dst := alloc(b, w0, maxN), alloc(b, w1, maxN)
+	type config struct {
+		n      int
+		share  float64
+		chunks int
+	}
+	// last holds each configuration's figure from its final run; the
+	// testing package first runs every sub-benchmark once as a warm-up.
+	last := map[config]float64{}
+	for _, n := range sizes {
+		reps := max(1, (64<<20)/n)
+		for _, share := range shares {
+			for _, chunks := range chunkCounts {
+				if share == 0 && chunks != chunkCounts[0] {
+					continue // chunks do not matter without a host share
+				}
+				name := fmt.Sprintf("size=%dMiB/host=%02.0f%%/chunks=%d", n>>20, share*100, chunks)
+				b.Run(name, func(b *testing.B) {
+					ctx := testCtx(b)
+					b.SetBytes(int64(n * reps))
+					b.ResetTimer()
+					start := time.Now()
+					for range b.N {
+						for range reps {
+							if _, err := m.Copy(ctx, dst, src, n, share, chunks); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+					el := time.Since(start)
+					gbps := float64(n) * float64(reps) * float64(b.N) / el.Seconds() / 1e9
+					b.ReportMetric(gbps, "GB/s")
+					last[config{n, share, chunks}] = gbps
+				})
+			}
+		}
+	}
+	type result struct {
+		share  float64
+		chunks int
+		gbps   float64
+	}
+	best := map[int]result{}
+	direct := map[int]float64{}
+	for c, gbps := range last {
+		if c.share == 0 {
+			direct[c.n] = gbps
+		}
+		if r, ok := best[c.n]; !ok || gbps > r.gbps || gbps == r.gbps && c.share < r.share {
+			best[c.n] = result{c.share, c.chunks, gbps}
+		}
+	}
+	if len(best) == 0 {
+		return
+	}
+	ns := make([]int, 0, len(best))
+	for n := range best {
+		ns = append(ns, n)
+	}
+	sort.Ints(ns)
+	fmt.Fprintf(os.Stdout, "\nmulti-path GPU0->GPU1, best split per size (host clock; sizes under 64 MiB timed over 64 MiB of back-to-back copies)\n")
+	fmt.Fprintf(os.Stdout, "%10s %12s %10s %8s %12s %8s\n", "size", "direct GB/s", "host share", "chunks", "best GB/s", "gain")
+	for _, n := range ns {
+		r := best[n]
+		gain := 0.0
+		if d := direct[n]; d > 0 {
+			gain = (r.gbps/d - 1) * 100
+		}
+		fmt.Fprintf(os.Stdout, "%8dMi %12.1f %9.0f%% %8d %12.1f %+7.1f%%\n", n>>20, direct[n], r.share*100, r.chunks, r.gbps, gain)
+	}
+}
