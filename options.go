@@ -180,7 +180,7 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	}
 	if r.Topology == nil {
 		if spec := getenv("BRAID_TOPO"); spec != "" {
-			t, err := loadTopology(spec)
+			t, err := topo.Open(spec)
 			if err != nil {
 				return r, fmt.Errorf("BRAID_TOPO: %v", err)
 			}

@@ -3,7 +3,6 @@ package braid
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 	"sync"
@@ -13,19 +12,6 @@ import (
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/topo"
 )
-
-// loadTopology returns the topology spec names: a preset (topo.Preset,
-// clusters "<n>x<preset>" included) or a JSON file (topo.Load).
-func loadTopology(spec string) (*topo.Topology, error) {
-	if t, err := topo.Preset(spec); err == nil {
-		return t, nil
-	}
-	t, err := topo.Load(spec)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%q is neither a preset (%s, or <n>x<preset>) nor a file", spec, strings.Join(topo.Presets(), ", "))
-	}
-	return t, err
-}
 
 // placeRanks checks o.Devices for a job of n ranks, or fills it with the
 // default placement (rank r on the topology's r-th GPU); see
@@ -164,52 +150,16 @@ func packTrees(t *topo.Topology, devs []int, coll sched.Collective, root int) (*
 	if len(devs) == 1 {
 		return &sched.Trees{Tree: []sched.Tree{{Root: 0, Parent: []int{-1}, Weight: 1}}}, nil, "", nil
 	}
-	var err error
-	for _, links := range []string{"nvlink", "all"} {
-		sel := pack.Select{Classes: []topo.Class{topo.NVLink}, Routes: pack.Direct}
-		if links == "all" {
-			sel = pack.Select{Routes: pack.Direct | pack.Relayed}
-		}
-		var g *pack.Graph
-		g, err = pack.FromTopology(t, devs, sel)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		var pl *pack.Plan
-		switch coll {
-		case sched.Allreduce:
-			pl, err = pack.AllReduce(g, -1, pack.Options{})
-		case sched.Reduce:
-			pl, err = pack.Broadcast(reversed(g), root, pack.Options{})
-		default:
-			pl, err = pack.Broadcast(g, root, pack.Options{})
-		}
-		if err == nil {
-			ts := &sched.Trees{}
-			for _, tr := range pl.Trees {
-				ts.Tree = append(ts.Tree, sched.Tree{Root: tr.Root, Parent: slices.Clone(tr.Parent), Weight: tr.Weight})
-			}
-			if err := ts.Validate(len(devs)); err != nil {
-				return nil, nil, "", fmt.Errorf("packing over %s links: %v", links, err)
-			}
-			return ts, pl, links, nil
-		}
-		if !errors.Is(err, pack.ErrDisconnected) {
-			return nil, nil, "", err
-		}
+	pl, _, links, err := pack.ForCollective(t, devs, coll, root, "nvlink", "all")
+	if errors.Is(err, pack.ErrDisconnected) {
+		return nil, nil, "", fmt.Errorf("no spanning trees over any links: %w", err)
 	}
-	return nil, nil, "", fmt.Errorf("no spanning trees over any links: %w", err)
-}
-
-// reversed returns g with every edge turned around: the edge u → v that
-// uses resources R becomes v → u using R, with the same index, pairing
-// and (reversed) path.
-func reversed(g *pack.Graph) *pack.Graph {
-	r := &pack.Graph{N: g.N, Cap: slices.Clone(g.Cap), Edges: make([]pack.Edge, len(g.Edges))}
-	for i, e := range g.Edges {
-		path := slices.Clone(e.Path)
-		slices.Reverse(path)
-		r.Edges[i] = pack.Edge{From: e.To, To: e.From, Use: slices.Clone(e.Use), Rev: e.Rev, Path: path}
+	if err != nil {
+		return nil, nil, "", err
 	}
-	return r
+	ts := pl.SchedTrees()
+	if err := ts.Validate(len(devs)); err != nil {
+		return nil, nil, "", fmt.Errorf("packing over %s links: %v", links, err)
+	}
+	return ts, pl, links, nil
 }

@@ -127,14 +127,7 @@ func loadTopology(spec string) (*topo.Topology, error) {
 	if spec == "" {
 		return topo.Discover(topo.DiscoverOptions{GPU: nvmlProbe})
 	}
-	if t, err := topo.Preset(spec); err == nil {
-		return t, nil
-	}
-	t, err := topo.Load(spec)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("topo: %q is neither a preset (%s, <n>x<preset>) nor a file", spec, strings.Join(topo.Presets(), ", "))
-	}
-	return t, err
+	return topo.Open(spec)
 }
 
 // allocation returns the device indices of the GPU ordinals in list
@@ -173,17 +166,10 @@ type packedTrees struct {
 }
 
 // trees returns the packing as the sched.Trees that algo's treepack takes.
-func (pt *packedTrees) trees() *sched.Trees {
-	ts := &sched.Trees{}
-	for _, t := range pt.plan.Trees {
-		ts.Tree = append(ts.Tree, sched.Tree{Root: t.Root, Parent: slices.Clone(t.Parent), Weight: t.Weight})
-	}
-	return ts
-}
+func (pt *packedTrees) trees() *sched.Trees { return pt.plan.SchedTrees() }
 
-// packTrees packs trees for coll among the ranks on devs: arborescences
-// out of root for a broadcast, undirected trees rooted at their centres
-// for an allreduce. links says over what: "nvlink" the direct NVLinks,
+// packTrees packs trees for coll among the ranks on devs as
+// pack.ForCollective does. links says over what: "nvlink" the direct NVLinks,
 // "all" every link with routes through switches, CPUs and NICs, "auto"
 // NVLink where it spans the ranks, else all.
 func packTrees(t *topo.Topology, devs []int, coll sched.Collective, root int, links string) (*packedTrees, error) {
@@ -196,31 +182,14 @@ func packTrees(t *topo.Topology, devs []int, coll sched.Collective, root int, li
 	default:
 		return nil, usageError{fmt.Sprintf("--links %q: want nvlink, all or auto", links)}
 	}
-	var err error
-	for _, l := range tries {
-		sel := pack.Select{Classes: []topo.Class{topo.NVLink}, Routes: pack.Direct}
-		if l == "all" {
-			sel = pack.Select{Routes: pack.Direct | pack.Relayed}
-		}
-		var g *pack.Graph
-		g, err = pack.FromTopology(t, devs, sel)
-		if err != nil {
-			return nil, err
-		}
-		var p *pack.Plan
-		if coll == sched.Allreduce {
-			p, err = pack.AllReduce(g, -1, pack.Options{})
-		} else {
-			p, err = pack.Broadcast(g, root, pack.Options{})
-		}
-		if err == nil {
-			return &packedTrees{plan: p, graph: g, links: l}, nil
-		}
-		if !errors.Is(err, pack.ErrDisconnected) {
-			return nil, err
-		}
+	p, g, l, err := pack.ForCollective(t, devs, coll, root, tries...)
+	if errors.Is(err, pack.ErrDisconnected) {
+		return nil, fmt.Errorf("topo: no spanning trees over %s links: %w", links, err)
 	}
-	return nil, fmt.Errorf("topo: no spanning trees over %s links: %w", links, err)
+	if err != nil {
+		return nil, err
+	}
+	return &packedTrees{plan: p, graph: g, links: l}, nil
 }
 
 // devName returns the ID of the device rank r runs on.

@@ -1,0 +1,79 @@
+package pack
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/topo"
+)
+
+// ForCollective packs trees for collective coll among the ranks on devices
+// devs of t (rank i on devs[i]): arborescences out of root for a
+// broadcast; for a reduce, whose data flows from the leaves to the root,
+// the arborescences out of root of the graph with every edge reversed, so
+// that each tree loads the link directions its sends take; for an
+// allreduce, undirected trees rooted at their centres (AllReduce).
+//
+// links lists, in order of preference, what to pack over: "nvlink" (the
+// direct NVLinks) or "all" (every link, with routes through switches, CPUs
+// and NICs). The first under which every rank is reachable wins; ForCollective
+// returns its plan, graph and name.
+func ForCollective(t *topo.Topology, devs []int, coll sched.Collective, root int, links ...string) (*Plan, *Graph, string, error) {
+	err := fmt.Errorf("pack: no links to pack over")
+	for _, l := range links {
+		var sel Select
+		switch l {
+		case "nvlink":
+			sel = Select{Classes: []topo.Class{topo.NVLink}, Routes: Direct}
+		case "all":
+			sel = Select{Routes: Direct | Relayed}
+		default:
+			return nil, nil, "", fmt.Errorf("pack: links %q: want nvlink or all", l)
+		}
+		var g *Graph
+		if g, err = FromTopology(t, devs, sel); err != nil {
+			return nil, nil, "", err
+		}
+		var p *Plan
+		switch coll {
+		case sched.Allreduce:
+			p, err = AllReduce(g, -1, Options{})
+		case sched.Reduce:
+			p, err = Broadcast(Reversed(g), root, Options{})
+		default:
+			p, err = Broadcast(g, root, Options{})
+		}
+		if err == nil {
+			return p, g, l, nil
+		}
+		if !errors.Is(err, ErrDisconnected) {
+			return nil, nil, "", err
+		}
+	}
+	return nil, nil, "", err
+}
+
+// Reversed returns g with every edge turned around: the edge u → v that
+// uses resources R becomes v → u using R, with the same index, pairing
+// and (reversed) path.
+func Reversed(g *Graph) *Graph {
+	r := &Graph{N: g.N, Cap: slices.Clone(g.Cap), Edges: make([]Edge, len(g.Edges))}
+	for i, e := range g.Edges {
+		path := slices.Clone(e.Path)
+		slices.Reverse(path)
+		r.Edges[i] = Edge{From: e.To, To: e.From, Use: slices.Clone(e.Use), Rev: e.Rev, Path: path}
+	}
+	return r
+}
+
+// SchedTrees returns the plan's trees as the sched.Trees that algo's
+// treepack schedules take.
+func (p *Plan) SchedTrees() *sched.Trees {
+	ts := &sched.Trees{}
+	for _, t := range p.Trees {
+		ts.Tree = append(ts.Tree, sched.Tree{Root: t.Root, Parent: slices.Clone(t.Parent), Weight: t.Weight})
+	}
+	return ts
+}
