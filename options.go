@@ -1,8 +1,10 @@
 package braid
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -150,21 +152,11 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		r.Tuning = getenv("BRAID_TUNING")
 	}
 	if r.Planner == nil {
-		def := plan.Default{}
-		switch r.Tuning {
-		case "none":
-		case "":
-			if path := DefaultTuningFile(); path != "" {
-				if t, err := plan.LoadTable(path); err == nil {
-					def.Table = t
-				}
-			}
-		default:
-			t, err := plan.LoadTable(r.Tuning)
-			if err != nil {
-				return r, fmt.Errorf("BRAID_TUNING: %v", err)
-			}
-			def.Table = t
+		def, err := TuningPlanner(r.Tuning)
+		// A cached table that cannot be read is ignored; a named one is
+		// an error.
+		if err != nil && r.Tuning != "" {
+			return r, err
 		}
 		r.Planner = def
 	}
@@ -201,6 +193,39 @@ func DefaultTuningFile() string {
 		return ""
 	}
 	return filepath.Join(dir, "braid", "tuning.txt")
+}
+
+// TuningPlanner returns the default planner with the tuning table tuning
+// names: a file, "none" for no table, or "" for BRAID_TUNING, then the
+// file braid tune caches (DefaultTuningFile) if it exists. It fails if the
+// table cannot be read; Init and NewLocal then plan without the cached
+// table, but fail on a table named explicitly.
+func TuningPlanner(tuning string) (plan.Default, error) {
+	if tuning == "" {
+		tuning = os.Getenv("BRAID_TUNING")
+	}
+	switch tuning {
+	case "none":
+		return plan.Default{}, nil
+	case "":
+		path := DefaultTuningFile()
+		if path == "" {
+			return plan.Default{}, nil
+		}
+		t, err := plan.LoadTable(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return plan.Default{}, nil
+		}
+		if err != nil {
+			return plan.Default{}, fmt.Errorf("tuning table %s: %w", path, err)
+		}
+		return plan.Default{Table: t}, nil
+	}
+	t, err := plan.LoadTable(tuning)
+	if err != nil {
+		return plan.Default{}, fmt.Errorf("BRAID_TUNING: %w", err)
+	}
+	return plan.Default{Table: t}, nil
 }
 
 // model returns the link figures the planner costs algorithms with.

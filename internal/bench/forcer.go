@@ -3,7 +3,6 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 
 	"github.com/braid-ccl/braid"
@@ -40,28 +39,9 @@ type Forcer struct {
 // (tuning) or else BRAID_TUNING names, or else braid.DefaultTuningFile if
 // it exists; "none" means no table.
 func NewForcer(tuning string) (*Forcer, error) {
-	if tuning == "" {
-		tuning = os.Getenv("BRAID_TUNING")
-	}
-	def := plan.Default{}
-	switch tuning {
-	case "none":
-	case "":
-		if path := braid.DefaultTuningFile(); path != "" {
-			if _, err := os.Stat(path); err == nil {
-				t, err := plan.LoadTable(path)
-				if err != nil {
-					return nil, fmt.Errorf("tuning table %s: %w", path, err)
-				}
-				def.Table = t
-			}
-		}
-	default:
-		t, err := plan.LoadTable(tuning)
-		if err != nil {
-			return nil, fmt.Errorf("BRAID_TUNING: %w", err)
-		}
-		def.Table = t
+	def, err := braid.TuningPlanner(tuning)
+	if err != nil {
+		return nil, err
 	}
 	return &Forcer{Next: def}, nil
 }
