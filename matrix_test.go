@@ -197,9 +197,10 @@ func TestMatrix(t *testing.T) {
 // depends on the hosts of the ranks; the matrix runs them again over
 // emulated hosts. The others ignore sched.Params.Layout.
 var layoutDependent = map[string]bool{
-	"allreduce/hier":  true,
-	"bcast/hier":      true,
-	"bcast/topochain": true,
+	"allreduce/hier":     true,
+	"allreduce/hierpipe": true,
+	"bcast/hier":         true,
+	"bcast/topochain":    true,
 }
 
 // treeDependent lists the algorithms ("collective/name") that run on the

@@ -112,7 +112,7 @@ func TestLarge(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	want := map[sched.Collective][]string{
-		sched.Allreduce:     {"direct", "hier", "rabenseifner", "recdouble", "reducebcast", "ring", "segring", "treepack", "twostep"},
+		sched.Allreduce:     {"direct", "hier", "hierpipe", "rabenseifner", "recdouble", "reducebcast", "ring", "segring", "treepack", "twostep"},
 		sched.Reduce:        {"binomial", "knomial", "linear", "treepack"},
 		sched.Bcast:         {"binomial", "chain", "hier", "knomial", "linear", "scatterallgather", "topochain", "treepack"},
 		sched.Allgather:     {"bruck", "direct", "recdouble", "ring", "segring"},
@@ -144,7 +144,7 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("All returned %d algorithms, ForCollective %d", got, total)
 	}
 	_, err := algo.Lookup(sched.Allreduce, "nope")
-	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have direct, hier, rabenseifner, recdouble, reducebcast, ring, segring, treepack, twostep)`) {
+	if err == nil || !strings.Contains(err.Error(), `no allreduce algorithm named "nope" (have direct, hier, hierpipe, rabenseifner, recdouble, reducebcast, ring, segring, treepack, twostep)`) {
 		t.Errorf("Lookup of an unknown name: %v", err)
 	}
 	defer func() {

@@ -7,7 +7,7 @@
 // Algorithms register themselves by collective and name; Lookup finds one,
 // ForCollective and All list them:
 //
-//	allreduce: ring, segring, recdouble, rabenseifner, reducebcast, direct, twostep, hier, treepack
+//	allreduce: ring, segring, recdouble, rabenseifner, reducebcast, direct, twostep, hier, hierpipe, treepack
 //	reduce:    linear, binomial, knomial, treepack
 //	bcast:     linear, binomial, knomial, chain, scatterallgather, topochain, hier, treepack
 //	allgather: ring, segring, recdouble, bruck, direct
@@ -33,7 +33,13 @@
 // the result to all. "hier" uses sched.Params.Layout: a direct
 // reduce-scatter within each host, an allreduce of each chunk among its
 // owners across hosts, a direct allgather within each host (broadcast: the
-// root to each host's leader, then within hosts). "topochain" is the
+// root to each host's leader, then within hosts). "hierpipe" is seed
+// 000's 3-stage hierarchical pipelined allreduce (Algorithm 5.1) over the
+// groups of sched.Params.Layout: pieces of Params.Segment elements each go
+// through a reduction to the group's leader, an allreduce among the
+// leaders and a broadcast from the leader, so that the stages of
+// successive pieces overlap; Tune picks the number of pieces (Table 5.1's
+// role). "topochain" is the
 // pipelined chain ordered so that it crosses each host and NUMA boundary
 // once (seed 003 §4.3). "treepack" splits the data among the weighted
 // spanning trees of sched.Params.Trees, a packing of the machine's links
