@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -76,34 +78,126 @@ func TestMultiPathCopy(t *testing.T) {
 	s0, s1 := stream(t, w0), stream(t, w1)
 	src, dst := alloc(t, w0, maxN), alloc(t, w1, maxN)
 	for si, n := range []int{1, 4097, 1<<20 + 13, maxN} {
-		want := pattern(n, uint32(si))
-		upload(t, w0, s0, src, want)
+		// Two sources in turn, so that a chunk that went up before its
+		// bytes had come down (a host-to-device copy that did not wait for
+		// its event) would bring the previous copy's bytes.
+		srcs := [2][]byte{pattern(n, uint32(2*si)), pattern(n, uint32(2*si+1))}
 		for _, share := range []float64{0, 0.1, 0.37, 1} {
 			for _, chunks := range []int{1, 4, 16} {
-				do(t, w1, func(c *Ctx) error {
-					if err := c.Memset8(dst, 0xa5, n, s1); err != nil {
-						return err
+				for _, want := range srcs {
+					upload(t, w0, s0, src, want)
+					do(t, w1, func(c *Ctx) error {
+						if err := c.Memset8(dst, 0xa5, n, s1); err != nil {
+							return err
+						}
+						return c.StreamSynchronize(s1)
+					})
+					sp, err := m.Copy(testCtx(t), dst, src, n, share, chunks)
+					if err != nil {
+						t.Fatalf("n=%d share=%v chunks=%d: %v", n, share, chunks, err)
 					}
-					return c.StreamSynchronize(s1)
-				})
-				sp, err := m.Copy(testCtx(t), dst, src, n, share, chunks)
-				if err != nil {
-					t.Fatalf("n=%d share=%v chunks=%d: %v", n, share, chunks, err)
-				}
-				got := download(t, w1, s1, dst, n)
-				if !bytes.Equal(got, want) {
-					i := 0
-					for got[i] == want[i] {
-						i++
+					got := download(t, w1, s1, dst, n)
+					if !bytes.Equal(got, want) {
+						i := 0
+						for got[i] == want[i] {
+							i++
+						}
+						t.Errorf("n=%d share=%v chunks=%d split %+v: first wrong byte at %d", n, share, chunks, sp, i)
 					}
-					t.Errorf("n=%d share=%v chunks=%d split %+v: first wrong byte at %d", n, share, chunks, sp, i)
 				}
 			}
 		}
 	}
-	// A split larger than the copier was made for is refused.
+	// A split larger than the copier was made for is refused, and so is a
+	// copy whose context has ended; neither queues anything, so the copier
+	// stays usable.
 	if _, err := m.Copy(testCtx(t), dst, src, maxN, 0.5, 17); err == nil {
 		t.Error("copy in 17 chunks accepted by a copier of 16")
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.Copy(ended, dst, src, maxN, 0.1, 4); !errors.Is(err, context.Canceled) {
+		t.Errorf("copy with an ended context: %v", err)
+	}
+	if _, err := m.Copy(testCtx(t), dst, src, maxN, 0.1, 4); err != nil {
+		t.Errorf("copy after refused ones: %v", err)
+	}
+}
+
+func TestMultiPathCopierClosed(t *testing.T) {
+	needDevices(t, 2)
+	w0, w1 := newWorker(t, 0), newWorker(t, 1)
+	m, err := NewMultiPathCopier(testCtx(t), w0, w1, 1<<20, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, dst := alloc(t, w0, 1<<20), alloc(t, w1, 1<<20)
+	if err := m.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, share := range []float64{0, 0.5} {
+		if _, err := m.Copy(testCtx(t), dst, src, 1<<20, share, 4); !errors.Is(err, errMultiPathClosed) {
+			t.Errorf("host share %v: copy after Close: %v", share, err)
+		}
+	}
+}
+
+// TestMeasureMultiPath runs a small sweep and checks that its results make
+// a table that a copier of the sweep's size can follow.
+func TestMeasureMultiPath(t *testing.T) {
+	needDevices(t, 2)
+	w0, w1 := newWorker(t, 0), newWorker(t, 1)
+	sw := MultiPathSweep{
+		Sizes:        []int{1 << 20, 4<<20 + 7},
+		Shares:       []float64{0.1, 0.3},
+		Chunks:       []int{2, 4},
+		StagedChunks: []int{4},
+		Reps:         2,
+		MinBytes:     8 << 20,
+	}
+	var progress []int
+	sw.Progress = func(size int, rs []MultiPathResult) {
+		progress = append(progress, size)
+		if len(rs) != 6 {
+			t.Errorf("progress at %d bytes with %d results, want 6", size, len(rs))
+		}
+	}
+	res, err := MeasureMultiPath(testCtx(t), w0, w1, sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 12 || len(progress) != 2 || progress[1] != 4<<20+7 {
+		t.Fatalf("%d results, progress %v", len(res), progress)
+	}
+	for _, r := range res {
+		if r.Time <= 0 || r.GBps <= 0 || r.Copies != max(1, (8<<20)/r.Size) {
+			t.Errorf("result %+v", r)
+		}
+	}
+	sums, err := SummarizeMultiPath(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sums {
+		t.Logf("%d bytes: direct %.1f GB/s, staged %.1f GB/s, best split %v in %d chunks %.1f GB/s (%+.1f%%)",
+			s.Size, s.Direct.GBps, s.Staged[0].GBps, s.Best.HostShare, s.Best.Chunks, s.Best.GBps, s.Gain*100)
+	}
+	tab := ChooseMultiPath(sums, -1) // every size takes its best split
+	hostBytes, chunks := tab.Limits(4<<20 + 7)
+	m, err := NewMultiPathCopier(testCtx(t), w0, w1, hostBytes, chunks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(testCtx(t))
+	src, dst := alloc(t, w0, 4<<20+7), alloc(t, w1, 4<<20+7)
+	for _, n := range []int{1 << 20, 4<<20 + 7} {
+		share, chunks := tab.Lookup(n)
+		if share == 0 {
+			t.Errorf("%d bytes: a table of best splits chose the peer copy alone", n)
+		}
+		if _, err := m.Copy(testCtx(t), dst, src, n, share, chunks); err != nil {
+			t.Errorf("%d bytes as the table says: %v", n, err)
+		}
 	}
 }
 
@@ -192,5 +286,32 @@ func BenchmarkMultiPath(b *testing.B) {
 			gain = (r.gbps/d - 1) * 100
 		}
 		fmt.Fprintf(os.Stdout, "%8dMi %12.1f %9.0f%% %8d %12.1f %+7.1f%%\n", n>>20, direct[n], r.share*100, r.chunks, r.gbps, gain)
+	}
+}
+
+// BenchmarkMultiPathOverhead measures the fixed cost of one Copy: a copy
+// of 4 KiB, whose bytes take well under a microsecond on either path, by
+// the peer copy alone and split over both paths in 1 and 16 chunks.
+func BenchmarkMultiPathOverhead(b *testing.B) {
+	w0, w1 := benchWorker(b, 0), benchWorker(b, 1)
+	const n = 4 << 10
+	m, err := NewMultiPathCopier(testCtx(b), w0, w1, n, 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(testCtx(b))
+	src, dst := alloc(b, w0, n), alloc(b, w1, n)
+	for _, c := range []struct {
+		share  float64
+		chunks int
+	}{{0, 1}, {0.5, 1}, {0.5, 16}} {
+		b.Run(fmt.Sprintf("host=%g/chunks=%d", c.share, c.chunks), func(b *testing.B) {
+			ctx := testCtx(b)
+			for range b.N {
+				if _, err := m.Copy(ctx, dst, src, n, c.share, c.chunks); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

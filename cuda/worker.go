@@ -30,6 +30,10 @@ type WorkerOptions struct {
 
 const defaultSpin = 50 * time.Microsecond
 
+// waitYield is how long the worker yields its thread, rather than sleeping,
+// while events that callers wait for are pending.
+const waitYield = 20 * time.Millisecond
+
 // Worker runs closures on one OS thread that holds one device's primary
 // context current. CUDA contexts are bound to OS threads, and Go moves
 // goroutines between threads, so every CUDA call of this package that needs
@@ -346,7 +350,10 @@ func (w *Worker) loop(ready chan<- error) {
 		if idle < spin {
 			continue
 		}
-		if len(w.waits) > 0 && idle < spin+time.Millisecond {
+		if len(w.waits) > 0 && idle < spin+waitYield {
+			// An event someone waits for is pending: yield rather than
+			// sleep, since a sleep of under a millisecond may last a
+			// millisecond, longer than many copies.
 			runtime.Gosched()
 			continue
 		}

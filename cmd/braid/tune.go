@@ -45,7 +45,11 @@ const tuneTolerance = 0.03
 var tuneColls = "allreduce,bcast,reduce,allgather,reducescatter"
 
 func tuneCmd(args []string) error {
+	if dev, rest := benchDeviceArgs(args); dev != "" {
+		return tuneDevice(dev, rest)
+	}
 	fs := flag.NewFlagSet("braid tune", flag.ContinueOnError)
+	fs.String("device", "", "cuda: tune the multi-path copy between two GPUs instead (see braid tune --device cuda -h)")
 	nsF := fs.String("n", "2,4", "rank counts to tune for, each run as its own local job")
 	collsF := fs.String("colls", tuneColls, "collectives to tune")
 	minS := fs.String("min-size", "8", "smallest size (bytes; K, M, G suffixes)")

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/plan"
+)
+
+const tuneDeviceUsage = `usage: braid tune --device cuda [flags]
+
+Tunes the multi-path copy between two GPUs (seed 000, Algorithm 4.1): the
+direct peer copy of part of the buffer while the rest is staged through
+pinned host memory in chunks. At each size it times the peer copy alone,
+the host-staged path alone, and both paths over a grid of host shares and
+chunk counts, each the fastest of --reps timings on the host clock (sizes
+under --min-bytes are timed over that many bytes of back-to-back copies).
+It prints GB/s per path and size, and writes the table of splits
+(format: cuda.MultiPathTable): the fastest split at each size where it
+beats the peer copy alone by --min-gain percent, the peer copy alone
+elsewhere.
+
+examples:
+  braid tune --device cuda
+  braid tune --device cuda --max-size 256M --reps 3 --out-multipath mp.txt
+
+flags:
+`
+
+// tuneDevice is braid tune --device DEV.
+func tuneDevice(dev string, args []string) error {
+	if dev != "cuda" {
+		return usageError{fmt.Sprintf("tune: --device %s: only cuda is supported", dev)}
+	}
+	def := cuda.DefaultMultiPathSweep()
+	fs := flag.NewFlagSet("braid tune --device cuda", flag.ContinueOnError)
+	srcF := fs.Int("src", 0, "source GPU")
+	dstF := fs.Int("dst", 1, "destination GPU")
+	minS := fs.String("min-size", plan.FormatSize(int64(def.Sizes[0])), "smallest size (bytes; K, M, G suffixes)")
+	maxS := fs.String("max-size", plan.FormatSize(int64(def.Sizes[len(def.Sizes)-1])), "largest size")
+	step := fs.Int("step", 4, "factor between measured sizes")
+	sharesF := fs.String("shares", joinFloats(def.Shares), "host shares of the split grid (comma separated, each above 0 and below 1)")
+	chunksF := fs.String("chunks", joinInts(def.Chunks), "chunk counts of the split grid")
+	stagedF := fs.String("staged-chunks", joinInts(def.StagedChunks), "chunk counts of the host-staged path timed alone (empty: none)")
+	reps := fs.Int("reps", def.Reps, "timings of each configuration; the fastest counts")
+	minBytesS := fs.String("min-bytes", "64M", "bytes per timing at least; smaller copies repeat back to back")
+	minGain := fs.Float64("min-gain", 3, "percent a split must beat the peer copy alone by to be chosen")
+	spin := fs.Duration("spin", 10*time.Millisecond, "how long the GPU workers and their callers poll before sleeping (cuda.WorkerOptions.Spin); longer than the largest copy keeps the machine's wake-up delays out of the figures")
+	out := fs.String("out-multipath", "", "table file to write (default: multipath.txt beside "+braid.DefaultTuningFile()+")")
+	fs.Usage = func() { fmt.Fprint(os.Stderr, tuneDeviceUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{"tune --device cuda: unexpected argument " + fs.Arg(0)}
+	}
+	sw := cuda.MultiPathSweep{Reps: *reps}
+	lo, err := plan.ParseSize(*minS)
+	if err != nil {
+		return usageError{"tune --device cuda: --min-size: " + err.Error()}
+	}
+	hi, err := plan.ParseSize(*maxS)
+	if err != nil {
+		return usageError{"tune --device cuda: --max-size: " + err.Error()}
+	}
+	minBytes, err := plan.ParseSize(*minBytesS)
+	if err != nil || minBytes < 1 {
+		return usageError{"tune --device cuda: --min-bytes: want a positive size"}
+	}
+	sw.MinBytes = int(minBytes)
+	if lo < 1 || hi < lo || *step < 2 || *reps < 1 || *srcF < 0 || *dstF < 0 || *srcF == *dstF || *minGain < 0 {
+		return usageError{"tune --device cuda: want 0 < --min-size ≤ --max-size, --step ≥ 2, --reps ≥ 1, --min-gain ≥ 0 and two different GPUs"}
+	}
+	for _, s := range tuneSizes(lo, hi, int64(*step)) {
+		sw.Sizes = append(sw.Sizes, int(s))
+	}
+	if sw.Shares, err = parseFloats(*sharesF); err != nil {
+		return usageError{"tune --device cuda: --shares: " + err.Error()}
+	}
+	for _, s := range sw.Shares {
+		if !(s > 0 && s < 1) {
+			return usageError{fmt.Sprintf("tune --device cuda: --shares: %v is not between 0 and 1", s)}
+		}
+	}
+	if sw.Chunks, err = parseInts(*chunksF); err != nil {
+		return usageError{"tune --device cuda: --chunks: " + err.Error()}
+	}
+	if sw.StagedChunks, err = parseInts(*stagedF); err != nil {
+		return usageError{"tune --device cuda: --staged-chunks: " + err.Error()}
+	}
+	dest := *out
+	if dest == "" {
+		d := braid.DefaultTuningFile()
+		if d == "" {
+			return fmt.Errorf("tune --device cuda: no cache directory for the default table; give --out-multipath")
+		}
+		dest = filepath.Join(filepath.Dir(d), "multipath.txt")
+	}
+
+	ngpu, err := cuda.DeviceCount()
+	if err != nil {
+		return fmt.Errorf("tune --device cuda: %w", err)
+	}
+	if *srcF >= ngpu || *dstF >= ngpu {
+		return fmt.Errorf("tune --device cuda: GPUs %d and %d asked for, %d visible (the multi-path copy needs two)", *srcF, *dstF, ngpu)
+	}
+	src, dst := cuda.Device(*srcF), cuda.Device(*dstF)
+	ws, err := cuda.NewWorker(src, cuda.WorkerOptions{Spin: *spin})
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	wd, err := cuda.NewWorker(dst, cuda.WorkerOptions{Spin: *spin})
+	if err != nil {
+		return err
+	}
+	defer wd.Close()
+	names := [2]string{}
+	for i, d := range []cuda.Device{src, dst} {
+		if names[i], err = d.Name(); err != nil {
+			return err
+		}
+	}
+	header := fmt.Sprintf("multi-path copy GPU %d (%s) -> GPU %d (%s)", src, names[0], dst, names[1])
+	fmt.Fprintf(os.Stderr, "braid tune: %s: %d sizes from %s to %s, %d splits, best of %d\n",
+		header, len(sw.Sizes), plan.FormatSize(lo), plan.FormatSize(hi), len(sw.Shares)*len(sw.Chunks), sw.Reps)
+	sw.Progress = func(size int, rs []cuda.MultiPathResult) {
+		fmt.Fprintf(os.Stderr, "  %6s: peer copy alone %.1f GB/s\n", plan.FormatSize(int64(size)), rs[0].GBps)
+	}
+	start := time.Now()
+	res, err := cuda.MeasureMultiPath(context.Background(), ws, wd, sw)
+	if err != nil {
+		return fmt.Errorf("tune --device cuda: %w", err)
+	}
+	sums, err := cuda.SummarizeMultiPath(res)
+	if err != nil {
+		return err
+	}
+	tab := cuda.ChooseMultiPath(sums, *minGain/100)
+
+	var report strings.Builder
+	fmt.Fprintf(&report, "%s, host clock, fastest of %d, workers polling %v; sizes under %s timed over %s of back-to-back copies\n",
+		header, sw.Reps, *spin, plan.FormatSize(minBytes), plan.FormatSize(minBytes))
+	writeMultiPathReport(&report, sums, sw.StagedChunks, tab)
+	fmt.Print(report.String())
+
+	var file strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&file, "# braid multi-path copy table, written by braid tune --device cuda on %s at %s (%v)\n",
+		host, time.Now().Format(time.RFC3339), time.Since(start).Round(time.Second))
+	fmt.Fprintf(&file, "# splits chosen where they beat the peer copy alone by %g%% or more; measured:\n", *minGain)
+	for _, l := range strings.Split(strings.TrimRight(report.String(), "\n"), "\n") {
+		fmt.Fprintf(&file, "#   %s\n", l)
+	}
+	tab.WriteTo(&file)
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(dest, []byte(file.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Println()
+	tab.WriteTo(os.Stdout)
+	fmt.Fprintf(os.Stderr, "braid tune: wrote %s\n", dest)
+	return nil
+}
+
+// writeMultiPathReport prints one line per size: GB/s of the peer copy
+// alone, of the host-staged path alone in each chunk count, of the fastest
+// split and its gain over the peer copy alone, and the table's choice.
+func writeMultiPathReport(w io.Writer, sums []cuda.MultiPathSummary, stagedChunks []int, tab *cuda.MultiPathTable) {
+	fmt.Fprintf(w, "%8s %8s", "size", "direct")
+	for _, c := range stagedChunks {
+		fmt.Fprintf(w, " %10s", fmt.Sprintf("staged/%d", c))
+	}
+	fmt.Fprintf(w, " %10s %6s %6s %8s  %s\n", "multipath", "host", "chunks", "gain", "chosen")
+	for _, s := range sums {
+		fmt.Fprintf(w, "%8s %8.1f", plan.FormatSize(int64(s.Size)), s.Direct.GBps)
+		for _, c := range stagedChunks {
+			v := "-"
+			for _, r := range s.Staged {
+				if r.Chunks == c {
+					v = strconv.FormatFloat(r.GBps, 'f', 1, 64)
+				}
+			}
+			fmt.Fprintf(w, " %10s", v)
+		}
+		if s.Best.GBps > 0 {
+			fmt.Fprintf(w, " %10.1f %5.0f%% %6d %+7.1f%%", s.Best.GBps, s.Best.HostShare*100, s.Best.Chunks, s.Gain*100)
+		} else {
+			fmt.Fprintf(w, " %10s %6s %6s %8s", "-", "-", "-", "-")
+		}
+		chosen := "direct"
+		if share, chunks := tab.Lookup(s.Size); share > 0 {
+			chosen = fmt.Sprintf("host=%g chunks=%d", share, chunks)
+		}
+		fmt.Fprintf(w, "  %s\n", chosen)
+	}
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want numbers, comma separated", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 || v > cuda.MaxMultiPathChunks {
+			return nil, fmt.Errorf("%q: want counts from 1 to %d, comma separated", s, cuda.MaxMultiPathChunks)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func joinFloats(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
