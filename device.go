@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,13 +33,36 @@ type DeviceOptions struct {
 	// "gpu_oneshot" (see algo.GPUOneShot).
 	Algo map[string]string
 	// OneShotMax is the largest allreduce, in bytes, that runs one-shot
-	// (every rank reads every peer's input); 0 means DefaultOneShotMax
-	// (DefaultOneShotMax2 on two ranks), negative never.
+	// (every rank pushes its input to every peer and reduces all inputs,
+	// in one kernel); 0 means DefaultOneShotMax (DefaultOneShotMax2 on two
+	// ranks, DefaultOneShotMax8 on more than four), negative never. Each
+	// rank registers about 4·Size()·OneShotMax bytes of device memory for
+	// it.
 	OneShotMax int
 	// DirectMax is the largest allreduce, in bytes, that runs as a direct
-	// reduce-scatter and allgather ("direct", the two-shot allreduce);
-	// larger ones run "ring". 0 means DefaultDirectMax.
+	// reduce-scatter and allgather ("direct", the two-shot allreduce) once
+	// one-shot no longer applies; larger ones run the pipelined ring
+	// ("ring"). 0 means none: on H200s the ring was faster from the
+	// one-shot limit up.
 	DirectMax int
+	// Groups[r] is the group of rank r's GPU (a socket, an NVLink clique)
+	// for the hierarchical algorithms, "hierpipe" (seed 000's 3-stage
+	// pipelined allreduce) and "hier": they reduce within groups, then
+	// across. Nil puts every GPU in one group; otherwise it has Size()
+	// entries.
+	Groups []int
+	// Segment is the bytes one message of a pipelined algorithm carries
+	// (the ring's "segring", the broadcast chain); 0 chooses by size (see
+	// DeviceSegment).
+	Segment int
+	// StreamOrdered makes calls return once they are queued, as NCCL's do,
+	// instead of once their result is in place. The calls run in order on
+	// Stream(): their buffers must be ready when the stream reaches them
+	// (work that writes them is on Stream(), or on a stream Stream() waits
+	// for), and hold the result once Synchronize returns or for work
+	// queued on Stream() after the call. A call's error, a peer's death
+	// say, is returned by a later call or by Synchronize.
+	StreamOrdered bool
 }
 
 // deviceSpin is how long the worker of a DeviceComm, and a caller waiting
@@ -47,20 +71,23 @@ type DeviceOptions struct {
 // tens of microseconds in a virtual machine, more than a small allreduce.
 const deviceSpin = time.Millisecond
 
-// DeviceSegment is the most bytes one message of a pipelined broadcast
-// carries on device buffers. Other collectives send each block whole: a
-// rank's steps run on one stream, so cutting a block only adds a notice
-// and an event per piece.
+// DeviceSegment is the least bytes one message of a pipelined algorithm
+// carries on device buffers: the broadcast chain's segment, and the
+// smallest segment of the pipelined ring, which cuts each block in four
+// (larger segments where blocks exceed 64 MiB), so that the push of one
+// segment overlaps the reduction of the one before. Every message costs
+// notices and events, tens of microseconds between processes.
 const DeviceSegment = 16 << 20
 
-// The default size limits of the allreduce algorithms on device buffers.
-// On two ranks one-shot reads no more than the direct reduce-scatter and
-// allgather (each rank reads M bytes either way) and saves a round: on two
-// H200s it took 23 µs at 256 KiB where direct took 44 µs at 512 KiB.
+// The default one-shot limits, from H200s (braid bench --device cuda
+// allreduce --algos gpu_oneshot,direct,ring --oneshot-max 16M): on two
+// GPUs one-shot took 78 µs at 16 MiB where the ring took 93; on four,
+// 72 µs at 4 MiB against 154, and 314 µs at 16 MiB against 204. Above
+// four GPUs (not measured) each rank pushes more, and the limit is lower.
 const (
-	DefaultOneShotMax  = 256 << 10
-	DefaultOneShotMax2 = 1 << 20
-	DefaultDirectMax   = 64 << 20
+	DefaultOneShotMax  = 4 << 20
+	DefaultOneShotMax2 = 16 << 20
+	DefaultOneShotMax8 = 1 << 20
 )
 
 // DeviceComm runs the collectives of a communicator on device buffers, one
@@ -113,17 +140,38 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	if err != nil {
 		// Take part in the set-up anyway, so that the peers fail too
 		// instead of waiting for this rank.
-		if _, gerr := gpu.New(ctx, deviceHost{c}, nil); gerr != nil {
+		if _, gerr := gpu.New(ctx, deviceHost{c}, nil, gpu.Options{}); gerr != nil {
 			err = errors.Join(err, gerr)
 		}
 		return nil, deviceError(c.rank, call, err)
 	}
 	d.w = w
-	if d.g, err = gpu.New(ctx, deviceHost{c}, w); err != nil {
+	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{OneShotBytes: d.oneShotMax()}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
 	}
+	if ok, why := d.g.Fused(); ok {
+		c.w.debugf("info", "device comm on GPU %d: allreduces up to %d B run as one fused kernel (device-side flags)", dev, d.oneShotMax())
+	} else if why != "" {
+		c.w.debugf("info", "device comm on GPU %d: no fused one-shot allreduce: %s", dev, why)
+	}
 	return d, nil
+}
+
+// oneShotMax is the largest allreduce, in bytes, that runs one-shot.
+func (d *DeviceComm) oneShotMax() int {
+	one := d.opts.OneShotMax
+	if one == 0 {
+		switch n := d.c.Size(); {
+		case n == 2:
+			one = DefaultOneShotMax2
+		case n > 4:
+			one = DefaultOneShotMax8
+		default:
+			one = DefaultOneShotMax
+		}
+	}
+	return max(one, 0)
 }
 
 // deviceError wraps err as an *Error, Unsupported when there is no driver.
@@ -149,6 +197,26 @@ func (d *DeviceComm) Worker() *cuda.Worker { return d.w }
 
 // Comm returns the host communicator.
 func (d *DeviceComm) Comm() *Comm { return d.c }
+
+// Stream returns the stream the calls run on.
+func (d *DeviceComm) Stream() cuda.Stream { return d.g.Stream() }
+
+// Synchronize waits until every call made so far has run on the GPU. With
+// DeviceOptions.StreamOrdered it returns the first error of those calls.
+func (d *DeviceComm) Synchronize(ctx context.Context) error {
+	const call = "synchronize"
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return &Error{Kind: Aborted, Rank: d.c.rank, Call: call, Peer: -1, Err: errors.New("device communicator is closed")}
+	}
+	ctx, cancel := d.c.deadline(ctx)
+	defer cancel()
+	if err := d.g.Synchronize(ctx); err != nil {
+		return deviceError(d.c.rank, call, err)
+	}
+	return nil
+}
 
 // Close releases the GPU resources of the communicator (scratch, events,
 // peer mappings) and its worker. Every rank closes after its last call.
@@ -285,39 +353,66 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	if d.closed {
 		return &Error{Kind: Aborted, Rank: c.rank, Call: name, Peer: -1, Err: errors.New("device communicator is closed")}
 	}
-	prog, err := d.program(p, dt.Size())
+	prog, algoName, err := d.program(p, dt.Size())
 	if err != nil {
 		return &Error{Kind: InvalidArgument, Rank: c.rank, Call: name, Peer: -1, Err: err}
 	}
-	ctx, cancel := c.deadline(ctx)
-	defer cancel()
-	k := gpu.Call{Params: p, Prog: prog, DType: dt, Op: op, In: in, Out: out}
-	if err := d.g.Run(ctx, &k); err != nil {
+	k := gpu.Call{Params: p, Algo: algoName, Prog: prog, DType: dt, Op: op, In: in, Out: out}
+	if d.opts.StreamOrdered {
+		// The call outlives this function: only a deadline is passed on.
+		dl, ok := ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(c.w.opts.Timeout)
+		}
+		err = d.g.Enqueue(dl, &k)
+	} else {
+		ctx, cancel := c.deadline(ctx)
+		defer cancel()
+		err = d.g.Run(ctx, &k)
+	}
+	if err != nil {
 		return deviceError(c.rank, name, err)
 	}
 	return nil
 }
 
-// program returns (and caches) this rank's program for p.
-func (d *DeviceComm) program(p sched.Params, es int) (*sched.Program, error) {
+// program returns (and caches) this rank's program for p, and the name
+// of its algorithm.
+func (d *DeviceComm) program(p sched.Params, es int) (*sched.Program, string, error) {
 	a, err := d.algorithm(p, es)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	key := progKey{p.Coll, a.Name(), p.Count, p.Root}
 	if prog, ok := d.progs[key]; ok {
-		return prog, nil
+		return prog, a.Name(), nil
 	}
 	p.Segment = max(p.Count, 1)
-	if p.Coll == sched.Bcast {
+	switch {
+	case d.opts.Segment > 0:
+		p.Segment = max(d.opts.Segment/es, 1)
+	case p.Coll == sched.Bcast:
 		p.Segment = max(DeviceSegment/es, 1)
+	case a.Name() == "segring":
+		block := (p.Count + p.NRanks - 1) / p.NRanks
+		p.Segment = max(DeviceSegment/es, block/4, 1)
+	}
+	if g := d.opts.Groups; g != nil {
+		if len(g) != p.NRanks {
+			return nil, "", fmt.Errorf("DeviceOptions.Groups has %d entries for %d ranks", len(g), p.NRanks)
+		}
+		names := make([]string, len(g))
+		for r, x := range g {
+			names[r] = strconv.Itoa(x)
+		}
+		p.Layout = sched.NewLayout(names, nil)
 	}
 	if err := a.Supports(p); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	prog := a.Program(p, d.c.Rank())
 	d.progs[key] = &prog
-	return &prog, nil
+	return &prog, a.Name(), nil
 }
 
 // Algorithm returns the name of the algorithm a call of coll on count
@@ -331,12 +426,15 @@ func (d *DeviceComm) Algorithm(coll sched.Collective, count, es int) (string, er
 }
 
 // algorithm chooses the algorithm of p: the one DeviceOptions.Algo names,
-// else one by collective and size. Pulling data over NVLink makes every
-// step cost a notice and an event wait, so the defaults are those with
-// the fewest rounds that do not move more bytes than needed: one-shot
-// allreduce for small vectors; direct reduce-scatter and allgather (each
-// rank pulls its block from every peer at once) for medium ones; the ring,
-// whose n−1 rounds each pull from one neighbour, for large ones.
+// else one by collective and size: the fused one-shot allreduce (one
+// kernel, device-side flags) up to its limit, then the ring; the ring for
+// allgather and reduce-scatter; a single push for a broadcast on two GPUs
+// and the pipelined chain on more. On H200s the pipelined ring ("segring",
+// segments of max(16 MiB, block/4)) was no faster than the ring above
+// 64 MiB and slower for reduce-scatter (224 against 300 GB/s on two GPUs at
+// 1 GiB). Every message of a program costs notices and
+// events between processes (tens of microseconds), which is why the fused
+// kernel goes as far as it does.
 func (d *DeviceComm) algorithm(p sched.Params, es int) (algo.Algorithm, error) {
 	n := p.NRanks
 	name := d.opts.Algo[p.Coll.String()]
@@ -344,20 +442,14 @@ func (d *DeviceComm) algorithm(p sched.Params, es int) (algo.Algorithm, error) {
 		bytes := p.Count * es
 		switch p.Coll {
 		case sched.Allreduce:
-			one, direct := d.opts.OneShotMax, d.opts.DirectMax
-			if one == 0 {
-				one = DefaultOneShotMax
-				if n == 2 {
-					one = DefaultOneShotMax2
-				}
-			}
-			if direct == 0 {
-				direct = DefaultDirectMax
+			one := d.oneShotMax()
+			if d.opts.OneShotMax < 0 {
+				one = -1
 			}
 			switch {
 			case bytes <= one:
 				name = algo.GPUOneShot.Name()
-			case bytes <= direct:
+			case bytes <= d.opts.DirectMax:
 				name = "direct"
 			default:
 				name = "ring"
@@ -368,7 +460,7 @@ func (d *DeviceComm) algorithm(p sched.Params, es int) (algo.Algorithm, error) {
 				name = "chain"
 			}
 		case sched.Allgather, sched.ReduceScatter:
-			name = "direct"
+			name = "ring"
 		case sched.Reduce, sched.Gather, sched.Scatter:
 			name = "linear"
 		case sched.Alltoall:

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cuda"
@@ -163,6 +164,7 @@ type deviceCase struct {
 	count   int
 	root    int
 	inPlace bool
+	ordered bool // DeviceOptions.StreamOrdered
 }
 
 func (k deviceCase) String() string {
@@ -172,6 +174,9 @@ func (k deviceCase) String() string {
 	}
 	if k.inPlace {
 		s += " in place"
+	}
+	if k.ordered {
+		s += " stream-ordered"
 	}
 	return s
 }
@@ -196,10 +201,10 @@ func deviceRank(t *testing.T) {
 		counts = []int{0, 1, 7, 1000, 65537}
 	}
 	algos := map[sched.Collective][]string{
-		sched.Allreduce:     {"gpu_oneshot", "direct", "ring", "recdouble", "rabenseifner", ""},
+		sched.Allreduce:     {"gpu_oneshot", "direct", "ring", "segring", "hierpipe", "recdouble", "rabenseifner", ""},
 		sched.Bcast:         {"linear", "chain", "binomial", ""},
 		sched.Allgather:     {"direct", "ring", "recdouble", ""},
-		sched.ReduceScatter: {"direct", "ring", ""},
+		sched.ReduceScatter: {"direct", "ring", "segring", ""},
 	}
 	var cases []deviceCase
 	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter, sched.Allgather, sched.Bcast} {
@@ -232,7 +237,12 @@ func deviceRank(t *testing.T) {
 						}
 						for _, root := range roots {
 							for _, inPlace := range []bool{false, true} {
-								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace})
+								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, false})
+								// Stream-ordered calls: the fused one-shot kernel and programs
+								// whose sends then all wait for events.
+								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "direct" || name == "segring") {
+									cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, true})
+								}
 							}
 						}
 					}
@@ -242,12 +252,22 @@ func deviceRank(t *testing.T) {
 	}
 	// One communicator per algorithm choice, so that each runs what it names.
 	comms := map[string]*DeviceComm{}
-	get := func(coll sched.Collective, name string) *DeviceComm {
-		key := coll.String() + "/" + name
+	get := func(coll sched.Collective, name string, ordered bool) *DeviceComm {
+		key := fmt.Sprint(coll, "/", name, "/", ordered)
 		if d := comms[key]; d != nil {
 			return d
 		}
-		opts := &DeviceOptions{}
+		opts := &DeviceOptions{StreamOrdered: ordered}
+		if name == "segring" || name == "chain" || name == "hierpipe" {
+			// Many segments: pipelines whose pushes run beside reductions.
+			opts.Segment = 4 << 10
+		}
+		if name == "hierpipe" {
+			// Two groups: the lower and the upper half of the ranks.
+			for r := range n {
+				opts.Groups = append(opts.Groups, 2*r/n)
+			}
+		}
 		if name != "" {
 			opts.Algo = map[string]string{coll.String(): name}
 		}
@@ -268,7 +288,7 @@ func deviceRank(t *testing.T) {
 	// Buffers for the largest call: inputs and outputs of up to n·count
 	// elements of 8 bytes.
 	maxBytes := n * counts[len(counts)-1] * 8
-	first := get(sched.Allreduce, "")
+	first := get(sched.Allreduce, "", false)
 	w := first.Worker()
 	var bufA, bufB cuda.DevicePtr
 	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
@@ -285,11 +305,14 @@ func deviceRank(t *testing.T) {
 	start := time.Now()
 	failures := 0
 	for i, k := range cases {
-		d := get(k.coll, k.algo)
+		d := get(k.coll, k.algo, k.ordered)
 		call := func(send, recv Device) error {
 			switch k.coll {
 			case sched.Allreduce:
-				return d.Allreduce(ctx, send, recv, k.op)
+				if err := d.Allreduce(ctx, send, recv, k.op); err != nil {
+					return err
+				}
+				return d.Synchronize(ctx)
 			case sched.ReduceScatter:
 				return d.ReduceScatter(ctx, send, recv, k.op)
 			case sched.Allgather:
@@ -306,8 +329,19 @@ func deviceRank(t *testing.T) {
 			}
 		}
 	}
+	// Back-to-back stream-ordered allreduces in place, with no
+	// synchronisation between them: x ← Σ x, k times, from x = rank+1 on
+	// element 0 and 1 elsewhere. A call that read a peer's slot or flag of
+	// another call would break the powers.
+	for _, name := range []string{"gpu_oneshot", "direct", "segring"} {
+		for _, count := range []int{1, 3000, 40000} {
+			if err := orderedChain(ctx, get(sched.Allreduce, name, true), w, bufA, count, rank, n); err != nil {
+				t.Errorf("rank %d: chain of stream-ordered %s allreduces of %d int64: %v", rank, name, count, err)
+			}
+		}
+	}
 	// The same through Comm's entry point for device buffers.
-	k := deviceCase{sched.Allreduce, "", Float32, Sum, 4099, 0, true}
+	k := deviceCase{sched.Allreduce, "", Float32, Sum, 4099, 0, true, false}
 	call := func(send, recv Device) error {
 		if !deviceArgs(send, recv) {
 			return errors.New("deviceArgs does not recognise device buffers")
@@ -321,6 +355,59 @@ func deviceRank(t *testing.T) {
 		d.(*DeviceComm).Close()
 	}
 	t.Logf("rank %d: %d device calls checked on GPU %d in %v", rank, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
+}
+
+// orderedChain runs the chain of stream-ordered allreduces that
+// deviceRank describes on buf and checks the result.
+func orderedChain(ctx context.Context, d *DeviceComm, w *cuda.Worker, buf cuda.DevicePtr, count, rank, n int) error {
+	const steps = 30
+	x := make([]int64, count)
+	for i := range x {
+		x[i] = 1
+	}
+	x[0] = int64(rank + 1)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 8*count)
+	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
+		if err := cc.CopyHtoD(buf, b, 0); err != nil {
+			return err
+		}
+		return cc.Synchronize()
+	}); err != nil {
+		return err
+	}
+	dev := Device{Ptr: buf, Count: count, Type: Int64}
+	for range steps {
+		if err := d.Allreduce(ctx, dev, dev, Sum); err != nil {
+			return err
+		}
+	}
+	if err := d.Synchronize(ctx); err != nil {
+		return err
+	}
+	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
+		if err := cc.CopyDtoH(b, buf, 0); err != nil {
+			return err
+		}
+		return cc.Synchronize()
+	}); err != nil {
+		return err
+	}
+	// After the first step every element is the same on every rank:
+	// n(n+1)/2 for element 0, n elsewhere; each later step multiplies by n.
+	pow := int64(1)
+	for range steps - 1 {
+		pow *= int64(n)
+	}
+	want0, want := int64(n*(n+1)/2)*pow, int64(n)*pow
+	for i, v := range x {
+		if w := want; i == 0 && v != want0 || i > 0 && v != w {
+			if i == 0 {
+				w = want0
+			}
+			return fmt.Errorf("element %d is %d, want %d", i, v, w)
+		}
+	}
+	return nil
 }
 
 // runDeviceCase fills the input, poisons the output where it does not

@@ -3,6 +3,7 @@ package cuda
 import (
 	_ "embed"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
@@ -29,6 +30,7 @@ type reduceKernels struct {
 	loadTime time.Duration
 	reduce   [16][16]Function // [dtype][op]
 	divide   [16]Function     // [dtype]
+	oneshot  [16][16]Function // [dtype][op]
 }
 
 // typeSuffix is the kernel name suffix of each element type.
@@ -47,7 +49,17 @@ func (c *Ctx) LoadKernels() error {
 		return nil
 	}
 	start := time.Now()
-	mod, err := c.LoadModule(reducePTX)
+	image := reducePTX
+	if path := os.Getenv("BRAID_CUDA_PTX"); path != "" {
+		// For kernel work: PTX built on the GPU machine, tried before it is
+		// committed.
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("cuda: reduction kernels from BRAID_CUDA_PTX: %w", err)
+		}
+		image = b
+	}
+	mod, err := c.LoadModule(image)
 	if err != nil {
 		return fmt.Errorf("cuda: reduction kernels: %w", err)
 	}
@@ -59,6 +71,11 @@ func (c *Ctx) LoadKernels() error {
 			}
 			name := "braid_reduce_" + op.String() + "_" + typeSuffix[d]
 			if k.reduce[d][op], err = c.Function(mod, name); err != nil {
+				c.UnloadModule(mod)
+				return fmt.Errorf("cuda: reduction kernels: %w", err)
+			}
+			name = "braid_oneshot_" + op.String() + "_" + typeSuffix[d]
+			if k.oneshot[d][op], err = c.Function(mod, name); err != nil {
 				c.UnloadModule(mod)
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
@@ -180,4 +197,82 @@ func (c *Ctx) defaultBlocks(count, size int, addrBits uint64) int {
 	}
 	blocks := (items + reduceThreads - 1) / reduceThreads
 	return min(blocks, 4*max(c.w.sms, 1))
+}
+
+// OneShot is one call of the one-shot allreduce kernel (kernels/reduce.cu,
+// braid_oneshot_*): every rank pushes In into a slot of every peer's
+// registered region, raises a flag there, waits for every peer's flag in
+// its own region and combines the slots in rank order into Out, all in one
+// kernel. Every rank of the call launches it with the same Seq, Count,
+// DType, Op and Blocks.
+type OneShot struct {
+	DType dtype.DType
+	Op    dtype.Op
+	In    DevicePtr
+	Out   DevicePtr
+	Count int
+	Seq   uint32 // the call's number, from 1; flags compare with it
+	Rank  int
+	// Regions are the bases of every rank's region as mapped here, this
+	// rank's own among them (at most OneShotMaxRanks).
+	Regions []DevicePtr
+	// SlotBytes is the size of one slot (a multiple of 256, at least
+	// Count elements).
+	SlotBytes int
+	Timeout   time.Duration // how long to wait for a peer's flag
+	// Status is a mapped host word (device address) where a block that
+	// gave up stores 1 + the rank it waited for.
+	Status DevicePtr
+	Blocks int // 0: by size
+}
+
+// One-shot kernel limits, as kernels/reduce.cu lays out a region: flags
+// for OneShotMaxBlocks blocks and OneShotMaxRanks ranks, then the slots
+// from OneShotSlotsOffset.
+const (
+	OneShotMaxRanks    = 8
+	OneShotMaxBlocks   = 64
+	OneShotSlotsOffset = 4096
+)
+
+// OneShotRegionBytes is the size of a one-shot region for n ranks with
+// slots of slotBytes: the flags, then two parities of n slots.
+func OneShotRegionBytes(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*slotBytes }
+
+// OneShotBlocks is the grid the one-shot kernel uses for bytes when
+// OneShot.Blocks is 0: a block per 4 KiB, at least 1 and at most
+// OneShotMaxBlocks.
+func OneShotBlocks(bytes int) int { return min(max((bytes+4095)/4096, 1), OneShotMaxBlocks) }
+
+// LaunchOneShot enqueues the one-shot allreduce a on s.
+func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
+	n := len(a.Regions)
+	switch {
+	case !dtype.Supports(a.DType, a.Op):
+		return fmt.Errorf("cuda: one-shot: op %v is not defined on %v", a.Op, a.DType)
+	case n < 1 || n > OneShotMaxRanks || a.Rank < 0 || a.Rank >= n:
+		return fmt.Errorf("cuda: one-shot: rank %d of %d (at most %d ranks)", a.Rank, n, OneShotMaxRanks)
+	case a.Count < 0 || a.Count*a.DType.Size() > a.SlotBytes || a.SlotBytes%256 != 0:
+		return fmt.Errorf("cuda: one-shot: %d elements of %d bytes in slots of %d bytes", a.Count, a.DType.Size(), a.SlotBytes)
+	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
+		return fmt.Errorf("cuda: one-shot: %d blocks (at most %d)", a.Blocks, OneShotMaxBlocks)
+	}
+	if a.Count == 0 {
+		return nil
+	}
+	if err := c.LoadKernels(); err != nil {
+		return err
+	}
+	blocks := a.Blocks
+	if blocks == 0 {
+		blocks = OneShotBlocks(a.Count * a.DType.Size())
+	}
+	var r [OneShotMaxRanks]uint64
+	for i, p := range a.Regions {
+		r[i] = uint64(p)
+	}
+	return c.Launch(c.w.kernels.oneshot[a.DType][a.Op], D1(blocks), D1(reduceThreads), 0, s,
+		uint64(a.In), uint64(a.Out), uint64(a.Count), uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
+		uint64(a.SlotBytes), uint64(max(a.Timeout, 0)), uint64(a.Status),
+		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
 }

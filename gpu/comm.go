@@ -41,6 +41,22 @@ type Comm struct {
 	seq uint32
 	err error // a failed call leaves the ranks out of step: later calls fail with it
 
+	// A failure of a call run after Enqueue returned, for the next call
+	// or Synchronize to report.
+	aerrMu sync.Mutex
+	aerr   error
+
+	fused    *fused // nil: one-shot allreduces run as programs
+	fusedOff string // why fused is nil, if it was asked for
+	pushMax  int    // Options.PushMax, resolved; negative: always pull
+	landing  map[*sched.Program]landing
+	copyS    []cuda.Stream // [peer]: pushes to peer run here, beside the main stream
+	lev      []cuda.Event  // local events, drawn in order by a call (nlev)
+	nlev     int
+	copied   []int  // [step]: index in lev of a pushed Send's "copy done" event, or -1
+	synced   []bool // [step]: the main stream waits for its deps' copies
+	usedS    []bool // [peer]: copyS[peer] has work of this call
+
 	// Owned by the worker closure of the running call (under mu).
 	exports map[uint64]export          // this rank's allocations, by buffer id
 	mapped  map[peerBuf]cuda.DevicePtr // peers' allocations opened here
@@ -99,22 +115,55 @@ type stashKey struct {
 	tag  int32
 }
 
+// Options tunes a Comm.
+type Options struct {
+	// OneShotBytes is the largest allreduce, in bytes, that the fused
+	// one-shot kernel runs (calls of algorithm "gpu_oneshot"; larger ones
+	// run as programs). Each rank registers a region of about
+	// 2·n·OneShotBytes for it; 0 means none.
+	OneShotBytes int
+	// PushMax is the largest reducing call, in bytes, whose data moves by
+	// push (each sender's copy engine writes into the receiver's memory;
+	// reductions read a landing area of the receiver's scratch, which
+	// grows to the bytes a rank receives to reduce in one call). Larger
+	// ones, and every call when it is negative, move by pull (receivers
+	// read senders' memory). Calls that do not reduce always push. 0
+	// means DefaultPushMax.
+	PushMax int
+}
+
+// DefaultPushMax is Options.PushMax's default: pushes use the links both
+// ways at full speed where pulls from both ends at once do not (two H200s:
+// 778 GB/s of pushes both ways, 420–470 GB/s of pulls), at the cost of
+// landing scratch.
+const DefaultPushMax = 4 << 30
+
 // New makes the executor of host.Rank() on the GPU of w, which the caller
 // keeps and closes after the Comm. Every rank of host calls New at the
-// same time, each with a worker of a different GPU of this host. A rank
-// that could not get a worker calls New with w nil: it fails, and so do
-// the others, instead of waiting for it.
-func New(ctx context.Context, host Host, w *cuda.Worker) (*Comm, error) {
+// same time, each with a worker of a different GPU of this host and the
+// same options. A rank that could not get a worker calls New with w nil:
+// it fails, and so do the others, instead of waiting for it.
+func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, error) {
 	g := &Comm{
 		w: w, rank: host.Rank(), n: host.Size(),
 		exports: map[uint64]export{},
 		mapped:  map[peerBuf]cuda.DevicePtr{},
 		opened:  map[cuda.IPCEventHandle]cuda.Event{},
 		stash:   map[stashKey]notice{},
+		landing: map[*sched.Program]landing{},
+		pushMax: opts.PushMax,
+	}
+	if g.pushMax == 0 {
+		g.pushMax = DefaultPushMax
+	}
+	if os.Getenv("BRAID_GPU_PULL") == "1" {
+		g.pushMax = -1
 	}
 	g.ready = make([][]ownEvent, g.n)
 	g.done = make([][]ownEvent, g.n)
 	g.outbox = make([][]notice, g.n)
+	g.copyS = make([]cuda.Stream, g.n)
+	g.usedS = make([]bool, g.n)
 	g.nsend = make([]int, g.n)
 	g.nrecv = make([]int, g.n)
 	g.mb = mailbox{n: g.n, rank: g.rank}
@@ -141,12 +190,19 @@ func New(ctx context.Context, host Host, w *cuda.Worker) (*Comm, error) {
 			err = merr
 		}
 	}
+	if err == nil {
+		err = g.setupFused(ctx, host, opts.OneShotBytes)
+	}
 	if err != nil {
 		g.release()
 		return nil, err
 	}
 	return g, nil
 }
+
+// Fused reports whether allreduces of algorithm "gpu_oneshot" up to
+// Options.OneShotBytes run as the fused kernel, and if not, why.
+func (g *Comm) Fused() (bool, string) { return g.fused != nil, g.fusedOff }
 
 // shareMailbox creates the mailbox on rank 0 and maps it everywhere. Each
 // rank's record is a status byte (1 ready, 2 failed) and a text: rank 0's
@@ -224,6 +280,7 @@ func (g *Comm) Stream() cuda.Stream { return g.s }
 // Call is one collective call on device buffers.
 type Call struct {
 	Params sched.Params
+	Algo   string         // the algorithm that made Prog
 	Prog   *sched.Program // this rank's program for Params
 	DType  dtype.DType
 	Op     dtype.Op
@@ -235,6 +292,94 @@ type Call struct {
 // peer reads this rank's buffers any more. The buffers must be ready when
 // Run is called: the work that wrote them must have completed.
 func (g *Comm) Run(ctx context.Context, k *Call) error {
+	if err := g.check(k); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err == nil {
+		g.err = g.asyncErr()
+	}
+	if g.err != nil {
+		return g.err
+	}
+	g.seq++
+	seq := g.seq
+	var t0 time.Time
+	if g.stats != nil {
+		t0 = time.Now()
+	}
+	err := g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false) })
+	if g.stats != nil {
+		g.stats.run += time.Since(t0)
+	}
+	if err != nil {
+		g.err = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
+	}
+	return err
+}
+
+// Enqueue queues k on this rank's stream and returns at once, as NCCL's
+// calls do: the worker issues it after the calls queued before, and the
+// GPU runs it after the work queued before on the stream. k's buffers
+// must be ready when the stream reaches the call, and hold the result
+// once Synchronize returns (or once work queued on the stream after the
+// call has run). The deadline bounds the call's waits for its peers. An
+// error of the call is returned by a later call or by Synchronize.
+func (g *Comm) Enqueue(dl time.Time, k *Call) error {
+	if err := g.check(k); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err == nil {
+		g.err = g.asyncErr()
+	}
+	if g.err != nil {
+		return g.err
+	}
+	g.seq++
+	seq := g.seq
+	kc := *k
+	g.w.Go(func(c *cuda.Ctx) error {
+		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true); err != nil {
+			g.aerrMu.Lock()
+			if g.aerr == nil {
+				g.aerr = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
+			}
+			g.aerrMu.Unlock()
+		}
+		return nil
+	})
+	return nil
+}
+
+// Synchronize waits until every call queued so far has run on the GPU,
+// and returns the first error of a call queued by Enqueue.
+func (g *Comm) Synchronize(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := g.w.Do(ctx, func(c *cuda.Ctx) error { return c.StreamSynchronize(g.s) })
+	if err == nil {
+		err = g.fused.failed(g.rank)
+	}
+	if aerr := g.asyncErr(); aerr != nil {
+		err = aerr
+	}
+	if err != nil && g.err == nil {
+		g.err = err
+	}
+	return err
+}
+
+func (g *Comm) asyncErr() error {
+	g.aerrMu.Lock()
+	defer g.aerrMu.Unlock()
+	return g.aerr
+}
+
+// check validates a call.
+func (g *Comm) check(k *Call) error {
 	if k.Params.NRanks != g.n {
 		return fmt.Errorf("gpu: a call for %d ranks on a communicator of %d", k.Params.NRanks, g.n)
 	}
@@ -247,25 +392,7 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 	if k.Params.Coll.Reduces() && !dtype.Supports(k.DType, k.Op) {
 		return fmt.Errorf("gpu: op %v is not defined on %v", k.Op, k.DType)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.err != nil {
-		return g.err
-	}
-	g.seq++
-	seq := g.seq
-	var t0 time.Time
-	if g.stats != nil {
-		t0 = time.Now()
-	}
-	err := g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq) })
-	if g.stats != nil {
-		g.stats.run += time.Since(t0)
-	}
-	if err != nil {
-		g.err = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
-	}
-	return err
+	return nil
 }
 
 // Close releases the stream, events, scratch and peer mappings, and the
@@ -303,9 +430,25 @@ func (g *Comm) release() error {
 				}
 			}
 		}
+		if f := g.fused; f != nil {
+			for r, p := range f.regions {
+				if p != 0 && r != g.rank {
+					errs = append(errs, c.IPCCloseMemHandle(p))
+				}
+			}
+			errs = append(errs, c.Free(f.own), c.FreeHost(f.status))
+		}
 		for _, p := range append(g.oldTmp, g.tmp) {
 			if p != 0 {
 				errs = append(errs, c.Free(p))
+			}
+		}
+		for _, ev := range g.lev {
+			errs = append(errs, c.DestroyEvent(ev))
+		}
+		for _, s := range g.copyS {
+			if s != 0 {
+				errs = append(errs, c.DestroyStream(s))
 			}
 		}
 		if g.s != 0 {
@@ -314,7 +457,8 @@ func (g *Comm) release() error {
 		return errors.Join(errs...)
 	})
 	errs = append(errs, err)
-	g.mapped, g.opened, g.ready, g.done, g.oldTmp, g.tmp, g.s = nil, nil, nil, nil, nil, 0, 0
+	g.mapped, g.opened, g.ready, g.done, g.oldTmp, g.tmp, g.s, g.fused = nil, nil, nil, nil, nil, 0, 0, nil
+	g.lev, g.copyS = nil, nil
 	if g.mb.mem != nil {
 		errs = append(errs, unmapShared(g.mb.mem))
 		g.mb.mem = nil

@@ -21,10 +21,14 @@ const (
 	ringBytes = ringHdr + slotSize*ringSlots
 )
 
-// Notice kinds.
+// Notice kinds. Pulls: the sender posts ready, the receiver reads and
+// posts done. Pushes: the receiver posts dest, the sender writes and posts
+// written.
 const (
-	noticeReady uint32 = 1 // a chunk may be read
-	noticeDone  uint32 = 2 // a chunk has been read
+	noticeReady   uint32 = 1 // a chunk may be read
+	noticeDone    uint32 = 2 // a chunk has been read
+	noticeDest    uint32 = 3 // a chunk may be written here
+	noticeWritten uint32 = 4 // a chunk has been written
 )
 
 // Notice flags.

@@ -11,10 +11,12 @@ import (
 	"github.com/braid-ccl/braid/sched"
 )
 
-// Step states. A Send is posted once its notice is out, and done once the
-// reader's "read done" event is waited for on this rank's stream; every
-// other step is done once its work is queued on the stream (the stream
-// runs it after everything queued before, its dependencies included).
+// Step states. A pulled Send is posted once its notice is out, and done
+// once the reader's "read done" event is waited for on this rank's
+// stream; a pushed Recv is posted once its destination is out, and done
+// once the writer's "written" event is waited for; every other step is
+// done once its work is queued on the stream (the stream runs it after
+// everything queued before, its dependencies included).
 const (
 	stPending uint8 = iota
 	stPosted
@@ -32,11 +34,77 @@ const (
 	sleepFor = 50 * time.Microsecond
 )
 
-// run executes k on the worker's thread.
-func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32) error {
+// call is the state of one call while the worker issues it.
+type call struct {
+	k       *Call
+	steps   []sched.Step
+	state   []uint8
+	seq     uint32
+	es      int
+	bases   [3]cuda.DevicePtr
+	ordered bool // queued by Enqueue: buffers are ready only when the stream gets here
+	push    bool // data moves by push (noticeDest/noticeWritten), not pull
+	land    landing
+	tmpLen  int // the program's own scratch, in elements; landing areas follow it
+}
+
+func (k *call) addr(ch sched.Chunk) cuda.DevicePtr { return k.bases[ch.Buf].Add(ch.Off * k.es) }
+
+// landAt returns the landing area of the pushed RecvReduce steps[i].
+func (k *call) landAt(i int) cuda.DevicePtr {
+	return k.bases[sched.Tmp].Add((k.tmpLen + k.land.off[i]) * k.es)
+}
+
+// landing places, in scratch after the program's own, the areas where
+// peers push the chunks that RecvReduce steps reduce: one per step, so
+// that every one can be offered to its sender when the call starts.
+type landing struct {
+	off   []int // [step]: elements from the end of the program's scratch; -1 if not a RecvReduce
+	total int   // elements
+}
+
+func (g *Comm) landingOf(p *sched.Program) landing {
+	if l, ok := g.landing[p]; ok {
+		return l
+	}
+	l := landing{off: make([]int, len(p.Steps))}
+	for i, st := range p.Steps {
+		l.off[i] = -1
+		if st.Kind == sched.KindRecvReduce {
+			l.off[i] = l.total
+			l.total += (st.Dst.Len + 63) &^ 63 // keeps every area 256-byte aligned for 4-byte types and up
+		}
+	}
+	g.landing[p] = l
+	return l
+}
+
+// run executes k on the worker's thread. An ordered call (Enqueue) is
+// issued without waiting for the stream: its buffers are ready only when
+// the stream gets to it, so that every chunk offered to a peer carries an
+// event.
+func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool) error {
+	if g.fused.fits(k) {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(time.Hour)
+		}
+		if err := g.fused.launch(c, g.s, g.rank, k, dl); err != nil || ordered {
+			return err
+		}
+		if err := c.StreamSynchronize(g.s); err != nil {
+			return err
+		}
+		return g.fused.failed(g.rank)
+	}
 	prog := k.Prog
 	es := k.DType.Size()
-	if need := prog.TmpLen * es; need > g.tmpSize {
+	kc := call{k: k, steps: prog.Steps, seq: seq, es: es, ordered: ordered, tmpLen: prog.TmpLen}
+	kc.push = g.pushMax >= 0 && (!k.Params.Coll.Reduces() || k.Params.Count*es <= g.pushMax)
+	if kc.push {
+		kc.land = g.landingOf(prog)
+	}
+	if need := (prog.TmpLen + kc.land.total) * es; need > g.tmpSize {
 		p, err := c.Alloc(need)
 		if err != nil {
 			return fmt.Errorf("gpu: scratch of %d bytes: %w", need, err)
@@ -46,16 +114,41 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32) error 
 		}
 		g.tmp, g.tmpSize = p, need
 	}
-	bases := [3]cuda.DevicePtr{sched.In: k.In, sched.Out: k.Out, sched.Tmp: g.tmp}
-	addr := func(ch sched.Chunk) cuda.DevicePtr { return bases[ch.Buf].Add(ch.Off * es) }
+	kc.bases = [3]cuda.DevicePtr{sched.In: k.In, sched.Out: k.Out, sched.Tmp: g.tmp}
 	steps := prog.Steps
 	if cap(g.state) < len(steps) {
 		g.state = make([]uint8, len(steps))
 	}
-	state := g.state[:len(steps)]
+	kc.state = g.state[:len(steps)]
+	state := kc.state
 	clear(state)
 	clear(g.nsend)
 	clear(g.nrecv)
+	g.nlev = 0
+	if kc.push {
+		if cap(g.copied) < len(steps) {
+			g.copied = make([]int, len(steps))
+			g.synced = make([]bool, len(steps))
+		}
+		g.copied, g.synced = g.copied[:len(steps)], g.synced[:len(steps)]
+		for i := range g.copied {
+			g.copied[i] = -1
+		}
+		clear(g.synced)
+		clear(g.usedS)
+	}
+	if kc.push {
+		// Every landing area is free (the reductions that read it in
+		// earlier calls are queued before this point): offer them all now,
+		// so that senders push as soon as their chunks are ready.
+		for i := range steps {
+			if steps[i].Kind == sched.KindRecvReduce {
+				if err := g.postDest(c, &kc, i, kc.landAt(i), ordered); err != nil {
+					return fmt.Errorf("gpu: rank %d, step %d (%v): %w", g.rank, i, &steps[i], err)
+				}
+			}
+		}
+	}
 
 	first := 0 // steps before first are done
 	idle := 0
@@ -78,7 +171,15 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32) error 
 			if !depsDone(st, state) {
 				continue
 			}
-			moved, err := g.step(c, k, steps, state, i, seq, es, addr)
+			if kc.push && !g.synced[i] && st.Kind != sched.KindSend {
+				// Work on the main stream that follows a push must wait
+				// for its copy, which runs on a stream of its own.
+				if err := g.waitCopies(c, st); err != nil {
+					return fmt.Errorf("gpu: rank %d, step %d (%v): %w", g.rank, i, st, err)
+				}
+				g.synced[i] = true
+			}
+			moved, err := g.step(c, &kc, i)
 			if err != nil {
 				return fmt.Errorf("gpu: rank %d, step %d (%v): %w", g.rank, i, st, err)
 			}
@@ -114,13 +215,34 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32) error 
 			}
 		}
 	}
+	if kc.push {
+		// The call ends when its pushes have.
+		for p, used := range g.usedS {
+			if !used {
+				continue
+			}
+			ev, err := g.localEvent(c)
+			if err == nil {
+				err = c.Record(ev, g.copyS[p])
+			}
+			if err == nil {
+				err = c.StreamWaitEvent(g.s, ev)
+			}
+			if err != nil {
+				return fmt.Errorf("gpu: rank %d: joining the copy streams: %w", g.rank, err)
+			}
+		}
+	}
 	if k.Op == dtype.Avg && k.Params.Coll.Reduces() {
 		for _, ch := range prog.Final {
-			p := addr(ch)
+			p := kc.addr(ch)
 			if err := c.Divide(g.s, k.DType, p, p, ch.Len, g.n); err != nil {
 				return err
 			}
 		}
+	}
+	if ordered {
+		return nil
 	}
 	if g.stats == nil {
 		return c.StreamSynchronize(g.s)
@@ -136,11 +258,12 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32) error 
 }
 
 // step issues what it can of steps[i] and reports whether anything moved.
-func (g *Comm) step(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, i int, seq uint32, es int, addr func(sched.Chunk) cuda.DevicePtr) (bool, error) {
+func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
+	steps, state, es := k.steps, k.state, k.es
 	st := &steps[i]
 	switch st.Kind {
 	case sched.KindCopy:
-		src, dst := addr(st.Src), addr(st.Dst)
+		src, dst := k.addr(st.Src), k.addr(st.Dst)
 		if st.Dst.Len == 0 || src == dst {
 			state[i] = stDone
 			return true, nil
@@ -148,7 +271,7 @@ func (g *Comm) step(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, i i
 		if fusesAfter(steps, state, i) {
 			// The reduction into the copy's destination reads the copy's
 			// source instead: one kernel for both steps.
-			moved, err := g.reduce(c, k, steps, state, i+1, src, seq, es, addr)
+			moved, err := g.reduce(c, k, i+1, src)
 			if moved {
 				state[i] = stDone
 			}
@@ -160,13 +283,16 @@ func (g *Comm) step(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, i i
 		state[i] = stDone
 		return true, nil
 	case sched.KindReduce, sched.KindRecvReduce:
-		return g.reduce(c, k, steps, state, i, addr(st.Dst), seq, es, addr)
+		return g.reduce(c, k, i, k.addr(st.Dst))
 	case sched.KindSend:
+		if k.push {
+			return g.pushSend(c, k, i)
+		}
 		peer := st.Peer
 		if state[i] == stPending {
-			n := notice{Kind: noticeReady, Seq: seq, Tag: st.Tag}
+			n := notice{Kind: noticeReady, Seq: k.seq, Tag: st.Tag}
 			if st.Src.Len > 0 {
-				p := addr(st.Src)
+				p := k.addr(st.Src)
 				ex, id, err := g.export(c, p)
 				if err != nil {
 					return false, err
@@ -174,7 +300,7 @@ func (g *Comm) step(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, i i
 				n.Flags |= flagBuf
 				n.BufID, n.Mem, n.Off = id, ex.mem, uint64(p-ex.base)
 			}
-			if len(st.Deps) > 0 {
+			if len(st.Deps) > 0 || k.ordered && st.Src.Len > 0 {
 				e, err := g.ownEvent(c, g.ready, peer, g.nsend[peer])
 				if err != nil {
 					return false, err
@@ -190,19 +316,35 @@ func (g *Comm) step(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, i i
 			state[i] = stPosted
 			return true, nil
 		}
-		key := stashKey{int32(peer), noticeDone, seq, st.Tag}
-		n, ok := g.stash[key]
+		n, ok := g.take(peer, noticeDone, k.seq, st.Tag)
 		if !ok {
 			return false, nil
 		}
-		delete(g.stash, key)
 		if err := g.waitFor(c, &n); err != nil {
 			return false, err
 		}
 		state[i] = stDone
 		return true, nil
 	case sched.KindRecv:
-		n, ok := g.takeReady(st, seq)
+		if k.push {
+			if state[i] == stPending {
+				if err := g.postDest(c, k, i, k.addr(st.Dst), len(st.Deps) > 0 || k.ordered); err != nil {
+					return false, err
+				}
+				state[i] = stPosted
+				return true, nil
+			}
+			n, ok := g.take(st.Peer, noticeWritten, k.seq, st.Tag)
+			if !ok {
+				return false, nil
+			}
+			if err := g.waitFor(c, &n); err != nil {
+				return false, err
+			}
+			state[i] = stDone
+			return true, nil
+		}
+		n, ok := g.take(st.Peer, noticeReady, k.seq, st.Tag)
 		if !ok {
 			return false, nil
 		}
@@ -211,11 +353,11 @@ func (g *Comm) step(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, i i
 			return false, err
 		}
 		if st.Dst.Len > 0 {
-			if err := c.Copy(addr(st.Dst), src, st.Dst.Len*es, g.s); err != nil {
+			if err := c.Copy(k.addr(st.Dst), src, st.Dst.Len*es, g.s); err != nil {
 				return false, err
 			}
 		}
-		if err := g.readDone(c, st, seq); err != nil {
+		if err := g.readDone(c, st, k.seq); err != nil {
 			return false, err
 		}
 		state[i] = stDone
@@ -224,33 +366,183 @@ func (g *Comm) step(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, i i
 	return false, fmt.Errorf("unknown step kind %v", st.Kind)
 }
 
+// postDest offers dst to the sender of the receive steps[i] (push): a
+// notice with the address and, if event, an event recorded behind the
+// work queued so far, after which the sender may write.
+func (g *Comm) postDest(c *cuda.Ctx, k *call, i int, dst cuda.DevicePtr, event bool) error {
+	st := &k.steps[i]
+	n := notice{Kind: noticeDest, Seq: k.seq, Tag: st.Tag}
+	if st.Dst.Len > 0 {
+		ex, id, err := g.export(c, dst)
+		if err != nil {
+			return err
+		}
+		n.Flags |= flagBuf
+		n.BufID, n.Mem, n.Off = id, ex.mem, uint64(dst-ex.base)
+		if event {
+			e, err := g.ownEvent(c, g.done, st.Peer, g.nrecv[st.Peer])
+			if err != nil {
+				return err
+			}
+			g.nrecv[st.Peer]++
+			if err := c.Record(e.ev, g.s); err != nil {
+				return err
+			}
+			n.Flags |= flagEvent
+			n.Event = e.h
+		}
+	}
+	g.send(st.Peer, n)
+	return nil
+}
+
+// pushSend runs the Send steps[i] by push: once the receiver has offered
+// a destination, this rank's copy engine writes the chunk there, and a
+// "written" notice carries an event recorded behind the copy.
+//
+// Events are reused safely: this rank records its pool's event again in
+// a later call only after that call's destination notice from the same
+// peer, which the peer posts after it has issued its waits of this call.
+func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
+	st := &k.steps[i]
+	peer := st.Peer
+	n, ok := g.take(peer, noticeDest, k.seq, st.Tag)
+	if !ok {
+		return false, nil
+	}
+	w := notice{Kind: noticeWritten, Seq: k.seq, Tag: st.Tag}
+	if st.Src.Len > 0 {
+		if n.Flags&flagBuf == 0 {
+			return false, fmt.Errorf("rank %d offered no room for %d elements (the ranks run different schedules)", peer, st.Src.Len)
+		}
+		base, err := g.mapPeer(c, peer, &n)
+		if err != nil {
+			return false, err
+		}
+		// The copy runs on the peer's copy stream, after the main stream's
+		// work so far (which produced the chunk) and after the receiver's
+		// event, so that copies to several peers, and copies and
+		// reductions, overlap.
+		cs, err := g.copyStream(c, peer)
+		if err != nil {
+			return false, err
+		}
+		after, err := g.localEvent(c)
+		if err == nil {
+			err = c.Record(after, g.s)
+		}
+		if err == nil {
+			err = c.StreamWaitEvent(cs, after)
+		}
+		if err == nil {
+			err = g.waitOn(c, cs, &n)
+		}
+		if err != nil {
+			return false, err
+		}
+		if err := c.Copy(base.Add(int(n.Off)), k.addr(st.Src), st.Src.Len*k.es, cs); err != nil {
+			return false, err
+		}
+		e, err := g.ownEvent(c, g.ready, peer, g.nsend[peer])
+		if err != nil {
+			return false, err
+		}
+		g.nsend[peer]++
+		if err := c.Record(e.ev, cs); err != nil {
+			return false, err
+		}
+		w.Flags |= flagEvent
+		w.Event = e.h
+		done, err := g.localEvent(c)
+		if err == nil {
+			err = c.Record(done, cs)
+		}
+		if err != nil {
+			return false, err
+		}
+		g.copied[i] = g.nlev - 1
+		g.usedS[peer] = true
+	}
+	g.send(peer, w)
+	k.state[i] = stDone
+	return true, nil
+}
+
+// waitCopies makes the main stream wait for the pushes that st depends on.
+func (g *Comm) waitCopies(c *cuda.Ctx, st *sched.Step) error {
+	for _, d := range st.Deps {
+		if j := g.copied[d]; j >= 0 {
+			if err := c.StreamWaitEvent(g.s, g.lev[j]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// copyStream returns the stream of pushes to peer, made on first use.
+func (g *Comm) copyStream(c *cuda.Ctx, peer int) (cuda.Stream, error) {
+	if g.copyS[peer] == 0 {
+		s, err := c.NewStream(0)
+		if err != nil {
+			return 0, err
+		}
+		g.copyS[peer] = s
+	}
+	return g.copyS[peer], nil
+}
+
+// localEvent draws the call's next local event. An event is recorded again
+// only in a later call, after every wait on its earlier record was issued
+// (waits are issued within the call that records).
+func (g *Comm) localEvent(c *cuda.Ctx) (cuda.Event, error) {
+	if g.nlev == len(g.lev) {
+		ev, err := c.NewEvent(cuda.EventDisableTiming)
+		if err != nil {
+			return 0, err
+		}
+		g.lev = append(g.lev, ev)
+	}
+	g.nlev++
+	return g.lev[g.nlev-1], nil
+}
+
 // reduce issues the Reduce or RecvReduce steps[j], dst = a op src, where a
 // is dst itself or, fused with the copy before it, that copy's source. If
 // the next step copies dst elsewhere and may run now, the kernel writes
-// that copy too (its second destination).
-func (g *Comm) reduce(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, j int, a cuda.DevicePtr, seq uint32, es int, addr func(sched.Chunk) cuda.DevicePtr) (bool, error) {
+// that copy too (its second destination). A pushed RecvReduce reads its
+// landing area once the sender's "written" notice is in.
+func (g *Comm) reduce(c *cuda.Ctx, k *call, j int, a cuda.DevicePtr) (bool, error) {
+	steps, state, es := k.steps, k.state, k.es
 	st := &steps[j]
-	var n notice
-	if st.Kind == sched.KindRecvReduce {
-		var ok bool
-		if n, ok = g.takeReady(st, seq); !ok {
+	var b cuda.DevicePtr
+	switch {
+	case st.Kind == sched.KindRecvReduce && k.push:
+		n, ok := g.take(st.Peer, noticeWritten, k.seq, st.Tag)
+		if !ok {
 			return false, nil
 		}
-	}
-	var b cuda.DevicePtr
-	if st.Kind == sched.KindRecvReduce {
+		if err := g.waitFor(c, &n); err != nil {
+			return false, err
+		}
+		b = k.landAt(j)
+	case st.Kind == sched.KindRecvReduce:
+		n, ok := g.take(st.Peer, noticeReady, k.seq, st.Tag)
+		if !ok {
+			return false, nil
+		}
 		var err error
 		if b, err = g.source(c, st, &n); err != nil {
 			return false, err
 		}
-	} else {
-		b = addr(st.Src)
+	default:
+		b = k.addr(st.Src)
 	}
-	dst := addr(st.Dst)
+	dst := k.addr(st.Dst)
 	var dst2 cuda.DevicePtr
 	fused2 := false
 	if j+1 < len(steps) && fusesBefore(steps, state, j) {
-		d2 := addr(steps[j+1].Dst)
+		d2 := k.addr(steps[j+1].Dst)
 		size := st.Dst.Len * es
 		if d2 == dst || (apart(d2, a, size) || d2 == a) && (apart(d2, b, size) || d2 == b) {
 			dst2, fused2 = d2, true
@@ -260,12 +552,12 @@ func (g *Comm) reduce(c *cuda.Ctx, k *Call, steps []sched.Step, state []uint8, j
 		}
 	}
 	if st.Dst.Len > 0 {
-		if err := c.Reduce(g.s, cuda.Reduction{DType: k.DType, Op: k.Op, Dst: dst, Dst2: dst2, A: a, B: b, Count: st.Dst.Len}); err != nil {
+		if err := c.Reduce(g.s, cuda.Reduction{DType: k.k.DType, Op: k.k.Op, Dst: dst, Dst2: dst2, A: a, B: b, Count: st.Dst.Len}); err != nil {
 			return false, err
 		}
 	}
-	if st.Kind == sched.KindRecvReduce {
-		if err := g.readDone(c, st, seq); err != nil {
+	if st.Kind == sched.KindRecvReduce && !k.push {
+		if err := g.readDone(c, st, k.seq); err != nil {
 			return false, err
 		}
 	}
@@ -315,9 +607,10 @@ func apart(p, q cuda.DevicePtr, n int) bool {
 	return p+cuda.DevicePtr(n) <= q || q+cuda.DevicePtr(n) <= p
 }
 
-// takeReady removes the ready notice for the receive st from the stash.
-func (g *Comm) takeReady(st *sched.Step, seq uint32) (notice, bool) {
-	key := stashKey{int32(st.Peer), noticeReady, seq, st.Tag}
+// take removes the notice of the given kind for (peer, seq, tag) from the
+// stash.
+func (g *Comm) take(peer int, kind, seq uint32, tag int32) (notice, bool) {
+	key := stashKey{int32(peer), kind, seq, tag}
 	n, ok := g.stash[key]
 	if ok {
 		delete(g.stash, key)
@@ -325,8 +618,11 @@ func (g *Comm) takeReady(st *sched.Step, seq uint32) (notice, bool) {
 	return n, ok
 }
 
-// waitFor makes the stream wait for the event a notice carries.
-func (g *Comm) waitFor(c *cuda.Ctx, n *notice) error {
+// waitFor makes the main stream wait for the event a notice carries.
+func (g *Comm) waitFor(c *cuda.Ctx, n *notice) error { return g.waitOn(c, g.s, n) }
+
+// waitOn makes stream s wait for the event a notice carries.
+func (g *Comm) waitOn(c *cuda.Ctx, s cuda.Stream, n *notice) error {
 	if n.Flags&flagEvent == 0 {
 		return nil
 	}
@@ -334,7 +630,7 @@ func (g *Comm) waitFor(c *cuda.Ctx, n *notice) error {
 	if err != nil {
 		return err
 	}
-	return c.StreamWaitEvent(g.s, ev)
+	return c.StreamWaitEvent(s, ev)
 }
 
 // source makes the stream wait until the chunk a ready notice announces

@@ -10,8 +10,9 @@
 # Output: DIR/braid.jsonl, DIR/nccl.jsonl and the table (DIR is $OUT/compare-gpu, or
 # /tmp/compare-gpu without $OUT). Ratios: latency = Braid time / NCCL time (lower is better
 # for Braid); busbw = Braid busbw / NCCL busbw (higher is better). NCCL's "async" time is its
-# usual figure (a loop of calls enqueued, one synchronisation); "sync" synchronises after
-# every call, as Braid's synchronous calls do.
+# usual figure (a loop of calls enqueued, one synchronisation), which Braid's stream-ordered
+# calls (braid bench's default) are compared with; "sync" synchronises after every call, as
+# Braid's synchronous calls (BRAID_FLAGS=--sync) do, and is then the base of the ratios.
 set -euo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 NGPUS=${NGPUS:-2}
@@ -51,7 +52,9 @@ print("%-13s %2s %6s %-18s %10s %10s %10s %8s %8s %8s %8s %7s" % (
     "collective", "n", "size", "braid algo", "braid us", "nccl us", "nccl sync", "lat×", "lat×sync",
     "braid bw", "nccl bw", "bw×"))
 for r in braid:
-    a = nccl.get((r["op"], r["n"], r["bytes"], "async"))
+    # Braid's stream-ordered calls compare with NCCL's usual loop ("async"),
+    # its synchronous ones (--sync) with NCCL synchronised after every call.
+    a = nccl.get((r["op"], r["n"], r["bytes"], "sync" if r.get("mode") == "sync" else "async"))
     s = nccl.get((r["op"], r["n"], r["bytes"], "sync"))
     if a is None:
         continue

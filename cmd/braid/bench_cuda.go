@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,10 +26,12 @@ LOCAL_RANK mod the GPUs visible), as nccl-tests and NCCL's own benchmarks
 do: the size is the largest buffer (allgather: the gathered output;
 reducescatter: the whole input), powers of two up to 1M and then powers
 of four; allreduce and bcast run in place, allgather and reducescatter
-not. Each call is synchronous (it returns when the result is in place), so
-a timed loop of calls measures the latency a caller sees. Per size: warm-up
-calls, an estimate, then as many calls as fill --target, best of --trials
-loops, the time the slowest rank took.
+not. Calls are stream-ordered (DeviceOptions.StreamOrdered), as NCCL's
+are: a timed loop queues its calls and synchronises once at the end, which
+is how NCCL's figures are taken. With --sync every call returns only when
+its result is in place, and the loop measures the latency such a caller
+sees. Per size: warm-up calls, an estimate, then as many calls as fill
+--target, best of --trials loops, the time the slowest rank took.
 
 examples:
   braid bench --device cuda -n 2 allreduce --check
@@ -83,6 +86,9 @@ func benchDevice(dev string, args []string) error {
 	trials := fs.Int("trials", 2, "timed loops per size; the best counts")
 	oneShot := fs.String("oneshot-max", "", "largest allreduce run one-shot (bytes; default braid.DefaultOneShotMax)")
 	directMax := fs.String("direct-max", "", "largest allreduce run as direct reduce-scatter and allgather")
+	groupsF := fs.String("groups", "", "GPU groups for hierpipe and hier, rank r's group at position r (e.g. 0,0,1,1)")
+	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
+	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
 	var coll string
 	var rest []string
@@ -122,11 +128,24 @@ func benchDevice(dev string, args []string) error {
 		return err
 	}
 	d, op, lo, hi := ba.d, ba.op, ba.lo, ba.hi
-	var opts braid.DeviceOptions
+	opts := braid.DeviceOptions{StreamOrdered: !*syncF}
+	mode := "ordered"
+	if *syncF {
+		mode = "sync"
+	}
+	if *groupsF != "" {
+		for _, f := range strings.Split(*groupsF, ",") {
+			g, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return usageError{"bench: --groups: " + err.Error()}
+			}
+			opts.Groups = append(opts.Groups, g)
+		}
+	}
 	for _, f := range []struct {
 		s   string
 		dst *int
-	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}} {
+	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}} {
 		if f.s != "" {
 			v, err := bench.ParseSize(f.s)
 			if err != nil {
@@ -207,7 +226,7 @@ func benchDevice(dev string, args []string) error {
 	rank := c.Rank()
 	if rank == 0 && *format == "table" {
 		name, _ := gpuID.Name()
-		fmt.Printf("# braid bench --device cuda %v, %d ranks on %s, %v %v; time = slowest rank, best of %d loops\n", col, nr, name, d, op, *trials)
+		fmt.Printf("# braid bench --device cuda %v, %d ranks on %s, %v %v, %s calls; time = slowest rank, best of %d loops\n", col, nr, name, d, op, mode, *trials)
 		fmt.Printf("%10s %12s %-12s %12s %10s %10s %8s\n", "size", "count", "algo", "time(us)", "algbw", "busbw", "correct")
 	}
 	for _, size := range sizes {
@@ -226,15 +245,22 @@ func benchDevice(dev string, args []string) error {
 		for _, a := range algos {
 			dc := comms[a]
 			call := deviceBenchCall(ctx, dc, col, d, op, *root, count, nr, rank, bufA, bufB)
+			sync := func() error { return dc.Synchronize(ctx) }
 			correct := "-"
 			if *chk && size <= checkMax {
 				correct = "yes"
-				if err := deviceBenchCheck(ctx, c, w, call, col, d, op, *root, count, nr, rank, bufA, bufB); err != nil {
+				checked := func() error {
+					if err := call(); err != nil {
+						return err
+					}
+					return sync()
+				}
+				if err := deviceBenchCheck(ctx, c, w, checked, col, d, op, *root, count, nr, rank, bufA, bufB); err != nil {
 					correct = "NO"
 					fmt.Fprintf(os.Stderr, "rank %d: %v %d B %s: %v\n", rank, col, size, a, err)
 				}
 			}
-			best, iters, err := deviceBenchTime(ctx, c, call, *target, *trials)
+			best, iters, err := deviceBenchTime(ctx, c, call, sync, *target, *trials)
 			if err != nil {
 				return err
 			}
@@ -251,7 +277,7 @@ func benchDevice(dev string, args []string) error {
 			busbw := algbw * bench.BusFactor(col, nr)
 			if *format == "json" {
 				b, _ := json.Marshal(map[string]any{"api": "braid", "op": col.String(), "n": nr, "bytes": size, "algo": name,
-					"time_us": us, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String()})
+					"time_us": us, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String(), "mode": mode})
 				fmt.Println(string(b))
 			} else {
 				fmt.Printf("%10s %12d %-12s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, us, algbw, busbw, correct)
@@ -333,19 +359,25 @@ func deviceBenchCheck(ctx context.Context, c *braid.Comm, w *cuda.Worker, call f
 }
 
 // deviceBenchTime warms up, estimates the time of one call, agrees on an
-// iteration count, and times trials loops; it returns the best loop's time
-// per call, the slowest rank's.
-func deviceBenchTime(ctx context.Context, c *braid.Comm, call func() error, target time.Duration, trials int) (time.Duration, int, error) {
+// iteration count, and times trials loops, each closed by sync; it returns
+// the best loop's time per call, the slowest rank's.
+func deviceBenchTime(ctx context.Context, c *braid.Comm, call, sync func() error, target time.Duration, trials int) (time.Duration, int, error) {
 	for range 10 {
 		if err := call(); err != nil {
 			return 0, 0, err
 		}
+	}
+	if err := sync(); err != nil {
+		return 0, 0, err
 	}
 	start := time.Now()
 	for range 5 {
 		if err := call(); err != nil {
 			return 0, 0, err
 		}
+	}
+	if err := sync(); err != nil {
+		return 0, 0, err
 	}
 	est, err := slowest(ctx, c, time.Since(start).Seconds()/5)
 	if err != nil {
@@ -362,6 +394,9 @@ func deviceBenchTime(ctx context.Context, c *braid.Comm, call func() error, targ
 			if err := call(); err != nil {
 				return 0, 0, err
 			}
+		}
+		if err := sync(); err != nil {
+			return 0, 0, err
 		}
 		t, err := slowest(ctx, c, time.Since(start).Seconds()/float64(iters))
 		if err != nil {

@@ -324,3 +324,187 @@ INT_KERNELS(i32, i32)
 INT_KERNELS(u32, u32)
 INT_KERNELS(i64, i64)
 INT_KERNELS(u64, u64)
+
+// ---------------------------------------------------------------------------
+// One-shot allreduce for small vectors on GPUs that reach each other's memory
+// (NVLink or NVSwitch, through CUDA IPC mappings), in one kernel and with no
+// host in the loop:
+//
+//     braid_oneshot_<op>_<type>(const T *in, T *out, u64 n, u32 seq, u32 rank,
+//                               u32 nranks, u64 slot_bytes, u64 timeout_ns,
+//                               u32 *status, char *r0, ..., char *r7)
+//
+// r0..r7 are the bases of every rank's registered region as mapped in this
+// process (this rank's own region among them); nranks <= 8. A region is
+//
+//     flags: u32 [ONESHOT_BLOCKS][8] at offset 0 (flag [b][from])
+//     slots: 2 parities x nranks slots of slot_bytes, from offset ONESHOT_SLOTS
+//
+// Block b of the grid owns a contiguous piece of the vector. It pushes its
+// piece of in to every peer p's slot [seq & 1][rank] (stores over NVLink), then
+// sets flag [b][rank] of every peer to seq with a system-scope release, waits
+// until its own flags [b][p] of every peer reach seq (acquire), and combines
+// the pieces in rank order, its own from in: every rank computes the same
+// expression, so every rank gets the same bits, and the same bits as Braid's
+// host kernels folding ranks 0, 1, ..., n-1 left to right (avg: the sum, then
+// one division by nranks).
+//
+// Reuse needs no second barrier. A rank writes parity seq & 1 of a peer's
+// slots only in call seq; it started call seq after its call seq-1 ended,
+// which waited for every peer's flags of seq-1, which those peers set after
+// their call seq-2 had ended, the last reader of that parity. Flags only
+// grow (modulo 2^32, compared by signed difference), so a peer already at
+// seq+1 does not hide seq.
+//
+// A peer that does not arrive within timeout_ns (globaltimer) makes the
+// block give up: it stores 1 + that peer's rank in *status (mapped host
+// memory that the host reads after the stream) and leaves out undefined.
+// ---------------------------------------------------------------------------
+
+#define ONESHOT_BLOCKS 64
+#define ONESHOT_SLOTS 4096
+
+__device__ __forceinline__ void st_release_sys(u32 *p, u32 v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32 ld_acquire_sys(const u32 *p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ u64 globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                             u32 *status, char *const *base) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::T T;
+  const int W = 16 / sizeof(T);
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  // This block's piece [lo, hi), whole vectors except at the end.
+  const u64 per = ((n + gridDim.x - 1) / gridDim.x + W - 1) / W * W;
+  const u64 lo = min((u64)blockIdx.x * per, n);
+  const u64 hi = min(lo + per, n);
+  const u64 parity = seq & 1;
+  const bool vec = (((u64)in | (u64)out) & 15) == 0;
+  // 1. Push the piece into every peer's slot for this rank.
+  for (u32 p = 0; p < nranks; p++) {
+    if (p == rank) continue;
+    T *dst = (T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes);
+    if (vec) {
+      const uint4 *s4 = (const uint4 *)(in + lo);
+      uint4 *d4 = (uint4 *)(dst + lo);
+      const u64 nv = (hi - lo) / W;
+      for (u64 i = threadIdx.x; i < nv; i += blockDim.x) d4[i] = s4[i];
+      for (u64 i = lo + nv * W + threadIdx.x; i < hi; i += blockDim.x) dst[i] = in[i];
+    } else {
+      for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = in[i];
+    }
+  }
+  __syncthreads();
+  // 2. Tell every peer; 3. wait for every peer.
+  const u32 t = threadIdx.x;
+  if (t < nranks && t != rank) {
+    __threadfence_system();
+    st_release_sys((u32 *)(base[t]) + blockIdx.x * 8 + rank, seq);
+    const u32 *flag = (const u32 *)(base[rank]) + blockIdx.x * 8 + t;
+    const u64 start = globaltimer();
+    while ((int)(ld_acquire_sys(flag) - seq) < 0) {
+      if (globaltimer() - start > timeout_ns) {
+        atomicCAS(status, 0u, t + 1);
+        __threadfence_system();
+        failed = 1;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (failed) return;
+  // 4. Combine in rank order.
+  const char *slots = base[rank] + ONESHOT_SLOTS + parity * nranks * slot_bytes;
+  if (vec) {
+    const u64 nv = (hi - lo) / W;
+    for (u64 i = threadIdx.x; i < nv; i += blockDim.x) {
+      Vec<T> acc, x;
+      for (u32 r = 0; r < nranks; r++) {
+        if (r == rank) {
+          x.v = ((const uint4 *)(in + lo))[i];
+        } else {
+          x.v = __ldcg((const uint4 *)((const T *)(slots + r * slot_bytes) + lo) + i);
+        }
+        if (r == 0) {
+          acc = x;
+        } else {
+#pragma unroll
+          for (int k = 0; k < W; k++) acc.e[k] = combine<S, Op, false>(acc.e[k], x.e[k], (typename Tr::C)1);
+        }
+      }
+      if (Avg) {
+#pragma unroll
+        for (int k = 0; k < W; k++) acc.e[k] = Tr::store(Tr::load(acc.e[k]) / (typename Tr::C)nranks);
+      }
+      ((uint4 *)(out + lo))[i] = acc.v;
+    }
+    for (u64 i = lo + nv * W + threadIdx.x; i < hi; i += blockDim.x) {
+      T acc = 0;
+      for (u32 r = 0; r < nranks; r++) {
+        T x = r == rank ? in[i] : __ldcg((const T *)(slots + r * slot_bytes) + i);
+        acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
+      }
+      if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
+      out[i] = acc;
+    }
+  } else {
+    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      T acc = 0;
+      for (u32 r = 0; r < nranks; r++) {
+        T x = r == rank ? in[i] : __ldcg((const T *)(slots + r * slot_bytes) + i);
+        acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
+      }
+      if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
+      out[i] = acc;
+    }
+  }
+}
+
+#define ONESHOT(opname, Op, Avg, tname, S)                                                         \
+  extern "C" __global__ void __launch_bounds__(512) braid_oneshot_##opname##_##tname(              \
+      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
+      u64 slot_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3,         \
+      char *r4, char *r5, char *r6, char *r7) {                                                    \
+    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
+    oneshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
+  }
+
+#define FLOAT_ONESHOT(tname, S)           \
+  ONESHOT(sum, OpSum, false, tname, S)    \
+  ONESHOT(prod, OpProd, false, tname, S)  \
+  ONESHOT(min, OpMin, false, tname, S)    \
+  ONESHOT(max, OpMax, false, tname, S)    \
+  ONESHOT(avg, OpAvg, true, tname, S)
+
+#define INT_ONESHOT(tname, S)             \
+  ONESHOT(sum, OpSum, false, tname, S)    \
+  ONESHOT(prod, OpProd, false, tname, S)  \
+  ONESHOT(min, OpMin, false, tname, S)    \
+  ONESHOT(max, OpMax, false, tname, S)    \
+  ONESHOT(band, OpBAnd, false, tname, S)  \
+  ONESHOT(bor, OpBOr, false, tname, S)    \
+  ONESHOT(bxor, OpBXor, false, tname, S)
+
+FLOAT_ONESHOT(f32, float)
+FLOAT_ONESHOT(f64, double)
+FLOAT_ONESHOT(f16, F16)
+FLOAT_ONESHOT(bf16, BF16)
+INT_ONESHOT(i8, i8)
+INT_ONESHOT(u8, u8)
+INT_ONESHOT(i32, i32)
+INT_ONESHOT(u32, u32)
+INT_ONESHOT(i64, i64)
+INT_ONESHOT(u64, u64)
