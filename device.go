@@ -34,16 +34,16 @@ type DeviceOptions struct {
 	Algo map[string]string
 	// OneShotMax is the largest allreduce, in bytes, that runs one-shot
 	// (every rank pushes its input to every peer and reduces all inputs,
-	// in one kernel); 0 means DefaultOneShotMax (DefaultOneShotMax2 on two
-	// ranks, DefaultOneShotMax8 on more than four), negative never. Each
-	// rank registers about 4·Size()·OneShotMax bytes of device memory for
-	// it.
+	// in one kernel); 0 means DefaultOneShotMax(Size()), negative never.
+	// Each rank registers 2·Size() slots of the larger of OneShotMax and
+	// 2·DirectMax/Size() bytes of device memory for the fused kernels.
 	OneShotMax int
 	// DirectMax is the largest allreduce, in bytes, that runs as a direct
 	// reduce-scatter and allgather ("direct", the two-shot allreduce) once
-	// one-shot no longer applies; larger ones run the pipelined ring
-	// ("ring"). 0 means none: on H200s the ring was faster from the
-	// one-shot limit up.
+	// one-shot no longer applies, as one fused kernel where it fits the
+	// registered region; larger ones run the ring. 0 means
+	// DefaultDirectMax on more than two GPUs and none on two (one-shot
+	// moves no more there); negative never.
 	DirectMax int
 	// Groups[r] is the group of rank r's GPU (a socket, an NVLink clique)
 	// for the hierarchical algorithms, "hierpipe" (seed 000's 3-stage
@@ -79,16 +79,30 @@ const deviceSpin = time.Millisecond
 // notices and events, tens of microseconds between processes.
 const DeviceSegment = 16 << 20
 
-// The default one-shot limits, from H200s (braid bench --device cuda
-// allreduce --algos gpu_oneshot,direct,ring --oneshot-max 16M): on two
-// GPUs one-shot took 78 µs at 16 MiB where the ring took 93; on four,
-// 72 µs at 4 MiB against 154, and 314 µs at 16 MiB against 204. Above
-// four GPUs (not measured) each rank pushes more, and the limit is lower.
-const (
-	DefaultOneShotMax  = 4 << 20
-	DefaultOneShotMax2 = 16 << 20
-	DefaultOneShotMax8 = 1 << 20
-)
+// DefaultDirectMax is DeviceOptions.DirectMax's default on more than two
+// GPUs: the fused two-shot kernel up to 16 MiB, where on four H200s it
+// took 139 µs against the ring's 188 (at 64 MiB 673 against 467).
+const DefaultDirectMax = 16 << 20
+
+// DefaultOneShotMax returns the largest allreduce, in bytes, that runs
+// one-shot by default on n GPUs. From H200s (braid bench --device cuda
+// allreduce --algos gpu_oneshot,direct --oneshot-max 16M --direct-max 64M):
+// on two GPUs one-shot beat the two-shot kernel and the ring at every
+// size to 64 MiB and NCCL to 16 MiB (74 µs against 75); on three it beat
+// the two-shot kernel to 1 MiB (17.2 against 18.8 µs), on four to
+// 512 KiB (14.9 against 14.8). Above four GPUs (not measured) each rank
+// pushes more, and the limit is lower.
+func DefaultOneShotMax(n int) int {
+	switch {
+	case n <= 2:
+		return 16 << 20
+	case n == 3:
+		return 1 << 20
+	case n == 4:
+		return 512 << 10
+	}
+	return 256 << 10
+}
 
 // DeviceComm runs the collectives of a communicator on device buffers, one
 // GPU per rank, every rank on one host. The ranks read each other's buffers
@@ -146,30 +160,32 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		return nil, deviceError(c.rank, call, err)
 	}
 	d.w = w
-	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{OneShotBytes: d.oneShotMax()}); err != nil {
+	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{OneShotBytes: d.oneShotMax(), TwoShotBytes: d.directMax()}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
 	}
 	if ok, why := d.g.Fused(); ok {
-		c.w.debugf("info", "device comm on GPU %d: allreduces up to %d B run as one fused kernel (device-side flags)", dev, d.oneShotMax())
+		c.w.debugf("info", "device comm on GPU %d: allreduces up to %d B run one-shot and up to %d B two-shot, each as one fused kernel (device-side flags)", dev, d.oneShotMax(), d.directMax())
 	} else if why != "" {
 		c.w.debugf("info", "device comm on GPU %d: no fused one-shot allreduce: %s", dev, why)
 	}
 	return d, nil
 }
 
+// directMax is the largest allreduce, in bytes, that runs "direct".
+func (d *DeviceComm) directMax() int {
+	m := d.opts.DirectMax
+	if m == 0 && d.c.Size() > 2 {
+		m = DefaultDirectMax
+	}
+	return max(m, 0)
+}
+
 // oneShotMax is the largest allreduce, in bytes, that runs one-shot.
 func (d *DeviceComm) oneShotMax() int {
 	one := d.opts.OneShotMax
 	if one == 0 {
-		switch n := d.c.Size(); {
-		case n == 2:
-			one = DefaultOneShotMax2
-		case n > 4:
-			one = DefaultOneShotMax8
-		default:
-			one = DefaultOneShotMax
-		}
+		one = DefaultOneShotMax(d.c.Size())
 	}
 	return max(one, 0)
 }
@@ -449,7 +465,7 @@ func (d *DeviceComm) algorithm(p sched.Params, es int) (algo.Algorithm, error) {
 			switch {
 			case bytes <= one:
 				name = algo.GPUOneShot.Name()
-			case bytes <= d.opts.DirectMax:
+			case bytes <= d.directMax():
 				name = "direct"
 			default:
 				name = "ring"

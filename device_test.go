@@ -262,6 +262,15 @@ func deviceRank(t *testing.T) {
 			// Many segments: pipelines whose pushes run beside reductions.
 			opts.Segment = 4 << 10
 		}
+		if name == "gpu_oneshot" {
+			// The fused kernel up to 4 KiB, the program above.
+			opts.OneShotMax = 4 << 10
+		}
+		if name == "direct" && coll == sched.Allreduce {
+			// The fused two-shot kernel up to 64 KiB (on two GPUs too),
+			// the program above.
+			opts.DirectMax = 64 << 10
+		}
 		if name == "hierpipe" {
 			// Two groups: the lower and the upper half of the ranks.
 			for r := range n {

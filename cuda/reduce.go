@@ -31,6 +31,7 @@ type reduceKernels struct {
 	reduce   [16][16]Function // [dtype][op]
 	divide   [16]Function     // [dtype]
 	oneshot  [16][16]Function // [dtype][op]
+	twoshot  [16][16]Function // [dtype][op]
 }
 
 // typeSuffix is the kernel name suffix of each element type.
@@ -76,6 +77,11 @@ func (c *Ctx) LoadKernels() error {
 			}
 			name = "braid_oneshot_" + op.String() + "_" + typeSuffix[d]
 			if k.oneshot[d][op], err = c.Function(mod, name); err != nil {
+				c.UnloadModule(mod)
+				return fmt.Errorf("cuda: reduction kernels: %w", err)
+			}
+			name = "braid_twoshot_" + op.String() + "_" + typeSuffix[d]
+			if k.twoshot[d][op], err = c.Function(mod, name); err != nil {
 				c.UnloadModule(mod)
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
@@ -199,13 +205,16 @@ func (c *Ctx) defaultBlocks(count, size int, addrBits uint64) int {
 	return min(blocks, 4*max(c.w.sms, 1))
 }
 
-// OneShot is one call of the one-shot allreduce kernel (kernels/reduce.cu,
-// braid_oneshot_*): every rank pushes In into a slot of every peer's
-// registered region, raises a flag there, waits for every peer's flag in
-// its own region and combines the slots in rank order into Out, all in one
-// kernel. Every rank of the call launches it with the same Seq, Count,
-// DType, Op and Blocks.
+// OneShot is one call of the one-shot or two-shot allreduce kernel
+// (kernels/reduce.cu, braid_oneshot_* and braid_twoshot_*). One-shot:
+// every rank pushes In into a slot of every peer's registered region,
+// raises a flag there, waits for every peer's flag in its own region and
+// combines the slots in rank order into Out. Two-shot: rank p reduces
+// chunk p of the vector from the pieces the others pushed, and pushes the
+// result back to all. Either is one kernel. Every rank of the call
+// launches it with the same Seq, Count, DType, Op, TwoShot and Blocks.
 type OneShot struct {
+	TwoShot bool
 	DType dtype.DType
 	Op    dtype.Op
 	In    DevicePtr
@@ -217,7 +226,7 @@ type OneShot struct {
 	// rank's own among them (at most OneShotMaxRanks).
 	Regions []DevicePtr
 	// SlotBytes is the size of one slot (a multiple of 256, at least
-	// Count elements).
+	// Count elements; two-shot: TwoShotSlot).
 	SlotBytes int
 	Timeout   time.Duration // how long to wait for a peer's flag
 	// Status is a mapped host word (device address) where a block that
@@ -244,7 +253,16 @@ func OneShotRegionBytes(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*
 // OneShotMaxBlocks.
 func OneShotBlocks(bytes int) int { return min(max((bytes+4095)/4096, 1), OneShotMaxBlocks) }
 
-// LaunchOneShot enqueues the one-shot allreduce a on s.
+// TwoShotSlot is the slot, in bytes, that a two-shot allreduce of count
+// elements of es bytes on n ranks needs: two chunks of ⌈count/n⌉ elements,
+// each rounded up to 16 bytes.
+func TwoShotSlot(count, es, n int) int {
+	w := 16 / es
+	c := ((count+n-1)/n + w - 1) / w * w
+	return 2 * c * es
+}
+
+// LaunchOneShot enqueues the one-shot or two-shot allreduce a on s.
 func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	n := len(a.Regions)
 	switch {
@@ -252,7 +270,9 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 		return fmt.Errorf("cuda: one-shot: op %v is not defined on %v", a.Op, a.DType)
 	case n < 1 || n > OneShotMaxRanks || a.Rank < 0 || a.Rank >= n:
 		return fmt.Errorf("cuda: one-shot: rank %d of %d (at most %d ranks)", a.Rank, n, OneShotMaxRanks)
-	case a.Count < 0 || a.Count*a.DType.Size() > a.SlotBytes || a.SlotBytes%256 != 0:
+	case a.Count < 0 || a.SlotBytes%256 != 0 ||
+		!a.TwoShot && a.Count*a.DType.Size() > a.SlotBytes ||
+		a.TwoShot && TwoShotSlot(a.Count, a.DType.Size(), n) > a.SlotBytes:
 		return fmt.Errorf("cuda: one-shot: %d elements of %d bytes in slots of %d bytes", a.Count, a.DType.Size(), a.SlotBytes)
 	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
 		return fmt.Errorf("cuda: one-shot: %d blocks (at most %d)", a.Blocks, OneShotMaxBlocks)
@@ -271,7 +291,11 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	for i, p := range a.Regions {
 		r[i] = uint64(p)
 	}
-	return c.Launch(c.w.kernels.oneshot[a.DType][a.Op], D1(blocks), D1(reduceThreads), 0, s,
+	f := c.w.kernels.oneshot[a.DType][a.Op]
+	if a.TwoShot {
+		f = c.w.kernels.twoshot[a.DType][a.Op]
+	}
+	return c.Launch(f, D1(blocks), D1(reduceThreads), 0, s,
 		uint64(a.In), uint64(a.Out), uint64(a.Count), uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
 		uint64(a.SlotBytes), uint64(max(a.Timeout, 0)), uint64(a.Status),
 		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])

@@ -122,6 +122,11 @@ type Options struct {
 	// run as programs). Each rank registers a region of about
 	// 2·n·OneShotBytes for it; 0 means none.
 	OneShotBytes int
+	// TwoShotBytes is the largest allreduce, in bytes, that the fused
+	// two-shot kernel runs (calls of algorithm "direct": a reduce-scatter
+	// and an allgather in one kernel); the region grows to hold it. 0
+	// means none.
+	TwoShotBytes int
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
 	// reductions read a landing area of the receiver's scratch, which
@@ -191,7 +196,7 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		}
 	}
 	if err == nil {
-		err = g.setupFused(ctx, host, opts.OneShotBytes)
+		err = g.setupFused(ctx, host, opts.OneShotBytes, opts.TwoShotBytes)
 	}
 	if err != nil {
 		g.release()
@@ -201,7 +206,8 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 }
 
 // Fused reports whether allreduces of algorithm "gpu_oneshot" up to
-// Options.OneShotBytes run as the fused kernel, and if not, why.
+// Options.OneShotBytes (and "direct" up to TwoShotBytes) run as fused
+// kernels, and if not, why.
 func (g *Comm) Fused() (bool, string) { return g.fused != nil, g.fusedOff }
 
 // shareMailbox creates the mailbox on rank 0 and maps it everywhere. Each

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/sched"
 )
 
 // fused is the state of the fused one-shot allreduce (cuda.OneShot): a
@@ -22,21 +23,31 @@ type fused struct {
 	regions   []cuda.DevicePtr // every rank's region as mapped here
 	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
 	seq       uint32           // fused calls so far; the same on every rank
+	twoShot   bool             // direct allreduces run fused too
 }
 
-// fusedAlgo is the algorithm whose calls run fused when they fit a slot.
-const fusedAlgo = "gpu_oneshot"
+// The algorithms whose allreduces run fused when they fit a slot: the
+// one-shot, and the direct reduce-scatter and allgather as a two-shot
+// kernel.
+const (
+	fusedAlgo    = "gpu_oneshot"
+	fusedTwoShot = "direct"
+)
 
 // setupFused registers this rank's region and maps every peer's. Every
 // rank calls it; if any rank cannot take part (too many ranks, no memory,
 // a peer's region that cannot be mapped), none uses the fused kernel and
 // the Comm runs one-shot allreduces as programs instead.
-func (g *Comm) setupFused(ctx context.Context, host Host, slotBytes int) error {
+func (g *Comm) setupFused(ctx context.Context, host Host, oneShot, twoShot int) error {
+	slotBytes := max(oneShot, 0)
+	if twoShot > 0 && g.n > 1 {
+		slotBytes = max(slotBytes, cuda.TwoShotSlot(twoShot, 1, g.n))
+	}
 	if slotBytes <= 0 || g.n < 2 {
 		return nil
 	}
 	slotBytes = (slotBytes + 255) / 256 * 256
-	f := &fused{slotBytes: slotBytes, regions: make([]cuda.DevicePtr, g.n)}
+	f := &fused{slotBytes: slotBytes, regions: make([]cuda.DevicePtr, g.n), twoShot: twoShot > 0}
 	var local error
 	var h cuda.IPCMemHandle
 	if g.n > cuda.OneShotMaxRanks {
@@ -141,9 +152,20 @@ func (g *Comm) freeFused(f *fused) error {
 	})
 }
 
-// fits reports whether k runs as the fused kernel.
+// fits reports whether k runs as a fused kernel: a one-shot allreduce
+// whose vector fits a slot, or a direct (two-shot) allreduce whose two
+// chunks do.
 func (f *fused) fits(k *Call) bool {
-	return f != nil && k.Algo == fusedAlgo && k.Params.Count*k.DType.Size() <= f.slotBytes
+	if f == nil || k.Params.Coll != sched.Allreduce {
+		return false
+	}
+	switch k.Algo {
+	case fusedAlgo:
+		return k.Params.Count*k.DType.Size() <= f.slotBytes
+	case fusedTwoShot:
+		return f.twoShot && cuda.TwoShotSlot(k.Params.Count, k.DType.Size(), k.Params.NRanks) <= f.slotBytes
+	}
+	return false
 }
 
 // launch enqueues k as one fused kernel on s, with a wait for peers
@@ -161,7 +183,8 @@ func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline t
 		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
 	}
 	return c.LaunchOneShot(s, cuda.OneShot{
-		DType: k.DType, Op: k.Op, In: k.In, Out: k.Out, Count: k.Params.Count,
+		TwoShot: k.Algo == fusedTwoShot,
+		DType:   k.DType, Op: k.Op, In: k.In, Out: k.Out, Count: k.Params.Count,
 		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
 		Timeout: wait, Status: f.status.Ptr(),
 	})

@@ -171,13 +171,10 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 			if !depsDone(st, state) {
 				continue
 			}
-			if kc.push && !g.synced[i] && st.Kind != sched.KindSend {
-				// Work on the main stream that follows a push must wait
-				// for its copy, which runs on a stream of its own.
-				if err := g.waitCopies(c, st); err != nil {
+			if st.Kind != sched.KindSend {
+				if err := g.syncStep(c, &kc, i); err != nil {
 					return fmt.Errorf("gpu: rank %d, step %d (%v): %w", g.rank, i, st, err)
 				}
-				g.synced[i] = true
 			}
 			moved, err := g.step(c, &kc, i)
 			if err != nil {
@@ -468,6 +465,17 @@ func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
 	return true, nil
 }
 
+// syncStep makes the main stream wait, once per call, for the pushes that
+// steps[i] depends on, before work of steps[i] (or of a step fused with
+// it) is queued there.
+func (g *Comm) syncStep(c *cuda.Ctx, k *call, i int) error {
+	if !k.push || g.synced[i] {
+		return nil
+	}
+	g.synced[i] = true
+	return g.waitCopies(c, &k.steps[i])
+}
+
 // waitCopies makes the main stream wait for the pushes that st depends on.
 func (g *Comm) waitCopies(c *cuda.Ctx, st *sched.Step) error {
 	for _, d := range st.Deps {
@@ -538,10 +546,18 @@ func (g *Comm) reduce(c *cuda.Ctx, k *call, j int, a cuda.DevicePtr) (bool, erro
 	default:
 		b = k.addr(st.Src)
 	}
+	if err := g.syncStep(c, k, j); err != nil {
+		return false, err
+	}
 	dst := k.addr(st.Dst)
 	var dst2 cuda.DevicePtr
 	fused2 := false
 	if j+1 < len(steps) && fusesBefore(steps, state, j) {
+		// The copy's own waits come first: it may overwrite what a push
+		// still reads (the input, in place).
+		if err := g.syncStep(c, k, j+1); err != nil {
+			return false, err
+		}
 		d2 := k.addr(steps[j+1].Dst)
 		size := st.Dst.Len * es
 		if d2 == dst || (apart(d2, a, size) || d2 == a) && (apart(d2, b, size) || d2 == b) {

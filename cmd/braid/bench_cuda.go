@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -84,7 +85,7 @@ func benchDevice(dev string, args []string) error {
 	format := fs.String("format", "table", "table or json (one object per line)")
 	target := fs.Duration("target", 50*time.Millisecond, "time of one timed loop")
 	trials := fs.Int("trials", 2, "timed loops per size; the best counts")
-	oneShot := fs.String("oneshot-max", "", "largest allreduce run one-shot (bytes; default braid.DefaultOneShotMax)")
+	oneShot := fs.String("oneshot-max", "", "largest allreduce run one-shot (bytes; default braid.DefaultOneShotMax(n))")
 	directMax := fs.String("direct-max", "", "largest allreduce run as direct reduce-scatter and allgather")
 	groupsF := fs.String("groups", "", "GPU groups for hierpipe and hier, rank r's group at position r (e.g. 0,0,1,1)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
@@ -354,6 +355,19 @@ func deviceBenchCheck(ctx context.Context, c *braid.Comm, w *cuda.Worker, call f
 	}
 	if err == nil {
 		err = check.Verify(p, d, op, rank, out, 7)
+	}
+	// Every rank reports the result of all: a wrong element on any rank
+	// makes the size wrong.
+	bad := 0.0
+	if err != nil {
+		bad = float64(rank + 1)
+	}
+	worst, aerr := slowest(ctx, c, bad)
+	if aerr != nil {
+		return errors.Join(err, aerr)
+	}
+	if err == nil && worst > 0 {
+		err = fmt.Errorf("rank %d's result is wrong", int(worst)-1)
 	}
 	return err
 }

@@ -378,44 +378,22 @@ __device__ __forceinline__ u64 globaltimer() {
   return t;
 }
 
-template <typename S, typename Op, bool Avg>
-__device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
-                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
-                                             u32 *status, char *const *base) {
-  typedef Traits<S> Tr;
-  typedef typename Traits<S>::T T;
-  const int W = 16 / sizeof(T);
+// signal_wait raises this block's flag [b][rank] to v in every peer's region
+// (after everything the block wrote), then waits until its own flags [b][p]
+// of every peer reach v. It returns false, after recording the peer in
+// *status, if one does not within timeout_ns. Every thread calls it.
+__device__ __forceinline__ bool signal_wait(char *const *base, u32 rank, u32 nranks, u32 v, u64 timeout_ns,
+                                            u32 *status) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
-  // This block's piece [lo, hi), whole vectors except at the end.
-  const u64 per = ((n + gridDim.x - 1) / gridDim.x + W - 1) / W * W;
-  const u64 lo = min((u64)blockIdx.x * per, n);
-  const u64 hi = min(lo + per, n);
-  const u64 parity = seq & 1;
-  const bool vec = (((u64)in | (u64)out) & 15) == 0;
-  // 1. Push the piece into every peer's slot for this rank.
-  for (u32 p = 0; p < nranks; p++) {
-    if (p == rank) continue;
-    T *dst = (T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes);
-    if (vec) {
-      const uint4 *s4 = (const uint4 *)(in + lo);
-      uint4 *d4 = (uint4 *)(dst + lo);
-      const u64 nv = (hi - lo) / W;
-      for (u64 i = threadIdx.x; i < nv; i += blockDim.x) d4[i] = s4[i];
-      for (u64 i = lo + nv * W + threadIdx.x; i < hi; i += blockDim.x) dst[i] = in[i];
-    } else {
-      for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = in[i];
-    }
-  }
   __syncthreads();
-  // 2. Tell every peer; 3. wait for every peer.
   const u32 t = threadIdx.x;
   if (t < nranks && t != rank) {
     __threadfence_system();
-    st_release_sys((u32 *)(base[t]) + blockIdx.x * 8 + rank, seq);
+    st_release_sys((u32 *)(base[t]) + blockIdx.x * 8 + rank, v);
     const u32 *flag = (const u32 *)(base[rank]) + blockIdx.x * 8 + t;
     const u64 start = globaltimer();
-    while ((int)(ld_acquire_sys(flag) - seq) < 0) {
+    while ((int)(ld_acquire_sys(flag) - v) < 0) {
       if (globaltimer() - start > timeout_ns) {
         atomicCAS(status, 0u, t + 1);
         __threadfence_system();
@@ -425,7 +403,48 @@ __device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, ty
     }
   }
   __syncthreads();
-  if (failed) return;
+  return !failed;
+}
+
+// copy_piece copies elements [lo, hi) of src to dst, 16 bytes at a time
+// where both are aligned.
+template <typename T>
+__device__ __forceinline__ void copy_piece(T *dst, const T *src, u64 lo, u64 hi) {
+  const int W = 16 / sizeof(T);
+  if (hi <= lo) return;
+  if ((((u64)(dst + lo) | (u64)(src + lo)) & 15) == 0) {
+    const uint4 *s4 = (const uint4 *)(src + lo);
+    uint4 *d4 = (uint4 *)(dst + lo);
+    const u64 nv = (hi - lo) / W;
+    for (u64 i = threadIdx.x; i < nv; i += blockDim.x) d4[i] = s4[i];
+    for (u64 i = lo + nv * W + threadIdx.x; i < hi; i += blockDim.x) dst[i] = src[i];
+  } else {
+    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                             u32 *status, char *const *base) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::T T;
+  const int W = 16 / sizeof(T);
+  // This block's piece [lo, hi), whole vectors except at the end.
+  const u64 per = ((n + gridDim.x - 1) / gridDim.x + W - 1) / W * W;
+  const u64 lo = min((u64)blockIdx.x * per, n);
+  const u64 hi = min(lo + per, n);
+  const u64 parity = seq & 1;
+  const bool vec = (((u64)in | (u64)out) & 15) == 0;
+  // 1. Push the piece into every peer's slot for this rank.
+  for (u32 p = 0; p < nranks; p++) {
+    if (p == rank) continue;
+    copy_piece((T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes), in, lo, hi);
+  }
+  // 2. Tell every peer; 3. wait for every peer. Flags carry 2·seq: the
+  // two-shot kernel's first phase raises them to 2·seq − 1, so that both
+  // kernels keep them growing.
+  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
   // 4. Combine in rank order.
   const char *slots = base[rank] + ONESHOT_SLOTS + parity * nranks * slot_bytes;
   if (vec) {
@@ -473,6 +492,69 @@ __device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, ty
   }
 }
 
+// The two-shot allreduce, for medium vectors: the vector is cut into nranks
+// chunks of c elements (c = ceil(n / nranks) rounded up to 16 bytes), chunk
+// p reduced by rank p. Block b owns the same sub-range [lo, hi) of every
+// chunk. Phase 1 pushes sub-range b of chunk p into rank p's slot
+// [seq & 1][rank] (its first c elements) and raises flags to 2·seq − 1;
+// rank p then combines the n contributions in rank order, writes the
+// result into its own chunk of out and pushes it into every peer's slot
+// [seq & 1][rank] after the first c elements, and raises flags to 2·seq;
+// every rank then copies the peers' reduced chunks out. Each rank sends
+// 2(nranks−1)/nranks of the vector, against nranks−1 times it in one-shot.
+// Slots hold 2c elements. Reuse is safe as in one-shot: a rank writes
+// parity seq & 1 only in call seq, after every peer ended call seq − 2.
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                             u32 *status, char *const *base) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::T T;
+  const int W = 16 / sizeof(T);
+  const u64 c = ((n + nranks - 1) / nranks + W - 1) / W * W;
+  const u64 per = ((c + gridDim.x - 1) / gridDim.x + W - 1) / W * W;
+  const u64 lo = min((u64)blockIdx.x * per, c);
+  const u64 hi = min(lo + per, c);
+  const u64 parity = seq & 1;
+  // The part of chunk p in [lo, hi), as indices into the vector.
+#define CHUNK_LO(p) min((u64)(p) * c + lo, n)
+#define CHUNK_HI(p) min((u64)(p) * c + hi, n)
+  // 1. Push sub-range b of chunk p to rank p.
+  for (u32 p = 0; p < nranks; p++) {
+    if (p == rank) continue;
+    T *slot = (T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes);
+    copy_piece(slot - (u64)p * c, in, CHUNK_LO(p), CHUNK_HI(p));
+  }
+  if (!signal_wait(base, rank, nranks, 2 * seq - 1, timeout_ns, status)) return;
+  // 2. Combine this rank's chunk in rank order, keep it and push it.
+  const char *slots = base[rank] + ONESHOT_SLOTS + parity * nranks * slot_bytes;
+  const u64 off = (u64)rank * c;
+  for (u64 i = CHUNK_LO(rank) + threadIdx.x; i < CHUNK_HI(rank); i += blockDim.x) {
+    T acc = 0;
+    for (u32 r = 0; r < nranks; r++) {
+      T x = r == rank ? in[i] : __ldcg((const T *)(slots + r * slot_bytes) + (i - off));
+      acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
+    }
+    if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
+    out[i] = acc;
+    for (u32 p = 0; p < nranks; p++) {
+      if (p == rank) continue;
+      T *slot = (T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes);
+      slot[c + (i - off)] = acc;
+    }
+  }
+  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
+  // 3. Copy the peers' reduced chunks out.
+  for (u32 q = 0; q < nranks; q++) {
+    if (q == rank) continue;
+    const T *slot = (const T *)(slots + q * slot_bytes) + c;
+    const u64 a = CHUNK_LO(q), b = CHUNK_HI(q);
+    for (u64 i = a + threadIdx.x; i < b; i += blockDim.x) out[i] = __ldcg(slot + (i - (u64)q * c));
+  }
+#undef CHUNK_LO
+#undef CHUNK_HI
+}
+
 #define ONESHOT(opname, Op, Avg, tname, S)                                                         \
   extern "C" __global__ void __launch_bounds__(512) braid_oneshot_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
@@ -480,6 +562,13 @@ __device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, ty
       char *r4, char *r5, char *r6, char *r7) {                                                    \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
     oneshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(512) braid_twoshot_##opname##_##tname(              \
+      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
+      u64 slot_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3,         \
+      char *r4, char *r5, char *r6, char *r7) {                                                    \
+    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
+    twoshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
   }
 
 #define FLOAT_ONESHOT(tname, S)           \
