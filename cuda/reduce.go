@@ -215,13 +215,13 @@ func (c *Ctx) defaultBlocks(count, size int, addrBits uint64) int {
 // launches it with the same Seq, Count, DType, Op, TwoShot and Blocks.
 type OneShot struct {
 	TwoShot bool
-	DType dtype.DType
-	Op    dtype.Op
-	In    DevicePtr
-	Out   DevicePtr
-	Count int
-	Seq   uint32 // the call's number, from 1; flags compare with it
-	Rank  int
+	DType   dtype.DType
+	Op      dtype.Op
+	In      DevicePtr
+	Out     DevicePtr
+	Count   int
+	Seq     uint32 // the call's number, from 1; flags compare with it
+	Rank    int
 	// Regions are the bases of every rank's region as mapped here, this
 	// rank's own among them (at most OneShotMaxRanks).
 	Regions []DevicePtr
