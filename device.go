@@ -45,6 +45,11 @@ type DeviceOptions struct {
 	// DefaultDirectMax on more than two GPUs and none on two (one-shot
 	// moves no more there); negative never.
 	DirectMax int
+	// FusedMax is the largest broadcast, and the largest block of an
+	// allgather or reduce-scatter, in bytes, that runs as one fused kernel
+	// (pushes into the peers' registered regions, device-side flags);
+	// larger ones run as programs. 0 means DefaultFusedMax, negative never.
+	FusedMax int
 	// Groups[r] is the group of rank r's GPU (a socket, an NVLink clique)
 	// for the hierarchical algorithms, "hierpipe" (seed 000's 3-stage
 	// pipelined allreduce) and "hier": they reduce within groups, then
@@ -78,6 +83,9 @@ const deviceSpin = time.Millisecond
 // segment overlaps the reduction of the one before. Every message costs
 // notices and events, tens of microseconds between processes.
 const DeviceSegment = 16 << 20
+
+// DefaultFusedMax is DeviceOptions.FusedMax's default.
+const DefaultFusedMax = 4 << 20
 
 // DefaultDirectMax is DeviceOptions.DirectMax's default on more than two
 // GPUs: the fused two-shot kernel up to 16 MiB, where on four H200s it
@@ -160,7 +168,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		return nil, deviceError(c.rank, call, err)
 	}
 	d.w = w
-	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{OneShotBytes: d.oneShotMax(), TwoShotBytes: d.directMax()}); err != nil {
+	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{OneShotBytes: d.oneShotMax(), TwoShotBytes: d.directMax(), FusedBytes: d.fusedMax()}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
 	}
@@ -170,6 +178,26 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		c.w.debugf("info", "device comm on GPU %d: no fused one-shot allreduce: %s", dev, why)
 	}
 	return d, nil
+}
+
+// fusedMax is the largest broadcast or allgather or reduce-scatter block,
+// in bytes, that runs fused.
+func (d *DeviceComm) fusedMax() int {
+	m := d.opts.FusedMax
+	if m == 0 {
+		m = DefaultFusedMax
+	}
+	return max(m, 0)
+}
+
+// fuses reports whether a call of coll on count elements of es bytes asks
+// for its fused kernel.
+func (d *DeviceComm) fuses(coll sched.Collective, count, es int) bool {
+	switch coll {
+	case sched.Bcast, sched.Allgather, sched.ReduceScatter:
+		return d.opts.Algo[coll.String()] == "" && count*es <= d.fusedMax()
+	}
+	return false
 }
 
 // directMax is the largest allreduce, in bytes, that runs "direct".
@@ -373,7 +401,7 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	if err != nil {
 		return &Error{Kind: InvalidArgument, Rank: c.rank, Call: name, Peer: -1, Err: err}
 	}
-	k := gpu.Call{Params: p, Algo: algoName, Prog: prog, DType: dt, Op: op, In: in, Out: out}
+	k := gpu.Call{Params: p, Algo: algoName, Prog: prog, DType: dt, Op: op, In: in, Out: out, Fuse: d.fuses(coll, p.Count, dt.Size())}
 	if d.opts.StreamOrdered {
 		// The call outlives this function: only a deadline is passed on.
 		dl, ok := ctx.Deadline()
@@ -437,6 +465,9 @@ func (d *DeviceComm) Algorithm(coll sched.Collective, count, es int) (string, er
 	a, err := d.algorithm(sched.Params{Coll: coll, NRanks: d.c.Size(), Count: count}, es)
 	if err != nil {
 		return "", err
+	}
+	if ok, _ := d.g.Fused(); ok && d.fuses(coll, count, es) {
+		return "fused", nil
 	}
 	return a.Name(), nil
 }

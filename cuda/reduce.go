@@ -32,6 +32,9 @@ type reduceKernels struct {
 	divide   [16]Function     // [dtype]
 	oneshot  [16][16]Function // [dtype][op]
 	twoshot  [16][16]Function // [dtype][op]
+	rsfused  [16][16]Function // [dtype][op]
+	bcast    Function
+	gather   Function
 }
 
 // typeSuffix is the kernel name suffix of each element type.
@@ -85,12 +88,26 @@ func (c *Ctx) LoadKernels() error {
 				c.UnloadModule(mod)
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
+			name = "braid_rsfused_" + op.String() + "_" + typeSuffix[d]
+			if k.rsfused[d][op], err = c.Function(mod, name); err != nil {
+				c.UnloadModule(mod)
+				return fmt.Errorf("cuda: reduction kernels: %w", err)
+			}
 		}
 		if d.IsFloat() {
 			if k.divide[d], err = c.Function(mod, "braid_divide_"+typeSuffix[d]); err != nil {
 				c.UnloadModule(mod)
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
+		}
+	}
+	for _, f := range []struct {
+		dst  *Function
+		name string
+	}{{&k.bcast, "braid_bcast_fused"}, {&k.gather, "braid_allgather_fused"}} {
+		if *f.dst, err = c.Function(mod, f.name); err != nil {
+			c.UnloadModule(mod)
+			return fmt.Errorf("cuda: reduction kernels: %w", err)
 		}
 	}
 	k.loadTime = time.Since(start)
@@ -214,7 +231,7 @@ func (c *Ctx) defaultBlocks(count, size int, addrBits uint64) int {
 // result back to all. Either is one kernel. Every rank of the call
 // launches it with the same Seq, Count, DType, Op, TwoShot and Blocks.
 type OneShot struct {
-	TwoShot bool
+	Kind FusedKind
 	DType   dtype.DType
 	Op      dtype.Op
 	In      DevicePtr
@@ -232,6 +249,7 @@ type OneShot struct {
 	// Status is a mapped host word (device address) where a block that
 	// gave up stores 1 + the rank it waited for.
 	Status DevicePtr
+	Root   int // FusedBcast
 	Blocks int // 0: by size
 }
 
@@ -253,6 +271,26 @@ func OneShotRegionBytes(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*
 // OneShotMaxBlocks.
 func OneShotBlocks(bytes int) int { return min(max((bytes+4095)/4096, 1), OneShotMaxBlocks) }
 
+// FusedKind names the kernels LaunchOneShot runs.
+type FusedKind uint8
+
+const (
+	FusedOneShot       FusedKind = iota // allreduce, one-shot
+	FusedTwoShot                        // allreduce, reduce-scatter and allgather in one kernel
+	FusedReduceScatter                  // Count is each rank's block; In holds n blocks
+	FusedAllgather                      // Count is each rank's block; Out holds n blocks
+	FusedBcast                          // Out is the buffer, Root's is sent
+)
+
+// Slot is the slot, in bytes, a call of k on count elements of es bytes on
+// n ranks needs.
+func (k FusedKind) Slot(count, es, n int) int {
+	if k == FusedTwoShot {
+		return TwoShotSlot(count, es, n)
+	}
+	return count * es
+}
+
 // TwoShotSlot is the slot, in bytes, that a two-shot allreduce of count
 // elements of es bytes on n ranks needs: two chunks of ⌈count/n⌉ elements,
 // each rounded up to 16 bytes.
@@ -270,9 +308,7 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 		return fmt.Errorf("cuda: one-shot: op %v is not defined on %v", a.Op, a.DType)
 	case n < 1 || n > OneShotMaxRanks || a.Rank < 0 || a.Rank >= n:
 		return fmt.Errorf("cuda: one-shot: rank %d of %d (at most %d ranks)", a.Rank, n, OneShotMaxRanks)
-	case a.Count < 0 || a.SlotBytes%256 != 0 ||
-		!a.TwoShot && a.Count*a.DType.Size() > a.SlotBytes ||
-		a.TwoShot && TwoShotSlot(a.Count, a.DType.Size(), n) > a.SlotBytes:
+	case a.Count < 0 || a.SlotBytes%256 != 0 || a.Kind.Slot(a.Count, a.DType.Size(), n) > a.SlotBytes:
 		return fmt.Errorf("cuda: one-shot: %d elements of %d bytes in slots of %d bytes", a.Count, a.DType.Size(), a.SlotBytes)
 	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
 		return fmt.Errorf("cuda: one-shot: %d blocks (at most %d)", a.Blocks, OneShotMaxBlocks)
@@ -291,9 +327,28 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	for i, p := range a.Regions {
 		r[i] = uint64(p)
 	}
-	f := c.w.kernels.oneshot[a.DType][a.Op]
-	if a.TwoShot {
-		f = c.w.kernels.twoshot[a.DType][a.Op]
+	k := c.w.kernels
+	tail := []uint64{uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
+		uint64(a.SlotBytes), uint64(max(a.Timeout, 0)), uint64(a.Status),
+		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
+	bytes := uint64(a.Count * a.DType.Size())
+	switch a.Kind {
+	case FusedBcast:
+		if a.Root < 0 || a.Root >= n {
+			return fmt.Errorf("cuda: fused broadcast: root %d of %d", a.Root, n)
+		}
+		return c.Launch(k.bcast, D1(blocks), D1(reduceThreads), 0, s,
+			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root))}, tail...)...)
+	case FusedAllgather:
+		return c.Launch(k.gather, D1(blocks), D1(reduceThreads), 0, s,
+			append([]uint64{uint64(a.In), uint64(a.Out), bytes}, tail...)...)
+	}
+	f := k.oneshot[a.DType][a.Op]
+	switch a.Kind {
+	case FusedTwoShot:
+		f = k.twoshot[a.DType][a.Op]
+	case FusedReduceScatter:
+		f = k.rsfused[a.DType][a.Op]
 	}
 	return c.Launch(f, D1(blocks), D1(reduceThreads), 0, s,
 		uint64(a.In), uint64(a.Out), uint64(a.Count), uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),

@@ -127,6 +127,10 @@ type Options struct {
 	// and an allgather in one kernel); the region grows to hold it. 0
 	// means none.
 	TwoShotBytes int
+	// FusedBytes is the largest broadcast, and the largest block of an
+	// allgather or reduce-scatter, in bytes, that the fused kernels run
+	// (calls with Call.Fuse); the region grows to hold it. 0 means none.
+	FusedBytes int
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
 	// reductions read a landing area of the receiver's scratch, which
@@ -196,7 +200,7 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		}
 	}
 	if err == nil {
-		err = g.setupFused(ctx, host, opts.OneShotBytes, opts.TwoShotBytes)
+		err = g.setupFused(ctx, host, opts.OneShotBytes, opts.TwoShotBytes, opts.FusedBytes)
 	}
 	if err != nil {
 		g.release()
@@ -287,6 +291,10 @@ func (g *Comm) Stream() cuda.Stream { return g.s }
 type Call struct {
 	Params sched.Params
 	Algo   string         // the algorithm that made Prog
+	// Fuse asks for a broadcast, allgather or reduce-scatter to run as
+	// one fused kernel (device-side flags, no host in the loop) if it fits
+	// the registered region; Prog runs it otherwise.
+	Fuse bool
 	Prog   *sched.Program // this rank's program for Params
 	DType  dtype.DType
 	Op     dtype.Op

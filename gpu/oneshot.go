@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -38,8 +39,8 @@ const (
 // rank calls it; if any rank cannot take part (too many ranks, no memory,
 // a peer's region that cannot be mapped), none uses the fused kernel and
 // the Comm runs one-shot allreduces as programs instead.
-func (g *Comm) setupFused(ctx context.Context, host Host, oneShot, twoShot int) error {
-	slotBytes := max(oneShot, 0)
+func (g *Comm) setupFused(ctx context.Context, host Host, oneShot, twoShot, other int) error {
+	slotBytes := max(oneShot, other, 0)
 	if twoShot > 0 && g.n > 1 {
 		slotBytes = max(slotBytes, cuda.TwoShotSlot(twoShot, 1, g.n))
 	}
@@ -156,16 +157,34 @@ func (g *Comm) freeFused(f *fused) error {
 // whose vector fits a slot, or a direct (two-shot) allreduce whose two
 // chunks do.
 func (f *fused) fits(k *Call) bool {
-	if f == nil || k.Params.Coll != sched.Allreduce {
+	if f == nil {
 		return false
 	}
-	switch k.Algo {
-	case fusedAlgo:
-		return k.Params.Count*k.DType.Size() <= f.slotBytes
-	case fusedTwoShot:
-		return f.twoShot && cuda.TwoShotSlot(k.Params.Count, k.DType.Size(), k.Params.NRanks) <= f.slotBytes
+	kind, ok := fusedKind(k)
+	return ok && (kind != cuda.FusedTwoShot || f.twoShot) &&
+		kind.Slot(k.Params.Count, k.DType.Size(), k.Params.NRanks) <= f.slotBytes
+}
+
+// fusedKind returns the fused kernel that would run k, if any: allreduces
+// by their algorithm, broadcasts, allgathers and reduce-scatters that ask
+// for it (Call.Fuse).
+func fusedKind(k *Call) (cuda.FusedKind, bool) {
+	switch k.Params.Coll {
+	case sched.Allreduce:
+		switch k.Algo {
+		case fusedAlgo:
+			return cuda.FusedOneShot, true
+		case fusedTwoShot:
+			return cuda.FusedTwoShot, true
+		}
+	case sched.Bcast:
+		return cuda.FusedBcast, k.Fuse
+	case sched.Allgather:
+		return cuda.FusedAllgather, k.Fuse
+	case sched.ReduceScatter:
+		return cuda.FusedReduceScatter, k.Fuse
 	}
-	return false
+	return 0, false
 }
 
 // launch enqueues k as one fused kernel on s, with a wait for peers
@@ -182,9 +201,15 @@ func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline t
 	if wait <= 0 {
 		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
 	}
+	kind, _ := fusedKind(k)
+	op := k.Op
+	if !k.Params.Coll.Reduces() {
+		op = dtype.Sum // unused, but checked: any op the type has
+	}
 	return c.LaunchOneShot(s, cuda.OneShot{
-		TwoShot: k.Algo == fusedTwoShot,
-		DType:   k.DType, Op: k.Op, In: k.In, Out: k.Out, Count: k.Params.Count,
+		Kind:  kind,
+		Root:  k.Params.Root,
+		DType: k.DType, Op: op, In: k.In, Out: k.Out, Count: k.Params.Count,
 		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
 		Timeout: wait, Status: f.status.Ptr(),
 	})

@@ -88,6 +88,7 @@ func benchDevice(dev string, args []string) error {
 	oneShot := fs.String("oneshot-max", "", "largest allreduce run one-shot (bytes; default braid.DefaultOneShotMax(n))")
 	directMax := fs.String("direct-max", "", "largest allreduce run as direct reduce-scatter and allgather")
 	groupsF := fs.String("groups", "", "GPU groups for hierpipe and hier, rank r's group at position r (e.g. 0,0,1,1)")
+	fusedF := fs.String("fused-max", "", "largest bcast, or allgather or reducescatter block, run as one fused kernel (bytes; negative never)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
@@ -146,7 +147,7 @@ func benchDevice(dev string, args []string) error {
 	for _, f := range []struct {
 		s   string
 		dst *int
-	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}} {
+	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}, {*fusedF, &opts.FusedMax}} {
 		if f.s != "" {
 			v, err := bench.ParseSize(f.s)
 			if err != nil {

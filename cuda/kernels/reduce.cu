@@ -555,6 +555,85 @@ __device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, ty
 #undef CHUNK_HI
 }
 
+// The fused reduce-scatter: rank p's block of count elements is the
+// combination, in rank order, of block p of every rank's in. Every rank
+// pushes block p of its input into rank p's slot [seq & 1][rank], raises
+// flags to 2·seq, waits for every peer's, and combines its own block.
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void rsfused_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 count,
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                             u32 *status, char *const *base) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::T T;
+  const int W = 16 / sizeof(T);
+  const u64 per = ((count + gridDim.x - 1) / gridDim.x + W - 1) / W * W;
+  const u64 lo = min((u64)blockIdx.x * per, count);
+  const u64 hi = min(lo + per, count);
+  const u64 parity = seq & 1;
+  for (u32 p = 0; p < nranks; p++) {
+    if (p == rank) continue;
+    copy_piece((T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes), in + (u64)p * count, lo, hi);
+  }
+  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
+  const char *slots = base[rank] + ONESHOT_SLOTS + parity * nranks * slot_bytes;
+  const T *mine = in + (u64)rank * count;
+  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    T acc = 0;
+    for (u32 r = 0; r < nranks; r++) {
+      T x = r == rank ? mine[i] : __ldcg((const T *)(slots + r * slot_bytes) + i);
+      acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
+    }
+    if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
+    out[i] = acc;
+  }
+}
+
+// The fused broadcast and allgather move bytes. Broadcast: the root pushes
+// buf into every peer's slot [seq & 1][root]; after the flags, every other
+// rank copies it out. Allgather: every rank pushes its block of bytes into
+// every peer's slot [seq & 1][rank] and copies it to its own place in out;
+// after the flags, it copies every peer's block out. Both raise flags to
+// 2·seq, as the allreduce kernels do.
+extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
+    u8 *buf, u64 bytes, u32 root, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns, u32 *status,
+    char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
+  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+  const u64 per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+  const u64 lo = min((u64)blockIdx.x * per, bytes);
+  const u64 hi = min(lo + per, bytes);
+  const u64 parity = seq & 1;
+  if (rank == root) {
+    for (u32 p = 0; p < nranks; p++) {
+      if (p != rank) copy_piece((u8 *)(base[p] + ONESHOT_SLOTS + (parity * nranks + root) * slot_bytes), buf, lo, hi);
+    }
+  }
+  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
+  if (rank != root) {
+    copy_piece(buf, (const u8 *)(base[rank] + ONESHOT_SLOTS + (parity * nranks + root) * slot_bytes), lo, hi);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
+    const u8 *in, u8 *out, u64 bytes, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns, u32 *status,
+    char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
+  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+  const u64 per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+  const u64 lo = min((u64)blockIdx.x * per, bytes);
+  const u64 hi = min(lo + per, bytes);
+  const u64 parity = seq & 1;
+  for (u32 p = 0; p < nranks; p++) {
+    if (p != rank) copy_piece((u8 *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes), in, lo, hi);
+  }
+  u8 *own = out + (u64)rank * bytes;
+  if (own != in) copy_piece(own, in, lo, hi);
+  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
+  for (u32 q = 0; q < nranks; q++) {
+    if (q != rank) {
+      copy_piece(out + (u64)q * bytes, (const u8 *)(base[rank] + ONESHOT_SLOTS + (parity * nranks + q) * slot_bytes), lo, hi);
+    }
+  }
+}
+
 #define ONESHOT(opname, Op, Avg, tname, S)                                                         \
   extern "C" __global__ void __launch_bounds__(512) braid_oneshot_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
@@ -569,6 +648,13 @@ __device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, ty
       char *r4, char *r5, char *r6, char *r7) {                                                    \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
     twoshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(512) braid_rsfused_##opname##_##tname(              \
+      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
+      u64 slot_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3,         \
+      char *r4, char *r5, char *r6, char *r7) {                                                    \
+    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
+    rsfused_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
   }
 
 #define FLOAT_ONESHOT(tname, S)           \
