@@ -231,14 +231,14 @@ func (c *Ctx) defaultBlocks(count, size int, addrBits uint64) int {
 // result back to all. Either is one kernel. Every rank of the call
 // launches it with the same Seq, Count, DType, Op, TwoShot and Blocks.
 type OneShot struct {
-	Kind FusedKind
-	DType   dtype.DType
-	Op      dtype.Op
-	In      DevicePtr
-	Out     DevicePtr
-	Count   int
-	Seq     uint32 // the call's number, from 1; flags compare with it
-	Rank    int
+	Kind  FusedKind
+	DType dtype.DType
+	Op    dtype.Op
+	In    DevicePtr
+	Out   DevicePtr
+	Count int
+	Seq   uint32 // the call's number, from 1; flags compare with it
+	Rank  int
 	// Regions are the bases of every rank's region as mapped here, this
 	// rank's own among them (at most OneShotMaxRanks).
 	Regions []DevicePtr

@@ -290,16 +290,16 @@ func (g *Comm) Stream() cuda.Stream { return g.s }
 // Call is one collective call on device buffers.
 type Call struct {
 	Params sched.Params
-	Algo   string         // the algorithm that made Prog
+	Algo   string // the algorithm that made Prog
 	// Fuse asks for a broadcast, allgather or reduce-scatter to run as
 	// one fused kernel (device-side flags, no host in the loop) if it fits
 	// the registered region; Prog runs it otherwise.
-	Fuse bool
-	Prog   *sched.Program // this rank's program for Params
-	DType  dtype.DType
-	Op     dtype.Op
-	In     cuda.DevicePtr // Params.InLen(rank) elements; may be 0 when that is 0
-	Out    cuda.DevicePtr // Params.OutLen(rank) elements
+	Fuse  bool
+	Prog  *sched.Program // this rank's program for Params
+	DType dtype.DType
+	Op    dtype.Op
+	In    cuda.DevicePtr // Params.InLen(rank) elements; may be 0 when that is 0
+	Out   cuda.DevicePtr // Params.OutLen(rank) elements
 }
 
 // Run runs k on this rank and returns once its results are in k.Out and no
