@@ -54,6 +54,9 @@ type Comm struct {
 	lev      []cuda.Event  // local events, drawn in order by a call (nlev)
 	nlev     int
 	copied   []int  // [step]: index in lev of a pushed Send's "copy done" event, or -1
+	stepEv   []int  // [step]: index in lev of the event behind its main-stream work, or -1
+	needEv   []bool // [step]: a push depends on it
+	needs    map[*sched.Program][]bool
 	synced   []bool // [step]: the main stream waits for its deps' copies
 	usedS    []bool // [peer]: copyS[peer] has work of this call
 
@@ -160,6 +163,7 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		opened:  map[cuda.IPCEventHandle]cuda.Event{},
 		stash:   map[stashKey]notice{},
 		landing: map[*sched.Program]landing{},
+		needs:   map[*sched.Program][]bool{},
 		pushMax: opts.PushMax,
 	}
 	if g.pushMax == 0 {

@@ -46,6 +46,7 @@ type call struct {
 	push    bool // data moves by push (noticeDest/noticeWritten), not pull
 	land    landing
 	tmpLen  int // the program's own scratch, in elements; landing areas follow it
+	startEv int // ordered pushes: index in Comm.lev of the event at the call's start
 }
 
 func (k *call) addr(ch sched.Chunk) cuda.DevicePtr { return k.bases[ch.Buf].Add(ch.Off * k.es) }
@@ -61,6 +62,23 @@ func (k *call) landAt(i int) cuda.DevicePtr {
 type landing struct {
 	off   []int // [step]: elements from the end of the program's scratch; -1 if not a RecvReduce
 	total int   // elements
+}
+
+// needsOf returns, for each step of p, whether a Send depends on it.
+func (g *Comm) needsOf(p *sched.Program) []bool {
+	if n, ok := g.needs[p]; ok {
+		return n
+	}
+	n := make([]bool, len(p.Steps))
+	for _, st := range p.Steps {
+		if st.Kind == sched.KindSend {
+			for _, d := range st.Deps {
+				n[d] = true
+			}
+		}
+	}
+	g.needs[p] = n
+	return n
 }
 
 func (g *Comm) landingOf(p *sched.Program) landing {
@@ -130,12 +148,26 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 			g.copied = make([]int, len(steps))
 			g.synced = make([]bool, len(steps))
 		}
-		g.copied, g.synced = g.copied[:len(steps)], g.synced[:len(steps)]
+		if cap(g.stepEv) < len(steps) {
+			g.stepEv = make([]int, len(steps))
+		}
+		g.copied, g.synced, g.stepEv = g.copied[:len(steps)], g.synced[:len(steps)], g.stepEv[:len(steps)]
 		for i := range g.copied {
-			g.copied[i] = -1
+			g.copied[i], g.stepEv[i] = -1, -1
 		}
 		clear(g.synced)
 		clear(g.usedS)
+		g.needEv = g.needsOf(prog)
+		if ordered {
+			ev, err := g.localEvent(c)
+			if err == nil {
+				err = c.Record(ev, g.s)
+			}
+			if err != nil {
+				return fmt.Errorf("gpu: rank %d: %w", g.rank, err)
+			}
+			kc.startEv = g.nlev - 1
+		}
 	}
 	if kc.push {
 		// Every landing area is free (the reductions that read it in
@@ -177,6 +209,10 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 				}
 			}
 			moved, err := g.step(c, &kc, i)
+			if err == nil && moved && kc.push {
+				// A step fuses with at most the two after it.
+				err = g.markDone(c, &kc, i, i+2)
+			}
 			if err != nil {
 				return fmt.Errorf("gpu: rank %d, step %d (%v): %w", g.rank, i, st, err)
 			}
@@ -424,17 +460,10 @@ func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		after, err := g.localEvent(c)
-		if err == nil {
-			err = c.Record(after, g.s)
+		if err := g.waitDeps(c, k, cs, st); err != nil {
+			return false, err
 		}
-		if err == nil {
-			err = c.StreamWaitEvent(cs, after)
-		}
-		if err == nil {
-			err = g.waitOn(c, cs, &n)
-		}
-		if err != nil {
+		if err := g.waitOn(c, cs, &n); err != nil {
 			return false, err
 		}
 		if err := c.Copy(base.Add(int(n.Off)), k.addr(st.Src), st.Src.Len*k.es, cs); err != nil {
@@ -474,6 +503,53 @@ func (g *Comm) syncStep(c *cuda.Ctx, k *call, i int) error {
 	}
 	g.synced[i] = true
 	return g.waitCopies(c, &k.steps[i])
+}
+
+// waitDeps makes the copy stream cs wait for what the push st depends on,
+// and for nothing else: the main-stream events of its dependencies, or
+// their copies if they are pushes too. A push without dependencies reads
+// memory that is ready when the call starts, in an ordered call once the
+// stream reaches the call's start.
+func (g *Comm) waitDeps(c *cuda.Ctx, k *call, cs cuda.Stream, st *sched.Step) error {
+	if len(st.Deps) == 0 {
+		if k.ordered {
+			return c.StreamWaitEvent(cs, g.lev[k.startEv])
+		}
+		return nil
+	}
+	for _, d := range st.Deps {
+		j := g.copied[d]
+		if j < 0 {
+			j = g.stepEv[d]
+		}
+		if j < 0 {
+			continue // a push that copied nothing
+		}
+		if err := c.StreamWaitEvent(cs, g.lev[j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// markDone records, on the main stream, an event behind each of the steps
+// lo..hi that are done, have queued their work there and are waited for by
+// a push (needEv).
+func (g *Comm) markDone(c *cuda.Ctx, k *call, lo, hi int) error {
+	for i := lo; i <= hi && i < len(k.steps); i++ {
+		if k.state[i] != stDone || !g.needEv[i] || g.stepEv[i] >= 0 || g.copied[i] >= 0 {
+			continue
+		}
+		ev, err := g.localEvent(c)
+		if err != nil {
+			return err
+		}
+		if err := c.Record(ev, g.s); err != nil {
+			return err
+		}
+		g.stepEv[i] = g.nlev - 1
+	}
+	return nil
 }
 
 // waitCopies makes the main stream wait for the pushes that st depends on.
