@@ -482,3 +482,91 @@ func runDeviceCase(ctx context.Context, w *cuda.Worker, call func(send, recv Dev
 	}
 	return check.Verify(p, k.d, k.op, rank, out, salt)
 }
+
+// deviceLateEnv marks the ranks that TestDeviceLatePeer starts.
+const deviceLateEnv = "BRAID_DEVICE_TEST_LATE"
+
+// TestDeviceLatePeer checks that a rank whose peer does not come to a call
+// gets an error once the call's deadline passes, instead of hanging: the
+// fused one-shot kernel (its wait on the peer's flag is bounded on the
+// GPU), a stream-ordered call (reported by Synchronize), and a program
+// (its wait for the peer's notices is bounded on the host). Rank 1 stays
+// away; rank 0 calls each with a one-second deadline.
+func TestDeviceLatePeer(t *testing.T) {
+	if os.Getenv(deviceLateEnv) != "" {
+		deviceLateRank(t)
+		return
+	}
+	if !cuda.Available() {
+		t.Skip("no CUDA driver: GPU collectives are tested on the GPU machine")
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n < 2 {
+		t.Skipf("needs 2 GPUs (%d, %v)", n, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := launch.Run(ctx, launch.Config{N: 2, Prog: os.Args[0], Args: []string{"-test.run=^TestDeviceLatePeer$", "-test.v"},
+		Env: []string{deviceLateEnv + "=1", "CUDA_VISIBLE_DEVICES=0,1"}, Prefix: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deviceLateRank(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := Init(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rank := c.Rank()
+	cases := []struct {
+		name string
+		opts DeviceOptions
+	}{
+		{"fused one-shot", DeviceOptions{}},
+		{"fused one-shot, stream-ordered", DeviceOptions{StreamOrdered: true}},
+		{"program", DeviceOptions{Algo: map[string]string{"allreduce": "ring"}}},
+	}
+	for _, k := range cases {
+		opts := k.opts
+		d, err := c.NewDeviceComm(ctx, cuda.Device(rank), &opts)
+		if err != nil {
+			t.Fatalf("rank %d: %s: %v", rank, k.name, err)
+		}
+		var buf cuda.DevicePtr
+		if err := d.Worker().Do(ctx, func(cc *cuda.Ctx) (err error) { buf, err = cc.Alloc(4096); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if rank == 0 {
+			start := time.Now()
+			cctx, ccancel := context.WithTimeout(ctx, time.Second)
+			err := d.Allreduce(cctx, Device{Ptr: buf, Count: 1024, Type: Float32}, Device{Ptr: buf, Count: 1024, Type: Float32}, Sum)
+			if err == nil {
+				err = d.Synchronize(cctx)
+			}
+			ccancel()
+			took := time.Since(start)
+			var e *Error
+			switch {
+			case err == nil:
+				t.Errorf("%s: the call succeeded without its peer", k.name)
+			case !errors.As(err, &e) || e.Kind != Timeout:
+				t.Errorf("%s: %v, want a Timeout error", k.name, err)
+			case took > 10*time.Second:
+				t.Errorf("%s: the error came after %v, for a deadline of 1s", k.name, took)
+			default:
+				t.Logf("%s: error after %v: %v", k.name, took.Round(time.Millisecond), err)
+			}
+		}
+		// Both ranks meet again before the next case; rank 1 has stayed
+		// away from the call. The communicators are broken for device
+		// calls, not for host ones.
+		if err := c.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d.Worker().Do(ctx, func(cc *cuda.Ctx) error { return cc.Free(buf) })
+		d.Close()
+	}
+}
