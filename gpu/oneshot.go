@@ -42,7 +42,8 @@ const (
 func (g *Comm) setupFused(ctx context.Context, host Host, oneShot, twoShot, other int) error {
 	slotBytes := max(oneShot, other, 0)
 	if twoShot > 0 && g.n > 1 {
-		slotBytes = max(slotBytes, cuda.TwoShotSlot(twoShot, 1, g.n))
+		// Chunks of wider elements round up by up to 16 bytes more each.
+		slotBytes = max(slotBytes, cuda.TwoShotSlot(twoShot, 1, g.n)+64)
 	}
 	if slotBytes <= 0 || g.n < 2 {
 		return nil
