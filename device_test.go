@@ -205,9 +205,14 @@ func deviceRank(t *testing.T) {
 		sched.Bcast:         {"linear", "chain", "binomial", ""},
 		sched.Allgather:     {"direct", "ring", "recdouble", ""},
 		sched.ReduceScatter: {"direct", "ring", "segring", ""},
+		sched.Reduce:        {"linear", "binomial", ""},
+		sched.Gather:        {""},
+		sched.Scatter:       {""},
+		sched.Alltoall:      {""},
 	}
 	var cases []deviceCase
-	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter, sched.Allgather, sched.Bcast} {
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter, sched.Allgather, sched.Bcast,
+		sched.Reduce, sched.Gather, sched.Scatter, sched.Alltoall} {
 		for _, name := range algos[coll] {
 			if name != "" && name != "gpu_oneshot" {
 				a, err := algo.Lookup(coll, name)
@@ -237,6 +242,9 @@ func deviceRank(t *testing.T) {
 						}
 						for _, root := range roots {
 							for _, inPlace := range []bool{false, true} {
+								if inPlace && !inPlaceCase(coll) {
+									continue
+								}
 								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, false})
 								// Stream-ordered calls: the fused one-shot kernel and programs
 								// whose sends then all wait for events.
@@ -328,6 +336,14 @@ func deviceRank(t *testing.T) {
 				return d.Allgather(ctx, send, recv)
 			case sched.Bcast:
 				return d.Bcast(ctx, recv, k.root)
+			case sched.Reduce:
+				return d.Reduce(ctx, send, recv, k.op, k.root)
+			case sched.Gather:
+				return d.Gather(ctx, send, recv, k.root)
+			case sched.Scatter:
+				return d.Scatter(ctx, send, recv, k.root)
+			case sched.Alltoall:
+				return d.Alltoall(ctx, send, recv)
 			}
 			return fmt.Errorf("no call for %v", k.coll)
 		}
@@ -364,6 +380,16 @@ func deviceRank(t *testing.T) {
 		d.(*DeviceComm).Close()
 	}
 	t.Logf("rank %d: %d device calls checked on GPU %d in %v", rank, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
+}
+
+// inPlaceCase reports whether the matrix runs coll in place too: the
+// collectives whose in-place form runDeviceCase sets up.
+func inPlaceCase(coll sched.Collective) bool {
+	switch coll {
+	case sched.Allreduce, sched.Bcast, sched.Allgather, sched.ReduceScatter:
+		return true
+	}
+	return false
 }
 
 // orderedChain runs the chain of stream-ordered allreduces that
