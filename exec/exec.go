@@ -3,6 +3,7 @@ package exec
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync"
 	"time"
 	"unsafe"
@@ -85,30 +86,53 @@ type run struct {
 
 var runPool = sync.Pool{New: func() any { return new(run) }}
 
-// bufPool recycles scratch and staging buffers.
-var bufPool sync.Pool
+// bufPools recycle scratch and staging buffers by size class (bufClass),
+// so that a request takes a buffer of about its own size: with one pool
+// for every size, a small request could hold on to a huge buffer, and a
+// large one, finding a small buffer, allocated anew while the small one
+// went back, so that memory grew with the spread of sizes (braid tune
+// reached 9 GiB).
+var bufPools [4*64 + 1]sync.Pool
+
+// bufClass returns the size class of an n-byte buffer and the size of its
+// buffers: 64 bytes and below share class 0; above, each power of two is
+// split in quarters (5/8, 6/8, 7/8 and 8/8 of it), so that a buffer is at
+// most 25% larger than asked for.
+func bufClass(n int) (class, size int) {
+	if n <= 64 {
+		return 0, 64
+	}
+	k := bits.Len(uint(n - 1)) // 2^(k-1) < n <= 2^k, k >= 7
+	step := 1 << (k - 3)
+	q := (n + step - 1) / step // 5..8
+	return (k-7)*4 + q - 4, q * step
+}
 
 // getBuf returns a buffer of n bytes, aligned for every element type.
 func getBuf(n int) *[]byte {
 	if n == 0 {
 		return nil
 	}
-	if p, _ := bufPool.Get().(*[]byte); p != nil {
-		if cap(*p) >= n {
-			*p = (*p)[:n]
-			return p
-		}
-		bufPool.Put(p)
+	class, size := bufClass(n)
+	if p, _ := bufPools[class].Get().(*[]byte); p != nil {
+		*p = (*p)[:n]
+		return p
 	}
-	w := make([]uint64, (n+7)/8)
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
+	w := make([]uint64, size/8)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), size)[:n]
 	return &b
 }
 
+// putBuf returns a buffer from getBuf to its class's pool.
 func putBuf(p *[]byte) {
-	if p != nil {
-		bufPool.Put(p)
+	if p == nil {
+		return
 	}
+	class, size := bufClass(cap(*p))
+	if size != cap(*p) {
+		return // not from getBuf
+	}
+	bufPools[class].Put(p)
 }
 
 func (r *run) slice(c sched.Chunk) []byte {
