@@ -24,6 +24,9 @@ func TestKnomial(t *testing.T) {
 			t.Parallel()
 			for n := 1; n <= 9; n++ {
 				for root := range n {
+					if raceEnabled && root != 0 && root != n/2 && root != n-1 {
+						continue // a sample of the roots: the sweep is slow under the race detector
+					}
 					for _, k := range knomialRadixes {
 						for _, count := range []int{0, 1, 7, 1000} {
 							check(t, a, sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Radix: k})
