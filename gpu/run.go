@@ -334,16 +334,12 @@ func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
 				n.BufID, n.Mem, n.Off = id, ex.mem, uint64(p-ex.base)
 			}
 			if len(st.Deps) > 0 || k.ordered && st.Src.Len > 0 {
-				e, err := g.ownEvent(c, g.ready, peer, g.nsend[peer])
+				h, err := g.signal(c, g.ready, g.nsend, peer, g.s)
 				if err != nil {
 					return false, err
 				}
-				g.nsend[peer]++
-				if err := c.Record(e.ev, g.s); err != nil {
-					return false, err
-				}
 				n.Flags |= flagEvent
-				n.Event = e.h
+				n.Event = h
 			}
 			g.send(peer, n)
 			state[i] = stPosted
@@ -413,16 +409,12 @@ func (g *Comm) postDest(c *cuda.Ctx, k *call, i int, dst cuda.DevicePtr, event b
 		n.Flags |= flagBuf
 		n.BufID, n.Mem, n.Off = id, ex.mem, uint64(dst-ex.base)
 		if event {
-			e, err := g.ownEvent(c, g.done, st.Peer, g.nrecv[st.Peer])
+			h, err := g.signal(c, g.done, g.nrecv, st.Peer, g.s)
 			if err != nil {
 				return err
 			}
-			g.nrecv[st.Peer]++
-			if err := c.Record(e.ev, g.s); err != nil {
-				return err
-			}
 			n.Flags |= flagEvent
-			n.Event = e.h
+			n.Event = h
 		}
 	}
 	g.send(st.Peer, n)
@@ -469,16 +461,12 @@ func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
 		if err := c.Copy(base.Add(int(n.Off)), k.addr(st.Src), st.Src.Len*k.es, cs); err != nil {
 			return false, err
 		}
-		e, err := g.ownEvent(c, g.ready, peer, g.nsend[peer])
+		h, err := g.signal(c, g.ready, g.nsend, peer, cs)
 		if err != nil {
 			return false, err
 		}
-		g.nsend[peer]++
-		if err := c.Record(e.ev, cs); err != nil {
-			return false, err
-		}
 		w.Flags |= flagEvent
-		w.Event = e.h
+		w.Event = h
 		done, err := g.localEvent(c)
 		if err == nil {
 			err = c.Record(done, cs)
@@ -749,16 +737,12 @@ func (g *Comm) source(c *cuda.Ctx, st *sched.Step, n *notice) (cuda.DevicePtr, e
 func (g *Comm) readDone(c *cuda.Ctx, st *sched.Step, seq uint32) error {
 	done := notice{Kind: noticeDone, Seq: seq, Tag: st.Tag}
 	if st.Dst.Len > 0 {
-		e, err := g.ownEvent(c, g.done, st.Peer, g.nrecv[st.Peer])
+		h, err := g.signal(c, g.done, g.nrecv, st.Peer, g.s)
 		if err != nil {
 			return err
 		}
-		g.nrecv[st.Peer]++
-		if err := c.Record(e.ev, g.s); err != nil {
-			return err
-		}
 		done.Flags |= flagEvent
-		done.Event = e.h
+		done.Event = h
 	}
 	g.send(st.Peer, done)
 	return nil
@@ -865,6 +849,18 @@ func (g *Comm) mapPeer(c *cuda.Ctx, peer int, n *notice) (cuda.DevicePtr, error)
 	}
 	g.mapped[key] = p
 	return p, nil
+}
+
+// signal records on stream s the next event of this call's messages to
+// peer from pool l (g.ready with count g.nsend, or g.done with g.nrecv),
+// and returns its handle for a notice.
+func (g *Comm) signal(c *cuda.Ctx, l [][]ownEvent, count []int, peer int, s cuda.Stream) (cuda.IPCEventHandle, error) {
+	e, err := g.ownEvent(c, l, peer, count[peer])
+	if err != nil {
+		return cuda.IPCEventHandle{}, err
+	}
+	count[peer]++
+	return e.h, c.Record(e.ev, s)
 }
 
 // ownEvent returns event i of this rank's pool for peer in l (g.ready or
