@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/braid-ccl/braid/internal/size"
 )
 
 // MaxMultiPathChunks is the largest chunk count a MultiPathTable accepts.
@@ -243,40 +245,19 @@ func (t *MultiPathTable) WriteTo(w io.Writer) (int64, error) {
 
 // formatMultiPathSize writes bytes with a binary suffix: 8, 4K, 64M, as
 // package plan's tables do.
-func formatMultiPathSize(b int) string {
-	switch {
-	case b >= 1<<30 && b%(1<<30) == 0:
-		return strconv.Itoa(b>>30) + "G"
-	case b >= 1<<20 && b%(1<<20) == 0:
-		return strconv.Itoa(b>>20) + "M"
-	case b >= 1<<10 && b%(1<<10) == 0:
-		return strconv.Itoa(b>>10) + "K"
-	}
-	return strconv.Itoa(b)
-}
+func formatMultiPathSize(b int) string { return size.Format(int64(b)) }
 
 // parseMultiPathSize reads a size such as 8, 4K, 64M, 1G (binary
 // suffixes).
 func parseMultiPathSize(s string) (int, error) {
-	v, mult := s, 1
-	if n := len(v); n > 0 {
-		switch v[n-1] {
-		case 'k', 'K':
-			v, mult = v[:n-1], 1<<10
-		case 'm', 'M':
-			v, mult = v[:n-1], 1<<20
-		case 'g', 'G':
-			v, mult = v[:n-1], 1<<30
-		}
+	v, err := size.Parse(s)
+	if err != nil {
+		return 0, err
 	}
-	x, err := strconv.Atoi(v)
-	if err != nil || x < 0 || strings.HasPrefix(v, "+") {
-		return 0, fmt.Errorf("size %q: want a number with an optional K, M or G suffix", s)
-	}
-	if x > math.MaxInt/mult {
+	if v > math.MaxInt {
 		return 0, fmt.Errorf("size %q: too large", s)
 	}
-	return x * mult, nil
+	return int(v), nil
 }
 
 // MultiPathSummary is one size's figures from MeasureMultiPath.
