@@ -315,19 +315,15 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.err == nil {
-		g.err = g.asyncErr()
+	seq, err := g.next()
+	if err != nil {
+		return err
 	}
-	if g.err != nil {
-		return g.err
-	}
-	g.seq++
-	seq := g.seq
 	var t0 time.Time
 	if g.stats != nil {
 		t0 = time.Now()
 	}
-	err := g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false) })
+	err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false) })
 	if g.stats != nil {
 		g.stats.run += time.Since(t0)
 	}
@@ -350,14 +346,10 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.err == nil {
-		g.err = g.asyncErr()
+	seq, err := g.next()
+	if err != nil {
+		return err
 	}
-	if g.err != nil {
-		return g.err
-	}
-	g.seq++
-	seq := g.seq
 	kc := *k
 	g.w.Go(func(c *cuda.Ctx) error {
 		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true); err != nil {
@@ -388,6 +380,19 @@ func (g *Comm) Synchronize(ctx context.Context) error {
 		g.err = err
 	}
 	return err
+}
+
+// next returns the sequence number of a new call, or the error of an
+// earlier call (a failed call leaves the ranks out of step). g.mu is held.
+func (g *Comm) next() (uint32, error) {
+	if g.err == nil {
+		g.err = g.asyncErr()
+	}
+	if g.err != nil {
+		return 0, g.err
+	}
+	g.seq++
+	return g.seq, nil
 }
 
 func (g *Comm) asyncErr() error {
