@@ -252,6 +252,18 @@ type flow struct {
 // whose α ≥ a: the bottlenecks of sim's network of cost.Model with
 // RankPorts and SharedNIC.
 func exchangeTime(p sched.Params, m cost.Model, flows []flow, scale float64) float64 {
+	t := 0.0
+	for _, l := range exchangeRound(p, m, flows, scale) {
+		t = max(t, l.alpha+l.w)
+	}
+	return t
+}
+
+// exchangeRound returns, for every latency α of a link class the round
+// uses, α and the busiest bottleneck's time for the bytes (each flow's
+// times scale) of the messages whose α' ≥ α; exchangeTime is the largest
+// sum, and exchangeLines the same lines per byte.
+func exchangeRound(p sched.Params, m cost.Model, flows []flow, scale float64) lines {
 	n, hosts := p.NRanks, p.Layout.NHosts()
 	port := 0.0
 	for _, l := range m.Links {
@@ -260,7 +272,7 @@ func exchangeTime(p sched.Params, m cost.Model, flows []flow, scale float64) flo
 	inter := m.Links[cost.Inter].Beta
 	out, in := make([]float64, n), make([]float64, n)
 	nicOut, nicIn := make([]float64, hosts), make([]float64, hosts)
-	t := 0.0
+	var ls lines
 	for _, a := range m.Links {
 		clear(out)
 		clear(in)
@@ -291,9 +303,9 @@ func exchangeTime(p sched.Params, m cost.Model, flows []flow, scale float64) flo
 		for h := range hosts {
 			w = max(w, nicOut[h]/inter, nicIn[h]/inter)
 		}
-		t = max(t, a.Alpha+w)
+		ls = append(ls, line{a.Alpha, w})
 	}
-	return t
+	return ls
 }
 
 // pipelined returns the time of u rounds that each move data for c seconds

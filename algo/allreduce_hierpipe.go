@@ -376,47 +376,7 @@ func (ls lines) slope() float64 {
 // (port, pair link, network link) for the bytes of the messages whose
 // α' ≥ α. flows' bytes are per byte of b.
 func exchangeLines(p sched.Params, m cost.Model, flows []flow) lines {
-	n, hosts := p.NRanks, p.Layout.NHosts()
-	port := 0.0
-	for _, l := range m.Links {
-		port = max(port, l.Beta)
-	}
-	inter := m.Links[cost.Inter].Beta
-	out, in := make([]float64, n), make([]float64, n)
-	nicOut, nicIn := make([]float64, hosts), make([]float64, hosts)
-	var ls lines
-	for _, a := range m.Links {
-		clear(out)
-		clear(in)
-		clear(nicOut)
-		clear(nicIn)
-		w, used := 0.0, false
-		for _, f := range flows {
-			l := m.Between(p.Layout, f.from, f.to)
-			if l.Alpha < a.Alpha {
-				continue
-			}
-			used = true
-			w = max(w, f.bytes/l.Beta)
-			out[f.from] += f.bytes
-			in[f.to] += f.bytes
-			if hf, ht := p.Layout.HostOf(f.from), p.Layout.HostOf(f.to); hf != ht {
-				nicOut[hf] += f.bytes
-				nicIn[ht] += f.bytes
-			}
-		}
-		if !used {
-			continue
-		}
-		for r := range n {
-			w = max(w, out[r]/port, in[r]/port)
-		}
-		for h := range hosts {
-			w = max(w, nicOut[h]/inter, nicIn[h]/inter)
-		}
-		ls = append(ls, line{a.Alpha, w})
-	}
-	return ls
+	return exchangeRound(p, m, flows, 1)
 }
 
 // hierPipeLines holds the per-piece terms of the cost (see
