@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu"
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -35,21 +37,26 @@ type DeviceOptions struct {
 	// OneShotMax is the largest allreduce, in bytes, that runs one-shot
 	// (every rank pushes its input to every peer and reduces all inputs,
 	// in one kernel); 0 means DefaultOneShotMax(Size()), negative never.
-	// Each rank registers 2·Size() slots of the larger of OneShotMax and
-	// 2·DirectMax/Size() bytes of device memory for the fused kernels.
 	OneShotMax int
 	// DirectMax is the largest allreduce, in bytes, that runs as a direct
-	// reduce-scatter and allgather ("direct", the two-shot allreduce) once
-	// one-shot no longer applies, as one fused kernel where it fits the
-	// registered region; larger ones run the ring. 0 means
-	// DefaultDirectMax on more than two GPUs and none on two (one-shot
-	// moves no more there); negative never.
+	// reduce-scatter and allgather ("direct": the fused two-shot kernel,
+	// which moves the vector through the slots in rounds) once one-shot no
+	// longer applies; larger ones run the ring. 0 means
+	// DefaultDirectMax(Size()), negative never (and "direct", when named,
+	// then runs as a program).
 	DirectMax int
 	// FusedMax is the largest broadcast, and the largest block of an
-	// allgather or reduce-scatter, in bytes, that runs as one fused kernel
-	// (pushes into the peers' registered regions, device-side flags);
-	// larger ones run as programs. 0 means DefaultFusedMax, negative never.
+	// allgather or reduce-scatter, in bytes, that runs as a fused kernel
+	// (pushes into the peers' registered regions, device-side flags, in
+	// rounds through the slots); larger ones run as programs. 0 means
+	// DefaultFusedMax(collective, Size()), negative never.
 	FusedMax int
+	// SlotBytes is the size of each of the 2·Size() slots of the region
+	// that every rank registers when the DeviceComm is made: the memory
+	// peers push into, which the fused kernels cycle through a round at a
+	// time. 0 means gpu.DefaultSlotBytes(Size()) (a 64 MiB region); it is
+	// raised to OneShotMax.
+	SlotBytes int
 	// Groups[r] is the group of rank r's GPU (a socket, an NVLink clique)
 	// for the hierarchical algorithms, "hierpipe" (seed 000's 3-stage
 	// pipelined allreduce) and "hier": they reduce within groups, then
@@ -84,26 +91,41 @@ const deviceSpin = time.Millisecond
 // notices and events, tens of microseconds between processes.
 const DeviceSegment = 16 << 20
 
-// DefaultFusedMax is DeviceOptions.FusedMax's default.
-const DefaultFusedMax = 4 << 20
+// DefaultFusedMax is DeviceOptions.FusedMax's default for a collective
+// ("bcast", "allgather", "reducescatter") on n GPUs. On H200s (braid bench
+// --device cuda, docs/PERFORMANCE.md) the pipelined fused kernels beat the
+// programs at every size but two: a broadcast on two GPUs above 16 MiB,
+// where one copy-engine push moves 387 GB/s against the kernel's 337 at
+// 1 GiB, and a reduce-scatter on four above blocks of 4 MiB, where the
+// ring's copy engines moved 296 GB/s against 287 at 1 GiB.
+func DefaultFusedMax(coll string, n int) int {
+	switch {
+	case coll == "bcast" && n <= 2:
+		return 16 << 20
+	case coll == "reducescatter" && n > 2:
+		return 4 << 20
+	}
+	return math.MaxInt
+}
 
-// DefaultDirectMax is DeviceOptions.DirectMax's default on more than two
-// GPUs: the fused two-shot kernel up to 16 MiB, where on four H200s it
-// took 139 µs against the ring's 188 (at 64 MiB 673 against 467).
-const DefaultDirectMax = 16 << 20
+// DefaultDirectMax is DeviceOptions.DirectMax's default on n GPUs: every
+// size. The fused two-shot kernel beat the ring at every size from 16 MiB
+// to 1 GiB on two and four H200s (320 against 282 GB/s busbw at 1 GiB on
+// four).
+func DefaultDirectMax(n int) int { return math.MaxInt }
 
 // DefaultOneShotMax returns the largest allreduce, in bytes, that runs
-// one-shot by default on n GPUs. From H200s (braid bench --device cuda
-// allreduce --algos gpu_oneshot,direct --oneshot-max 16M --direct-max 64M):
-// on two GPUs one-shot beat the two-shot kernel and the ring at every
-// size to 64 MiB and NCCL to 16 MiB (74 µs against 75); on three it beat
-// the two-shot kernel to 1 MiB (17.2 against 18.8 µs), on four to
-// 512 KiB (14.9 against 14.8). Above four GPUs (not measured) each rank
-// pushes more, and the limit is lower.
+// one-shot by default on n GPUs; the fused two-shot kernel ("direct")
+// takes the larger ones. On H200s (braid bench --device cuda allreduce
+// --algos gpu_oneshot,direct --oneshot-max 64M): on two GPUs one-shot won
+// to 4 MiB (21.6 against 24.3 µs) and lost from 16 MiB (64.9 against
+// 63.5); on three it beat the two-shot kernel to 1 MiB (17.2 against
+// 18.8 µs), on four to 512 KiB (14.9 against 14.8). Above four GPUs (not
+// measured) each rank pushes more, and the limit is lower.
 func DefaultOneShotMax(n int) int {
 	switch {
 	case n <= 2:
-		return 16 << 20
+		return 8 << 20
 	case n == 3:
 		return 1 << 20
 	case n == 4:
@@ -168,24 +190,28 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		return nil, deviceError(c.rank, call, err)
 	}
 	d.w = w
-	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{OneShotBytes: d.oneShotMax(), TwoShotBytes: d.directMax(), FusedBytes: d.fusedMax()}); err != nil {
+	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{
+		OneShotBytes: d.oneShotMax(), TwoShot: d.opts.DirectMax >= 0, Fused: d.opts.FusedMax >= 0, SlotBytes: d.opts.SlotBytes,
+	}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
 	}
 	if ok, why := d.g.Fused(); ok {
-		c.w.debugf("info", "device comm on GPU %d: allreduces up to %d B run one-shot and up to %d B two-shot, each as one fused kernel (device-side flags)", dev, d.oneShotMax(), d.directMax())
+		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags): allreduce one-shot up to %s, then two-shot up to %s; bcast up to %s; allgather and reducescatter blocks up to %s and %s",
+			dev, sizeLimit(d.oneShotMax()), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
+			sizeLimit(d.fusedMax(sched.Allgather)), sizeLimit(d.fusedMax(sched.ReduceScatter)))
 	} else if why != "" {
-		c.w.debugf("info", "device comm on GPU %d: no fused one-shot allreduce: %s", dev, why)
+		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)
 	}
 	return d, nil
 }
 
 // fusedMax is the largest broadcast or allgather or reduce-scatter block,
 // in bytes, that runs fused.
-func (d *DeviceComm) fusedMax() int {
+func (d *DeviceComm) fusedMax(coll sched.Collective) int {
 	m := d.opts.FusedMax
 	if m == 0 {
-		m = DefaultFusedMax
+		m = DefaultFusedMax(coll.String(), d.c.Size())
 	}
 	return max(m, 0)
 }
@@ -195,7 +221,7 @@ func (d *DeviceComm) fusedMax() int {
 func (d *DeviceComm) fuses(coll sched.Collective, count, es int) bool {
 	switch coll {
 	case sched.Bcast, sched.Allgather, sched.ReduceScatter:
-		return d.opts.Algo[coll.String()] == "" && count*es <= d.fusedMax()
+		return d.opts.Algo[coll.String()] == "" && count*es <= d.fusedMax(coll)
 	}
 	return false
 }
@@ -203,8 +229,8 @@ func (d *DeviceComm) fuses(coll sched.Collective, count, es int) bool {
 // directMax is the largest allreduce, in bytes, that runs "direct".
 func (d *DeviceComm) directMax() int {
 	m := d.opts.DirectMax
-	if m == 0 && d.c.Size() > 2 {
-		m = DefaultDirectMax
+	if m == 0 {
+		m = DefaultDirectMax(d.c.Size())
 	}
 	return max(m, 0)
 }
@@ -216,6 +242,14 @@ func (d *DeviceComm) oneShotMax() int {
 		one = DefaultOneShotMax(d.c.Size())
 	}
 	return max(one, 0)
+}
+
+// sizeLimit writes a size limit for the log: "any size" for none.
+func sizeLimit(b int) string {
+	if b == math.MaxInt {
+		return "any size"
+	}
+	return size.Format(int64(b))
 }
 
 // deviceError wraps err as an *Error, Unsupported when there is no driver.
@@ -473,15 +507,16 @@ func (d *DeviceComm) Algorithm(coll sched.Collective, count, es int) (string, er
 }
 
 // algorithm chooses the algorithm of p: the one DeviceOptions.Algo names,
-// else one by collective and size: the fused one-shot allreduce (one
-// kernel, device-side flags) up to its limit, then the ring; the ring for
-// allgather and reduce-scatter; a single push for a broadcast on two GPUs
-// and the pipelined chain on more. On H200s the pipelined ring ("segring",
-// segments of max(16 MiB, block/4)) was no faster than the ring above
-// 64 MiB and slower for reduce-scatter (224 against 300 GB/s on two GPUs at
-// 1 GiB). Every message of a program costs notices and
-// events between processes (tens of microseconds), which is why the fused
-// kernel goes as far as it does.
+// else one by collective and size. Allreduce: the fused one-shot kernel up
+// to DefaultOneShotMax, then "direct", the fused two-shot kernel, which
+// moves any size through the registered slots in rounds (the ring only
+// above DirectMax, or where fused kernels are off). Broadcast, allgather
+// and reduce-scatter run fused kernels up to FusedMax (fuses); above it,
+// and for what the fused kernels do not cover, programs: a single push for
+// a broadcast on two GPUs and the pipelined chain on more, the ring for
+// allgather and reduce-scatter. Every message of a program costs notices
+// and events between processes (tens of microseconds); the fused kernels
+// have none.
 func (d *DeviceComm) algorithm(p sched.Params, es int) (algo.Algorithm, error) {
 	n := p.NRanks
 	name := d.opts.Algo[p.Coll.String()]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,10 +202,10 @@ func deviceRank(t *testing.T) {
 		counts = []int{0, 1, 7, 1000, 65537}
 	}
 	algos := map[sched.Collective][]string{
-		sched.Allreduce:     {"gpu_oneshot", "direct", "ring", "segring", "hierpipe", "recdouble", "rabenseifner", ""},
-		sched.Bcast:         {"linear", "chain", "binomial", ""},
-		sched.Allgather:     {"direct", "ring", "recdouble", ""},
-		sched.ReduceScatter: {"direct", "ring", "segring", ""},
+		sched.Allreduce:     {"gpu_oneshot", "direct", "direct-program", "pipe", "ring", "segring", "hierpipe", "recdouble", "rabenseifner", ""},
+		sched.Bcast:         {"linear", "chain", "binomial", "pipe", ""},
+		sched.Allgather:     {"direct", "ring", "recdouble", "pipe", ""},
+		sched.ReduceScatter: {"direct", "ring", "segring", "pipe", ""},
 		sched.Reduce:        {"linear", "binomial", ""},
 		sched.Gather:        {""},
 		sched.Scatter:       {""},
@@ -214,8 +215,8 @@ func deviceRank(t *testing.T) {
 	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter, sched.Allgather, sched.Bcast,
 		sched.Reduce, sched.Gather, sched.Scatter, sched.Alltoall} {
 		for _, name := range algos[coll] {
-			if name != "" && name != "gpu_oneshot" {
-				a, err := algo.Lookup(coll, name)
+			if name != "" && name != "gpu_oneshot" && name != "pipe" {
+				a, err := algo.Lookup(coll, strings.TrimSuffix(name, "-program"))
 				if err != nil || a.Supports(sched.Params{Coll: coll, NRanks: n, Count: 1}) != nil {
 					continue
 				}
@@ -248,7 +249,7 @@ func deviceRank(t *testing.T) {
 								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, false})
 								// Stream-ordered calls: the fused one-shot kernel and programs
 								// whose sends then all wait for events.
-								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "direct" || name == "segring") {
+								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "direct" || name == "pipe" || name == "segring") {
 									cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, true})
 								}
 							}
@@ -274,10 +275,20 @@ func deviceRank(t *testing.T) {
 			// The fused kernel up to 4 KiB, the program above.
 			opts.OneShotMax = 4 << 10
 		}
-		if name == "direct" && coll == sched.Allreduce {
-			// The fused two-shot kernel up to 64 KiB (on two GPUs too),
-			// the program above.
-			opts.DirectMax = 64 << 10
+		algoName := name
+		switch name {
+		case "direct":
+			if coll == sched.Allreduce {
+				// The fused two-shot kernel, in many rounds through 4 KiB slots.
+				opts.SlotBytes, opts.OneShotMax = 4<<10, -1
+			}
+		case "direct-program":
+			// The direct allreduce as a program.
+			algoName, opts.DirectMax = "direct", -1
+		case "pipe":
+			// The default choice, with slots of 4 KiB: fused kernels in
+			// many rounds (allreduce: one-shot to 1 KiB, two-shot above).
+			algoName, opts.SlotBytes, opts.OneShotMax = "", 4<<10, 1<<10
 		}
 		if name == "hierpipe" {
 			// Two groups: the lower and the upper half of the ranks.
@@ -285,8 +296,8 @@ func deviceRank(t *testing.T) {
 				opts.Groups = append(opts.Groups, 2*r/n)
 			}
 		}
-		if name != "" {
-			opts.Algo = map[string]string{coll.String(): name}
+		if algoName != "" {
+			opts.Algo = map[string]string{coll.String(): algoName}
 		}
 		d, err := c.NewDeviceComm(ctx, dev, opts)
 		if err != nil {
@@ -358,7 +369,7 @@ func deviceRank(t *testing.T) {
 	// synchronisation between them: x ← Σ x, k times, from x = rank+1 on
 	// element 0 and 1 elsewhere. A call that read a peer's slot or flag of
 	// another call would break the powers.
-	for _, name := range []string{"gpu_oneshot", "direct", "segring"} {
+	for _, name := range []string{"gpu_oneshot", "direct", "pipe", "segring"} {
 		for _, count := range []int{1, 3000, 40000} {
 			if err := orderedChain(ctx, get(sched.Allreduce, name, true), w, bufA, count, rank, n); err != nil {
 				t.Errorf("rank %d: chain of stream-ordered %s allreduces of %d int64: %v", rank, name, count, err)
@@ -554,6 +565,7 @@ func deviceLateRank(t *testing.T) {
 		{"fused one-shot", DeviceOptions{}},
 		{"fused one-shot, stream-ordered", DeviceOptions{StreamOrdered: true}},
 		{"program", DeviceOptions{Algo: map[string]string{"allreduce": "ring"}}},
+		{"fused two-shot, many rounds", DeviceOptions{Algo: map[string]string{"allreduce": "direct"}, SlotBytes: 4096, OneShotMax: -1}},
 	}
 	for _, k := range cases {
 		opts := k.opts

@@ -1,44 +1,139 @@
 package cuda
 
-import "testing"
+import (
+	"fmt"
+	"testing"
 
-// TestFusedSlots checks the slot sizes the fused kernels need, which the
-// region must hold and LaunchOneShot checks: a two-shot call needs two
-// chunks of ⌈count/n⌉ elements, each rounded up to 16 bytes (the kernel's
-// vector width); the others need their block.
-func TestFusedSlots(t *testing.T) {
-	for _, c := range []struct {
-		kind         FusedKind
-		count, es, n int
-		want         int
-	}{
-		{FusedOneShot, 1000, 4, 4, 4000},
-		{FusedBcast, 3, 2, 8, 6},
-		{FusedAllgather, 7, 8, 3, 56},
-		{FusedReduceScatter, 5, 4, 2, 20},
-		{FusedTwoShot, 1000, 4, 4, 2 * 252 * 4},       // ⌈1000/4⌉ = 250, rounded up to 252 (4 per 16 bytes)
-		{FusedTwoShot, 1001, 4, 4, 2 * 252 * 4},       // ⌈1001/4⌉ = 251, rounded up to 252
-		{FusedTwoShot, 1, 8, 8, 2 * 2 * 8},            // one element in a 16-byte chunk
-		{FusedTwoShot, 1 << 20, 2, 3, 2 * 349528 * 2}, // ⌈1048576/3⌉ = 349526, rounded up to 8
-	} {
-		if got := c.kind.Slot(c.count, c.es, c.n); got != c.want {
-			t.Errorf("kind %d, %d elements of %d bytes on %d ranks: slot %d, want %d", c.kind, c.count, c.es, c.n, got, c.want)
-		}
-	}
-	// A slot sized for the largest two-shot call in bytes, plus 32 (each
-	// chunk may round up by 16 more for wider elements; gpu adds 64), holds
-	// every call up to that many bytes, whatever the element size.
-	for _, n := range []int{2, 3, 5, 8} {
-		for _, es := range []int{1, 2, 4, 8} {
-			max := TwoShotSlot(1<<20, 1, n)
-			for count := (1 << 20) / es; count > (1<<20)/es-40; count-- {
-				if got := TwoShotSlot(count, es, n); got > max+32 {
-					t.Errorf("n %d: %d elements of %d bytes need %d, more than %d+32", n, count, es, got, max)
+	"github.com/braid-ccl/braid/internal/dtype"
+)
+
+// TestFusedRounds checks OneShot.Rounds against a model of how the
+// pipelined kernels of kernels/reduce.cu cut a vector: round by round,
+// block by block, as the kernels' loops do. Every item of the vector must
+// be moved exactly once, by one block in one round, and no block may move
+// more in a round than its area of a slot holds; the number of rounds the
+// model takes must be Rounds(), which the host adds to the sequence
+// numbers (a mismatch would make ranks wait for flags no peer raises).
+func TestFusedRounds(t *testing.T) {
+	for _, kind := range []FusedKind{FusedTwoShot, FusedReduceScatter, FusedAllgather, FusedBcast} {
+		for _, d := range []dtype.DType{dtype.Int8, dtype.Float16, dtype.Float32, dtype.Float64} {
+			for _, n := range []int{2, 3, 4, 8} {
+				for _, slot := range []int{256, 4096, 1 << 20} {
+					for _, blocks := range []int{1, 3, 64, 128} {
+						for _, count := range []int{1, 7, 1000, 65537, 1<<20 + 3} {
+							areaCap := []int{0, 1000, 4096}[(count+blocks)%3]
+							a := OneShot{Kind: kind, DType: d, Count: count, Regions: make([]DevicePtr, n), SlotBytes: slot, Blocks: blocks, Area: areaCap}
+							want, err := modelRounds(a)
+							got := a.Rounds()
+							if err != nil {
+								t.Fatalf("kind %d, %d %v on %d ranks, slot %d, %d blocks: %v", kind, count, d, n, slot, blocks, err)
+							}
+							if got != want {
+								t.Fatalf("kind %d, %d %v on %d ranks, slot %d, %d blocks, area %d: Rounds %d, the kernel takes %d",
+									kind, count, d, n, slot, blocks, areaCap, got, want)
+							}
+						}
+					}
 				}
 			}
 		}
 	}
-	if OneShotBlocks(1) != 1 || OneShotBlocks(4097) != 2 || OneShotBlocks(1<<30) != OneShotMaxBlocks {
-		t.Errorf("OneShotBlocks: %d %d %d", OneShotBlocks(1), OneShotBlocks(4097), OneShotBlocks(1<<30))
+	// Too small an area: no kernel can run, and Rounds says so.
+	a := OneShot{Kind: FusedTwoShot, DType: dtype.Float64, Count: 10, Regions: make([]DevicePtr, 2), SlotBytes: 256, Blocks: 16}
+	if r := a.Rounds(); r != 0 {
+		t.Errorf("two-shot with 16-byte areas: Rounds %d, want 0", r)
 	}
+	a.Kind = FusedOneShot
+	if r := a.Rounds(); r != 1 {
+		t.Errorf("one-shot: Rounds %d, want 1", r)
+	}
+	if OneShotBlocks(1) != 1 || OneShotBlocks(4097) != 2 || OneShotBlocks(1<<30) != DefaultFusedBlocks ||
+		FusedBlocks(1<<30, 1000) != OneShotMaxBlocks || FusedBlocks(1<<30, 0) != 1 {
+		t.Errorf("OneShotBlocks: %d %d %d; FusedBlocks %d %d", OneShotBlocks(1), OneShotBlocks(4097), OneShotBlocks(1<<30),
+			FusedBlocks(1<<30, 1000), FusedBlocks(1<<30, 0))
+	}
+	if got := FusedOneShot.Slot(1000, 4, 4); got != 4000 {
+		t.Errorf("one-shot slot for 1000 float32: %d, want 4000", got)
+	}
+}
+
+// modelRounds runs the loops of a's kernel over a's vector without moving
+// data. It returns the rounds they take, or an error if an item is moved
+// twice or never, or a block's part of a round overflows its area.
+func modelRounds(a OneShot) (int, error) {
+	n, blocks, es := len(a.Regions), a.Blocks, a.DType.Size()
+	area := a.SlotBytes / blocks
+	if a.Area > 0 && a.Area < area {
+		area = a.Area
+	}
+	area = area / 16 * 16
+	// The kernels' split: block b's part of len items from off, in whole
+	// multiples of w.
+	split := func(off, length, w, b int) (int, int) {
+		per := ((length+blocks-1)/blocks + w - 1) / w * w
+		return off + min(b*per, length), off + min(b*per+per, length)
+	}
+	var items, w, capacity int // the items one rank's sweep covers, the vector width, the items an area holds per phase
+	switch a.Kind {
+	case FusedTwoShot:
+		w = 16 / es
+		items = ((a.Count+n-1)/n + w - 1) / w * w // a chunk
+		capacity = area / 2 / es / w * w
+	case FusedReduceScatter:
+		w = 16 / es
+		items, capacity = a.Count, area/es/w*w
+	case FusedAllgather:
+		w = 16
+		items, capacity = a.Count*es, area
+	case FusedBcast:
+		w = 16
+		items, capacity = a.Count*es, area/2/16*16
+	}
+	if capacity == 0 {
+		return 0, nil
+	}
+	seen := make([]int, items)
+	rounds := 0
+	switch a.Kind {
+	case FusedBcast:
+		m := n - 1
+		span := capacity * blocks
+		for off := 0; rounds == 0 || off < items; off += m * span {
+			rounds++
+			length := min(m*span, items-min(off, items))
+			ps := ((length+m-1)/m + 15) / 16 * 16
+			for b := range blocks {
+				blo, bhi := split(0, ps, 16, b)
+				if bhi-blo > capacity {
+					return 0, fmt.Errorf("round %d block %d: part of %d bytes in a half area of %d", rounds, b, bhi-blo, capacity)
+				}
+				for k := range m {
+					lo, hi := off+min(k*ps+blo, length), off+min(k*ps+bhi, length)
+					for i := lo; i < hi; i++ {
+						seen[i]++
+					}
+				}
+			}
+		}
+	default:
+		span := capacity * blocks
+		for off := 0; rounds == 0 || off < items; off += span {
+			rounds++
+			for b := range blocks {
+				lo, hi := split(off, min(span, items-min(off, items)), w, b)
+				if hi-lo > capacity {
+					return 0, fmt.Errorf("round %d block %d: %d items in an area of %d", rounds, b, hi-lo, capacity)
+				}
+				for i := lo; i < hi; i++ {
+					seen[i]++
+				}
+			}
+		}
+	}
+	for i, s := range seen {
+		if s != 1 {
+			return 0, fmt.Errorf("item %d of %d moved %d times", i, items, s)
+		}
+	}
+	return rounds, nil
 }

@@ -2,27 +2,9 @@ package cuda
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 )
-
-// TestMain lets a test run replace the embedded PTX with a file
-// (BRAID_TEST_REDUCE_PTX), so that freshly generated kernels can be checked
-// on the GPU machine before the PTX is committed.
-func TestMain(m *testing.M) {
-	if p := os.Getenv("BRAID_TEST_REDUCE_PTX"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "BRAID_TEST_REDUCE_PTX:", err)
-			os.Exit(2)
-		}
-		reducePTX = b
-		fmt.Fprintf(os.Stderr, "cuda tests: reduction kernels from %s (%d bytes)\n", p, len(b))
-	}
-	os.Exit(m.Run())
-}
 
 // needDevices skips the test unless a CUDA driver and n devices are there.
 func needDevices(t testing.TB, n int) {

@@ -1,25 +1,80 @@
 package cuda
 
 import (
+	"bytes"
+	"compress/gzip"
 	_ "embed"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
 )
 
-// reducePTX is kernels/reduce.ptx, compiled from kernels/reduce.cu by
-// kernels/gen.sh:
-//
-//	nvcc -ptx -arch=sm_90 -O3 -std=c++17 -o cuda/kernels/reduce.ptx cuda/kernels/reduce.cu
+// reducePTX is kernels/reduce.ptx.gz and reduceCubin90 the same kernels
+// compiled for compute capability 9.0 (H100, H200), both gzipped and made
+// from kernels/reduce.cu by kernels/gen.sh (nvcc -ptx and -cubin,
+// -arch=sm_90). A device of capability 9.0 loads the cubin, which needs no
+// compilation; others load the PTX, which the driver compiles the first
+// time (about 30 s on an H200, then cached by the driver across runs).
 //
 //go:generate bash kernels/gen.sh
-//go:embed kernels/reduce.ptx
+//go:embed kernels/reduce.ptx.gz
 var reducePTX []byte
 
-// ReducePTX returns the embedded PTX of the reduction kernels.
-func ReducePTX() []byte { return reducePTX }
+//go:embed kernels/reduce_sm90.cubin.gz
+var reduceCubin90 []byte
+
+// ReducePTX returns the PTX of the reduction kernels.
+func ReducePTX() ([]byte, error) { return gunzip(reducePTX) }
+
+// gunzip returns the content of a gzipped image.
+func gunzip(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
+}
+
+// kernelImage returns the module to load on a device of compute capability
+// major.minor, and what it is. BRAID_CUDA_KERNELS names a directory of
+// gen.sh's output to use instead (kernel work: a build from the GPU
+// machine, tried before it is committed); BRAID_CUDA_PTX a PTX file.
+func kernelImage(major, minor int) ([]byte, string, error) {
+	if path := os.Getenv("BRAID_CUDA_PTX"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, "", fmt.Errorf("cuda: reduction kernels from BRAID_CUDA_PTX: %w", err)
+		}
+		return b, path, nil
+	}
+	ptx, cubin, from := reducePTX, reduceCubin90, "embedded"
+	if dir := os.Getenv("BRAID_CUDA_KERNELS"); dir != "" {
+		var err error
+		if ptx, err = os.ReadFile(filepath.Join(dir, "reduce.ptx.gz")); err != nil {
+			return nil, "", fmt.Errorf("cuda: reduction kernels from BRAID_CUDA_KERNELS: %w", err)
+		}
+		if cubin, err = os.ReadFile(filepath.Join(dir, "reduce_sm90.cubin.gz")); err != nil {
+			cubin = nil
+		}
+		from = dir
+	}
+	if major == 9 && minor == 0 && len(cubin) > 0 {
+		if b, err := gunzip(cubin); err == nil {
+			return b, from + " sm_90 cubin", nil
+		}
+		// A damaged cubin: the PTX still works, compiled by the driver.
+	}
+	b, err := gunzip(ptx)
+	if err != nil {
+		return nil, "", fmt.Errorf("cuda: reduction kernels (%s PTX): %w", from, err)
+	}
+	return b, from + " PTX", nil
+}
 
 // reduceThreads is the block size of the reduction kernels.
 const reduceThreads = 512
@@ -27,6 +82,7 @@ const reduceThreads = 512
 // reduceKernels are the reduction kernels of one context.
 type reduceKernels struct {
 	mod      Module
+	image    string // what was loaded: kernelImage's description
 	loadTime time.Duration
 	reduce   [16][16]Function // [dtype][op]
 	divide   [16]Function     // [dtype]
@@ -53,21 +109,28 @@ func (c *Ctx) LoadKernels() error {
 		return nil
 	}
 	start := time.Now()
-	image := reducePTX
-	if path := os.Getenv("BRAID_CUDA_PTX"); path != "" {
-		// For kernel work: PTX built on the GPU machine, tried before it is
-		// committed.
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("cuda: reduction kernels from BRAID_CUDA_PTX: %w", err)
-		}
-		image = b
+	major, minor, err := c.w.dev.ComputeCapability()
+	if err != nil {
+		return err
+	}
+	image, what, err := kernelImage(major, minor)
+	if err != nil {
+		return err
 	}
 	mod, err := c.LoadModule(image)
-	if err != nil {
-		return fmt.Errorf("cuda: reduction kernels: %w", err)
+	if err != nil && strings.HasSuffix(what, "cubin") {
+		// A cubin this driver does not take: its PTX, compiled here.
+		ptx, pwhat, perr := kernelImage(0, 0)
+		if perr == nil {
+			if mod, perr = c.LoadModule(ptx); perr == nil {
+				err, what = nil, pwhat+" (the cubin failed: "+err.Error()+")"
+			}
+		}
 	}
-	k := &reduceKernels{mod: mod}
+	if err != nil {
+		return fmt.Errorf("cuda: reduction kernels (%s): %w", what, err)
+	}
+	k := &reduceKernels{mod: mod, image: what}
 	for _, d := range dtype.All() {
 		for _, op := range dtype.AllOps() {
 			if !dtype.Supports(d, op) {
@@ -122,6 +185,15 @@ func (c *Ctx) KernelLoadTime() time.Duration {
 		return 0
 	}
 	return c.w.kernels.loadTime
+}
+
+// KernelImage says which module LoadKernels loaded (the embedded sm_90
+// cubin, or PTX), or "" before.
+func (c *Ctx) KernelImage() string {
+	if c.w.kernels == nil {
+		return ""
+	}
+	return c.w.kernels.image
 }
 
 // ReduceKernel returns the kernel Reduce launches for d and op, for
@@ -222,14 +294,15 @@ func (c *Ctx) defaultBlocks(count, size int, addrBits uint64) int {
 	return min(blocks, 4*max(c.w.sms, 1))
 }
 
-// OneShot is one call of the one-shot or two-shot allreduce kernel
-// (kernels/reduce.cu, braid_oneshot_* and braid_twoshot_*). One-shot:
-// every rank pushes In into a slot of every peer's registered region,
-// raises a flag there, waits for every peer's flag in its own region and
-// combines the slots in rank order into Out. Two-shot: rank p reduces
-// chunk p of the vector from the pieces the others pushed, and pushes the
-// result back to all. Either is one kernel. Every rank of the call
-// launches it with the same Seq, Count, DType, Op, TwoShot and Blocks.
+// OneShot is one call of a fused kernel (kernels/reduce.cu): every rank
+// pushes data into slots of its peers' registered regions with stores over
+// NVLink, raises flags there and waits for its own, all in one kernel.
+// The one-shot allreduce does it once: every rank pushes In to every peer
+// and combines the slots in rank order into Out. The others are pipelined:
+// they move the vector in rounds of at most one area of a slot per block
+// and peer, so they take any count (see Rounds). Every rank of the call
+// launches it with the same Kind, Seq, Count, DType, Op, Root, SlotBytes
+// and Blocks.
 type OneShot struct {
 	Kind  FusedKind
 	DType dtype.DType
@@ -237,20 +310,28 @@ type OneShot struct {
 	In    DevicePtr
 	Out   DevicePtr
 	Count int
-	Seq   uint32 // the call's number, from 1; flags compare with it
-	Rank  int
+	// Seq is the call's first sequence number, from 1: round r of the call
+	// is number Seq+r, and flags compare with it. The next call starts at
+	// Seq+Rounds().
+	Seq  uint32
+	Rank int
 	// Regions are the bases of every rank's region as mapped here, this
 	// rank's own among them (at most OneShotMaxRanks).
 	Regions []DevicePtr
-	// SlotBytes is the size of one slot (a multiple of 256, at least
-	// Count elements; two-shot: TwoShotSlot).
+	// SlotBytes is the size of one slot (a multiple of 256; at least the
+	// vector for the one-shot kernel).
 	SlotBytes int
 	Timeout   time.Duration // how long to wait for a peer's flag
 	// Status is a mapped host word (device address) where a block that
 	// gave up stores 1 + the rank it waited for.
 	Status DevicePtr
 	Root   int // FusedBcast
-	Blocks int // 0: by size
+	Blocks int // 0: FusedBlocks(Count·DType.Size(), DefaultFusedBlocks)
+	// Area caps the bytes of a slot each block uses a round (pipelined
+	// kinds): smaller areas cut a vector into more rounds, whose pushes
+	// overlap the waits and reductions of the ones before. 0, or more than
+	// SlotBytes/Blocks, means SlotBytes/Blocks.
+	Area int
 }
 
 // One-shot kernel limits, as kernels/reduce.cu lays out a region: flags
@@ -258,18 +339,27 @@ type OneShot struct {
 // from OneShotSlotsOffset.
 const (
 	OneShotMaxRanks    = 8
-	OneShotMaxBlocks   = 64
+	OneShotMaxBlocks   = 128
 	OneShotSlotsOffset = 4096
 )
+
+// DefaultFusedBlocks is the most blocks a fused kernel runs with when
+// OneShot.Blocks is 0.
+const DefaultFusedBlocks = 64
 
 // OneShotRegionBytes is the size of a one-shot region for n ranks with
 // slots of slotBytes: the flags, then two parities of n slots.
 func OneShotRegionBytes(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*slotBytes }
 
-// OneShotBlocks is the grid the one-shot kernel uses for bytes when
-// OneShot.Blocks is 0: a block per 4 KiB, at least 1 and at most
-// OneShotMaxBlocks.
-func OneShotBlocks(bytes int) int { return min(max((bytes+4095)/4096, 1), OneShotMaxBlocks) }
+// OneShotBlocks is the grid a fused kernel uses for bytes when
+// OneShot.Blocks is 0: FusedBlocks(bytes, DefaultFusedBlocks).
+func OneShotBlocks(bytes int) int { return FusedBlocks(bytes, DefaultFusedBlocks) }
+
+// FusedBlocks is a grid for a fused kernel that moves bytes: a block per
+// 4 KiB, at least 1 and at most most (itself at most OneShotMaxBlocks).
+func FusedBlocks(bytes, most int) int {
+	return min(max((bytes+4095)/4096, 1), max(min(most, OneShotMaxBlocks), 1))
+}
 
 // FusedKind names the kernels LaunchOneShot runs.
 type FusedKind uint8
@@ -282,22 +372,63 @@ const (
 	FusedBcast                          // Out is the buffer, Root's is sent
 )
 
-// Slot is the slot, in bytes, a call of k on count elements of es bytes on
-// n ranks needs.
+// Slot is the slot, in bytes, that the one-shot allreduce of count
+// elements of es bytes needs; the other kinds move any count through any
+// slot (OneShot.Rounds).
 func (k FusedKind) Slot(count, es, n int) int {
-	if k == FusedTwoShot {
-		return TwoShotSlot(count, es, n)
+	if k == FusedOneShot {
+		return count * es
 	}
-	return count * es
+	return 0
 }
 
-// TwoShotSlot is the slot, in bytes, that a two-shot allreduce of count
-// elements of es bytes on n ranks needs: two chunks of ⌈count/n⌉ elements,
-// each rounded up to 16 bytes.
-func TwoShotSlot(count, es, n int) int {
-	w := 16 / es
-	c := ((count+n-1)/n + w - 1) / w * w
-	return 2 * c * es
+// grid is the number of blocks a runs.
+func (a *OneShot) grid() int {
+	if a.Blocks > 0 {
+		return a.Blocks
+	}
+	return OneShotBlocks(a.Count * a.DType.Size())
+}
+
+// Rounds is how many sequence numbers the call takes: 1 for the one-shot
+// kernel; for the pipelined ones, the rounds in which its vector passes
+// through areas of SlotBytes/grid bytes (kernels/reduce.cu counts them the
+// same way). It is 0 when an area is too small for the kind: 16 bytes a
+// round, 32 for the two-phase kernels (two-shot, broadcast).
+func (a *OneShot) Rounds() int {
+	blocks := a.grid()
+	if blocks < 1 || a.SlotBytes < 0 {
+		return 0
+	}
+	area := a.SlotBytes / blocks
+	if a.Area > 0 {
+		area = min(area, a.Area)
+	}
+	area &^= 15
+	es := a.DType.Size()
+	n := len(a.Regions)
+	rounds := func(items, perRound int) int {
+		if perRound <= 0 {
+			return 0
+		}
+		return max((items+perRound-1)/perRound, 1)
+	}
+	switch a.Kind {
+	case FusedOneShot:
+		return 1
+	case FusedTwoShot:
+		w := 16 / es
+		c := ((a.Count+n-1)/n + w - 1) / w * w
+		return rounds(c, area/2/es/w*w*blocks)
+	case FusedReduceScatter:
+		w := 16 / es
+		return rounds(a.Count, area/es/w*w*blocks)
+	case FusedAllgather:
+		return rounds(a.Count*es, area*blocks)
+	case FusedBcast:
+		return rounds(a.Count*es, area/2&^15*blocks*(n-1))
+	}
+	return 0
 }
 
 // LaunchOneShot enqueues the one-shot or two-shot allreduce a on s.
@@ -308,8 +439,8 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 		return fmt.Errorf("cuda: one-shot: op %v is not defined on %v", a.Op, a.DType)
 	case n < 1 || n > OneShotMaxRanks || a.Rank < 0 || a.Rank >= n:
 		return fmt.Errorf("cuda: one-shot: rank %d of %d (at most %d ranks)", a.Rank, n, OneShotMaxRanks)
-	case a.Count < 0 || a.SlotBytes%256 != 0 || a.Kind.Slot(a.Count, a.DType.Size(), n) > a.SlotBytes:
-		return fmt.Errorf("cuda: one-shot: %d elements of %d bytes in slots of %d bytes", a.Count, a.DType.Size(), a.SlotBytes)
+	case a.Count < 0 || a.SlotBytes%256 != 0 || a.Kind.Slot(a.Count, a.DType.Size(), n) > a.SlotBytes || a.Rounds() == 0:
+		return fmt.Errorf("cuda: fused kernel %d: %d elements of %d bytes in slots of %d bytes and %d blocks", a.Kind, a.Count, a.DType.Size(), a.SlotBytes, a.grid())
 	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
 		return fmt.Errorf("cuda: one-shot: %d blocks (at most %d)", a.Blocks, OneShotMaxBlocks)
 	}
@@ -319,17 +450,14 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	if err := c.LoadKernels(); err != nil {
 		return err
 	}
-	blocks := a.Blocks
-	if blocks == 0 {
-		blocks = OneShotBlocks(a.Count * a.DType.Size())
-	}
+	blocks := a.grid()
 	var r [OneShotMaxRanks]uint64
 	for i, p := range a.Regions {
 		r[i] = uint64(p)
 	}
 	k := c.w.kernels
 	tail := []uint64{uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
-		uint64(a.SlotBytes), uint64(max(a.Timeout, 0)), uint64(a.Status),
+		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
 		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
 	bytes := uint64(a.Count * a.DType.Size())
 	switch a.Kind {
@@ -352,6 +480,6 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	}
 	return c.Launch(f, D1(blocks), D1(reduceThreads), 0, s,
 		uint64(a.In), uint64(a.Out), uint64(a.Count), uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
-		uint64(a.SlotBytes), uint64(max(a.Timeout, 0)), uint64(a.Status),
+		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
 		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
 }

@@ -298,6 +298,10 @@ func TestKernelResources(t *testing.T) {
 	needDevices(t, 1)
 	w := newWorker(t, 0)
 	do(t, w, func(c *Ctx) error {
+		if err := c.LoadKernels(); err != nil {
+			return err
+		}
+		t.Logf("kernels (%s) loaded in %v", c.KernelImage(), c.KernelLoadTime())
 		for _, d := range dtype.All() {
 			line := d.String() + ":"
 			for _, op := range dtype.AllOps() {

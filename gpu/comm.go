@@ -122,18 +122,23 @@ type stashKey struct {
 type Options struct {
 	// OneShotBytes is the largest allreduce, in bytes, that the fused
 	// one-shot kernel runs (calls of algorithm "gpu_oneshot"; larger ones
-	// run as programs). Each rank registers a region of about
-	// 2·n·OneShotBytes for it; 0 means none.
+	// run as programs); slots are at least this large. 0 means none.
 	OneShotBytes int
-	// TwoShotBytes is the largest allreduce, in bytes, that the fused
-	// two-shot kernel runs (calls of algorithm "direct": a reduce-scatter
-	// and an allgather in one kernel); the region grows to hold it. 0
-	// means none.
-	TwoShotBytes int
-	// FusedBytes is the largest broadcast, and the largest block of an
-	// allgather or reduce-scatter, in bytes, that the fused kernels run
-	// (calls with Call.Fuse); the region grows to hold it. 0 means none.
-	FusedBytes int
+	// TwoShot runs allreduces of algorithm "direct" (a reduce-scatter and
+	// an allgather) as the fused two-shot kernel, of any size: the vector
+	// passes through the slots in rounds.
+	TwoShot bool
+	// Fused runs broadcasts, allgathers and reduce-scatters that ask for
+	// it (Call.Fuse) as pipelined fused kernels, of any size.
+	Fused bool
+	// SlotBytes is the size of each of the 2·n slots of the region every
+	// rank registers for the fused kernels (what peers push into); a
+	// pipelined call moves at most a slot per peer a round. 0 means
+	// DefaultSlotBytes(n); it is raised to OneShotBytes.
+	SlotBytes int
+	// Blocks is the most blocks a pipelined fused kernel runs with; 0
+	// means cuda.DefaultFusedBlocks, or BRAID_GPU_BLOCKS where set.
+	Blocks int
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
 	// reductions read a landing area of the receiver's scratch, which
@@ -204,7 +209,7 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		}
 	}
 	if err == nil {
-		err = g.setupFused(ctx, host, opts.OneShotBytes, opts.TwoShotBytes, opts.FusedBytes)
+		err = g.setupFused(ctx, host, opts)
 	}
 	if err != nil {
 		g.release()
@@ -213,9 +218,8 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	return g, nil
 }
 
-// Fused reports whether allreduces of algorithm "gpu_oneshot" up to
-// Options.OneShotBytes (and "direct" up to TwoShotBytes) run as fused
-// kernels, and if not, why.
+// Fused reports whether the fused kernels run (Options.OneShotBytes,
+// TwoShot, Fused), and if not, why.
 func (g *Comm) Fused() (bool, string) { return g.fused != nil, g.fusedOff }
 
 // shareMailbox creates the mailbox on rank 0 and maps it everywhere. Each

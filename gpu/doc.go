@@ -1,8 +1,8 @@
 // Package gpu runs Braid's collectives on device buffers, one process per
 // GPU, the mode users run: each rank owns one GPU, and the ranks of one
 // host reach each other's device memory through CUDA IPC mappings. It is
-// the executor of the GPU path. Small and medium calls run as one fused
-// kernel each; the others run the same programs (package sched) that
+// the executor of the GPU path. Most calls run as one fused kernel each,
+// of any size; the others run the same programs (package sched) that
 // package exec runs over host transports (ring, recursive doubling, direct
 // reduce-scatter and allgather, chains and trees), step by step, on CUDA
 // streams.
@@ -11,30 +11,42 @@
 //
 // When a Comm is made, every rank allocates a region of device memory
 // (cuda.OneShotRegionBytes: a flag per block and peer, then two parities
-// of one slot per rank), exports it and maps every peer's. A fused call is
-// then one kernel launch and no host round trip (cuda.LaunchOneShot): each
-// block pushes its piece of the data into the peers' slots with stores
-// over NVLink, raises its flag in every peer's region with a system-scope
-// release, waits until the peers' flags in its own region reach the
-// call's value, and finishes from local memory. The kernels are:
+// of one slot per rank, Options.SlotBytes each, 64 MiB in all by default),
+// exports it and maps every peer's. A fused call is then one kernel launch
+// and no host round trip (cuda.LaunchOneShot): each block pushes its piece
+// of the data into the peers' slots with stores over NVLink, raises its
+// flag in every peer's region with a system-scope release, waits until the
+// peers' flags in its own region reach the round's value, and finishes
+// from local memory. The kernels are:
 //
 //   - one-shot allreduce (algorithm "gpu_oneshot"): every rank pushes its
 //     input to all and combines all inputs in rank order, so that every
 //     rank gets the same bits;
 //   - two-shot allreduce (algorithm "direct"): chunk p is pushed to rank p,
 //     which combines it and pushes the result back to all (two flag
-//     rounds);
-//   - broadcast, allgather and reduce-scatter (Call.Fuse).
+//     exchanges a round);
+//   - broadcast (a scatter from the root, then an allgather among the
+//     others), allgather and reduce-scatter (Call.Fuse).
 //
-// A call uses the slots of parity seq & 1. A rank writes a peer's slots of
-// a parity only in call seq, which it started after its call seq−1 had
-// seen every peer's flags of seq−1, raised after those peers' call seq−2,
-// the last to read that parity, had ended; flags only grow (2·seq, and
-// 2·seq−1 for the two-shot's first round), so no second barrier is
-// needed. A flag wait is bounded by the call's deadline on the GPU: a
-// block that gives up records the missing peer in mapped host memory,
-// which the host reads after the stream, and the call fails with a
-// timeout (TestDeviceLatePeer).
+// All but the one-shot are pipelined: block b owns area b of every slot,
+// and the vector passes through the areas in rounds, so any size runs in
+// one kernel; a block pushes the next round before it waits for and reads
+// the current one. Every round has a sequence number, the call's first
+// plus its index (cuda.OneShot.Rounds counts the rounds), and uses the
+// slots of parity seq & 1 and flags 2·seq−1 and 2·seq. A block writes a
+// parity at a peer only after seeing a flag that the peer's block raised
+// once it had finished reading the round before of that parity; between
+// calls, a rank's kernel ends only after every peer's blocks reached its
+// last round. Flags only grow, so no second barrier is needed
+// (kernels/reduce.cu argues each kernel). A flag wait is bounded by the
+// call's deadline on the GPU: a block that gives up records the missing
+// peer in mapped host memory, which the host reads after the stream, and
+// the call fails with a timeout (TestDeviceLatePeer).
+//
+// BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
+// cuda.DefaultFusedBlocks) and BRAID_GPU_ROUNDS the fewest rounds a
+// vector is cut into (default 1: on H200s every extra round cost about
+// 10 µs of flag exchanges and bought no overlap); both are for tuning.
 //
 // # Programs: pushes, notices and events
 //

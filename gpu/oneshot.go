@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -20,11 +22,14 @@ import (
 // kernel launch and no host round trip: no notices, no events.
 type fused struct {
 	slotBytes int
+	blocks    int              // the most blocks of a pipelined kernel
+	minRounds int              // the fewest rounds of a pipelined kernel, where areas of 1 KiB or more allow
 	own       cuda.DevicePtr   // this rank's region
 	regions   []cuda.DevicePtr // every rank's region as mapped here
 	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
-	seq       uint32           // fused calls so far; the same on every rank
+	seq       uint32           // the next call's first sequence number; the same on every rank
 	twoShot   bool             // direct allreduces run fused too
+	other     bool             // broadcasts, allgathers and reduce-scatters with Call.Fuse do
 }
 
 // The algorithms whose allreduces run fused when they fit a slot: the
@@ -39,17 +44,29 @@ const (
 // rank calls it; if any rank cannot take part (too many ranks, no memory,
 // a peer's region that cannot be mapped), none uses the fused kernel and
 // the Comm runs one-shot allreduces as programs instead.
-func (g *Comm) setupFused(ctx context.Context, host Host, oneShot, twoShot, other int) error {
-	slotBytes := max(oneShot, other, 0)
-	if twoShot > 0 && g.n > 1 {
-		// Chunks of wider elements round up by up to 16 bytes more each.
-		slotBytes = max(slotBytes, cuda.TwoShotSlot(twoShot, 1, g.n)+64)
-	}
-	if slotBytes <= 0 || g.n < 2 {
+func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
+	if g.n < 2 || (opts.OneShotBytes <= 0 && !opts.TwoShot && !opts.Fused) {
 		return nil
 	}
+	slotBytes := opts.SlotBytes
+	if slotBytes <= 0 {
+		slotBytes = DefaultSlotBytes(g.n)
+	}
+	slotBytes = max(slotBytes, opts.OneShotBytes)
 	slotBytes = (slotBytes + 255) / 256 * 256
-	f := &fused{slotBytes: slotBytes, regions: make([]cuda.DevicePtr, g.n), twoShot: twoShot > 0}
+	minRounds := DefaultMinRounds
+	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_ROUNDS")); err == nil && v > 0 {
+		minRounds = v
+	}
+	blocks := opts.Blocks
+	if blocks <= 0 {
+		blocks = cuda.DefaultFusedBlocks
+		if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_BLOCKS")); err == nil && v > 0 {
+			blocks = v
+		}
+	}
+	f := &fused{slotBytes: slotBytes, blocks: min(blocks, cuda.OneShotMaxBlocks), regions: make([]cuda.DevicePtr, g.n),
+		seq: 1, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds}
 	var local error
 	var h cuda.IPCMemHandle
 	if g.n > cuda.OneShotMaxRanks {
@@ -154,16 +171,33 @@ func (g *Comm) freeFused(f *fused) error {
 	})
 }
 
+// DefaultMinRounds is the fewest rounds a pipelined fused kernel cuts a
+// vector into, where areas of at least 1 KiB a block allow; BRAID_GPU_ROUNDS
+// overrides it.
+const DefaultMinRounds = 1
+
+// DefaultSlotBytes is Options.SlotBytes's default on n GPUs: 32 MiB / n,
+// so that the region (2·n slots) takes 64 MiB.
+func DefaultSlotBytes(n int) int { return (32 << 20) / max(n, 1) }
+
 // fits reports whether k runs as a fused kernel: a one-shot allreduce
-// whose vector fits a slot, or a direct (two-shot) allreduce whose two
-// chunks do.
+// whose vector fits a slot, or a pipelined kernel that is on and whose
+// rounds the slots can hold.
 func (f *fused) fits(k *Call) bool {
 	if f == nil {
 		return false
 	}
 	kind, ok := fusedKind(k)
-	return ok && (kind != cuda.FusedTwoShot || f.twoShot) &&
-		kind.Slot(k.Params.Count, k.DType.Size(), k.Params.NRanks) <= f.slotBytes
+	switch {
+	case !ok:
+		return false
+	case kind == cuda.FusedOneShot:
+		return kind.Slot(k.Params.Count, k.DType.Size(), k.Params.NRanks) <= f.slotBytes
+	case kind == cuda.FusedTwoShot && !f.twoShot, kind != cuda.FusedTwoShot && !f.other:
+		return false
+	}
+	a := f.shot(k, 0)
+	return a.Rounds() > 0
 }
 
 // fusedKind returns the fused kernel that would run k, if any: allreduces
@@ -194,26 +228,44 @@ func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline t
 	if err := f.failed(rank); err != nil {
 		return err
 	}
-	f.seq++
-	if f.seq == 0 {
-		f.seq = 1 // 0 is the flags' initial value
-	}
+	// The call takes its sequence numbers even if it fails here, so that
+	// a rank never reuses numbers its peers have used.
+	a := f.shot(k, rank)
+	f.seq += uint32(max(a.Rounds(), 1))
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
 	}
+	a.Timeout, a.Status = wait, f.status.Ptr()
+	return c.LaunchOneShot(s, a)
+}
+
+// shot is the kernel call that runs k on rank, but for its timeout and
+// status word.
+func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 	kind, _ := fusedKind(k)
 	op := k.Op
 	if !k.Params.Coll.Reduces() {
 		op = dtype.Sum // unused, but checked: any op the type has
 	}
-	return c.LaunchOneShot(s, cuda.OneShot{
+	a := cuda.OneShot{
 		Kind:  kind,
 		Root:  k.Params.Root,
 		DType: k.DType, Op: op, In: k.In, Out: k.Out, Count: k.Params.Count,
 		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
-		Timeout: wait, Status: f.status.Ptr(),
-	})
+	}
+	if kind != cuda.FusedOneShot {
+		a.Blocks = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), f.blocks)
+		// Vectors that a few rounds would carry run in at least minRounds
+		// (smaller areas, down to 1 KiB a block), so that pushes overlap.
+		if f.minRounds > 1 {
+			a.Area = f.slotBytes / a.Blocks
+			for a.Area > 1024 && a.Rounds() < f.minRounds {
+				a.Area /= 2
+			}
+		}
+	}
+	return a
 }
 
 // failed returns an error if a fused kernel gave up waiting for a peer.

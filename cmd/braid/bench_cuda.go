@@ -85,10 +85,11 @@ func benchDevice(dev string, args []string) error {
 	format := fs.String("format", "table", "table or json (one object per line)")
 	target := fs.Duration("target", 50*time.Millisecond, "time of one timed loop")
 	trials := fs.Int("trials", 2, "timed loops per size; the best counts")
-	oneShot := fs.String("oneshot-max", "", "largest allreduce run one-shot (bytes; default braid.DefaultOneShotMax(n))")
-	directMax := fs.String("direct-max", "", "largest allreduce run as direct reduce-scatter and allgather")
+	oneShot := fs.String("oneshot-max", "", "largest allreduce run one-shot (bytes, or never; default braid.DefaultOneShotMax(n))")
+	directMax := fs.String("direct-max", "", "largest allreduce run as direct reduce-scatter and allgather, the fused two-shot kernel (bytes, or never)")
 	groupsF := fs.String("groups", "", "GPU groups for hierpipe and hier, rank r's group at position r (e.g. 0,0,1,1)")
-	fusedF := fs.String("fused-max", "", "largest bcast, or allgather or reducescatter block, run as one fused kernel (bytes; negative never)")
+	fusedF := fs.String("fused-max", "", "largest bcast, or allgather or reducescatter block, run as a fused kernel (bytes, or never)")
+	slotF := fs.String("slot", "", "bytes of each slot of the region the fused kernels push into (default: 32M / n)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
@@ -147,7 +148,11 @@ func benchDevice(dev string, args []string) error {
 	for _, f := range []struct {
 		s   string
 		dst *int
-	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}, {*fusedF, &opts.FusedMax}} {
+	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}, {*fusedF, &opts.FusedMax}, {*slotF, &opts.SlotBytes}} {
+		if f.s == "never" || strings.HasPrefix(f.s, "-") {
+			*f.dst = -1
+			continue
+		}
 		if f.s != "" {
 			v, err := bench.ParseSize(f.s)
 			if err != nil {

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Regenerates cuda/kernels/reduce.ptx from cuda/kernels/reduce.cu with nvcc
-# (CUDA 13.0 was used for the committed file; the GPU machine has it at
+# Regenerates the kernels package cuda embeds from cuda/kernels/reduce.cu with
+# nvcc (CUDA 13.0 was used for the committed files; the GPU machine has it at
 # /usr/local/cuda/bin/nvcc). Run from anywhere:
 #
-#     bash cuda/kernels/gen.sh [OUTPUT]
+#     bash cuda/kernels/gen.sh [DIR]
 #
-# OUTPUT defaults to reduce.ptx beside this script. The command it runs is
+# It writes DIR/reduce.ptx.gz and DIR/reduce_sm90.cubin.gz (DIR defaults to this
+# script's directory) with
 #
-#     nvcc -ptx -arch=sm_90 -O3 -std=c++17 -o cuda/kernels/reduce.ptx cuda/kernels/reduce.cu
+#     nvcc -ptx   -arch=sm_90 -O3 -std=c++17 -o reduce.ptx        reduce.cu
+#     nvcc -cubin -arch=sm_90 -O3 -std=c++17 -o reduce_sm90.cubin reduce.cu
+#     gzip -9 -n reduce.ptx reduce_sm90.cubin
 #
-# sm_90 is Hopper; the driver compiles the PTX for the device it loads on
-# (newer architectures too) when package cuda loads the module.
+# The cubin runs on compute capability 9.0 (H100, H200) without compilation;
+# other devices load the PTX, which their driver compiles (newer
+# architectures too). To try a build before committing it, point
+# BRAID_CUDA_KERNELS at DIR.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-out=${1:-$here/reduce.ptx}
+out=${1:-$here}
+mkdir -p "$out"
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-"$nvcc" -ptx -arch=sm_90 -O3 -std=c++17 -o "$out" "$here/reduce.cu"
-echo "wrote $out with $("$nvcc" --version | tail -n 2 | head -n 1)"
+"$nvcc" -ptx -arch=sm_90 -O3 -std=c++17 -o "$out/reduce.ptx" "$here/reduce.cu" &
+"$nvcc" -cubin -arch=sm_90 -O3 -std=c++17 -o "$out/reduce_sm90.cubin" "$here/reduce.cu" &
+wait %1
+wait %2
+gzip -9 -n -f "$out/reduce_sm90.cubin" "$out/reduce.ptx"
+echo "wrote $out/reduce.ptx.gz and $out/reduce_sm90.cubin.gz with $("$nvcc" --version | tail -n 2 | head -n 1)"

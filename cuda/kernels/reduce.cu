@@ -331,7 +331,7 @@ INT_KERNELS(u64, u64)
 // host in the loop:
 //
 //     braid_oneshot_<op>_<type>(const T *in, T *out, u64 n, u32 seq, u32 rank,
-//                               u32 nranks, u64 slot_bytes, u64 timeout_ns,
+//                               u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
 //                               u32 *status, char *r0, ..., char *r7)
 //
 // r0..r7 are the bases of every rank's registered region as mapped in this
@@ -361,7 +361,7 @@ INT_KERNELS(u64, u64)
 // memory that the host reads after the stream) and leaves out undefined.
 // ---------------------------------------------------------------------------
 
-#define ONESHOT_BLOCKS 64
+#define ONESHOT_BLOCKS 128
 #define ONESHOT_SLOTS 4096
 
 __device__ __forceinline__ void st_release_sys(u32 *p, u32 v) {
@@ -381,19 +381,22 @@ __device__ __forceinline__ u64 globaltimer() {
 // signal_wait raises this block's flag [b][rank] to v in every peer's region
 // (after everything the block wrote), then waits until its own flags [b][p]
 // of every peer reach v. It returns false, after recording the peer in
-// *status, if one does not within timeout_ns. Every thread calls it.
+// *status, if one does not within timeout_ns. Every thread calls it. With
+// sig false it only waits; with wait false it only raises.
 __device__ __forceinline__ bool signal_wait(char *const *base, u32 rank, u32 nranks, u32 v, u64 timeout_ns,
-                                            u32 *status) {
+                                            u32 *status, bool sig = true, bool wait = true) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
   const u32 t = threadIdx.x;
   if (t < nranks && t != rank) {
-    __threadfence_system();
-    st_release_sys((u32 *)(base[t]) + blockIdx.x * 8 + rank, v);
+    if (sig) {
+      __threadfence_system();
+      st_release_sys((u32 *)(base[t]) + blockIdx.x * 8 + rank, v);
+    }
     const u32 *flag = (const u32 *)(base[rank]) + blockIdx.x * 8 + t;
     const u64 start = globaltimer();
-    while ((int)(ld_acquire_sys(flag) - v) < 0) {
+    while (wait && (int)(ld_acquire_sys(flag) - v) < 0) {
       if (globaltimer() - start > timeout_ns) {
         atomicCAS(status, 0u, t + 1);
         __threadfence_system();
@@ -407,27 +410,144 @@ __device__ __forceinline__ bool signal_wait(char *const *base, u32 rank, u32 nra
 }
 
 // copy_piece copies elements [lo, hi) of src to dst, 16 bytes at a time
-// where both are aligned.
+// where both are aligned, four loads in flight per thread. Loads bypass L1
+// (ld.cg): src may be a slot that a peer rewrites between rounds.
 template <typename T>
 __device__ __forceinline__ void copy_piece(T *dst, const T *src, u64 lo, u64 hi) {
   const int W = 16 / sizeof(T);
   if (hi <= lo) return;
+  const u64 bd = blockDim.x;
+  u64 tail = lo;
   if ((((u64)(dst + lo) | (u64)(src + lo)) & 15) == 0) {
     const uint4 *s4 = (const uint4 *)(src + lo);
     uint4 *d4 = (uint4 *)(dst + lo);
     const u64 nv = (hi - lo) / W;
-    for (u64 i = threadIdx.x; i < nv; i += blockDim.x) d4[i] = s4[i];
-    for (u64 i = lo + nv * W + threadIdx.x; i < hi; i += blockDim.x) dst[i] = src[i];
-  } else {
-    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = src[i];
+    u64 i = threadIdx.x;
+    for (; i + 3 * bd < nv; i += 4 * bd) {
+      const uint4 a = __ldcg(s4 + i), b = __ldcg(s4 + i + bd), c = __ldcg(s4 + i + 2 * bd), d = __ldcg(s4 + i + 3 * bd);
+      d4[i] = a;
+      d4[i + bd] = b;
+      d4[i + 2 * bd] = c;
+      d4[i + 3 * bd] = d;
+    }
+    for (; i < nv; i += bd) d4[i] = __ldcg(s4 + i);
+    tail = lo + nv * W;
+  }
+  for (u64 i = tail + threadIdx.x; i < hi; i += bd) dst[i] = __ldcg(src + i);
+}
+
+// fanout copies elements [lo, hi) of src to each of dst[0..nd): one load,
+// nd stores.
+template <typename T>
+__device__ __forceinline__ void fanout(T *const *dst, u32 nd, const T *src, u64 lo, u64 hi) {
+  const int W = 16 / sizeof(T);
+  if (hi <= lo || nd == 0) return;
+  const u64 bd = blockDim.x;
+  u64 bits = (u64)(src + lo);
+  for (u32 k = 0; k < nd; k++) bits |= (u64)(dst[k] + lo);
+  u64 tail = lo;
+  if ((bits & 15) == 0) {
+    const uint4 *s4 = (const uint4 *)(src + lo);
+    const u64 nv = (hi - lo) / W;
+    u64 i = threadIdx.x;
+    for (; i + bd < nv; i += 2 * bd) {
+      const uint4 a = __ldcg(s4 + i), b = __ldcg(s4 + i + bd);
+      for (u32 k = 0; k < nd; k++) {
+        uint4 *d4 = (uint4 *)(dst[k] + lo);
+        d4[i] = a;
+        d4[i + bd] = b;
+      }
+    }
+    for (; i < nv; i += bd) {
+      const uint4 a = __ldcg(s4 + i);
+      for (u32 k = 0; k < nd; k++) ((uint4 *)(dst[k] + lo))[i] = a;
+    }
+    tail = lo + nv * W;
+  }
+  for (u64 i = tail + threadIdx.x; i < hi; i += bd) {
+    const T x = __ldcg(src + i);
+    for (u32 k = 0; k < nd; k++) dst[k][i] = x;
+  }
+}
+
+// reduce_into writes, for i in [lo, hi), the combination of src[0][i],
+// src[1][i], ..., src[nsrc-1][i] in that order (avg: the sum, divided by
+// nsrc) to out[i] and to push[k][i] for k < npush; nsrc <= 8, npush <= 7.
+// Each thread loads every source of two vectors before it combines them,
+// so that up to 16 loads are in flight.
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void reduce_into(typename Traits<S>::T *out, typename Traits<S>::T *const *push, u32 npush,
+                                            const typename Traits<S>::T *const *src, u32 nsrc, u64 lo, u64 hi) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::T T;
+  typedef typename Traits<S>::C C;
+  const int W = 16 / sizeof(T);
+  if (hi <= lo) return;
+  u64 bits = (u64)(out + lo);
+  const T *s[8];
+  T *d[7];
+#pragma unroll
+  for (int r = 0; r < 8; r++) {
+    s[r] = r < nsrc ? src[r] + lo : src[0] + lo;
+    bits |= (u64)s[r];
+  }
+#pragma unroll
+  for (int k = 0; k < 7; k++) {
+    d[k] = k < npush ? push[k] + lo : out + lo;
+    bits |= (u64)d[k];
+  }
+  u64 tail = lo;
+  if ((bits & 15) == 0) {
+    const u64 nv = (hi - lo) / W;
+    const u64 bd = blockDim.x;
+    for (u64 i0 = threadIdx.x; i0 < nv; i0 += 2 * bd) {
+      Vec<T> x[2][8];
+#pragma unroll
+      for (int u = 0; u < 2; u++) {
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+          if (r < nsrc && i0 + u * bd < nv) x[u][r].v = __ldcg((const uint4 *)s[r] + i0 + u * bd);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; u++) {
+        const u64 i = i0 + u * bd;
+        if (i < nv) {
+          Vec<T> acc = x[u][0];
+#pragma unroll
+          for (int r = 1; r < 8; r++) {
+            if (r < nsrc) {
+#pragma unroll
+              for (int k = 0; k < W; k++) acc.e[k] = combine<S, Op, false>(acc.e[k], x[u][r].e[k], (C)1);
+            }
+          }
+          if (Avg) {
+#pragma unroll
+            for (int k = 0; k < W; k++) acc.e[k] = Tr::store(Tr::load(acc.e[k]) / (C)nsrc);
+          }
+          ((uint4 *)(out + lo))[i] = acc.v;
+#pragma unroll
+          for (int k = 0; k < 7; k++) {
+            if (k < npush) ((uint4 *)d[k])[i] = acc.v;
+          }
+        }
+      }
+    }
+    tail = lo + nv * W;
+  }
+  for (u64 i = tail + threadIdx.x; i < hi; i += blockDim.x) {
+    T acc = __ldcg(src[0] + i);
+    for (u32 r = 1; r < nsrc; r++) acc = combine<S, Op, false>(acc, __ldcg(src[r] + i), (C)1);
+    if (Avg) acc = Tr::store(Tr::load(acc) / (C)nsrc);
+    out[i] = acc;
+    for (u32 k = 0; k < npush; k++) push[k][i] = acc;
   }
 }
 
 template <typename S, typename Op, bool Avg>
 __device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
-                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
                                              u32 *status, char *const *base) {
-  typedef Traits<S> Tr;
   typedef typename Traits<S>::T T;
   const int W = 16 / sizeof(T);
   // This block's piece [lo, hi), whole vectors except at the end.
@@ -435,226 +555,328 @@ __device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, ty
   const u64 lo = min((u64)blockIdx.x * per, n);
   const u64 hi = min(lo + per, n);
   const u64 parity = seq & 1;
-  const bool vec = (((u64)in | (u64)out) & 15) == 0;
   // 1. Push the piece into every peer's slot for this rank.
+  T *dst[8];
+  u32 nd = 0;
   for (u32 p = 0; p < nranks; p++) {
-    if (p == rank) continue;
-    copy_piece((T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes), in, lo, hi);
+    if (p != rank) dst[nd++] = (T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes);
   }
+  fanout(dst, nd, in, lo, hi);
   // 2. Tell every peer; 3. wait for every peer. Flags carry 2·seq: the
   // two-shot kernel's first phase raises them to 2·seq − 1, so that both
   // kernels keep them growing.
   if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
   // 4. Combine in rank order.
   const char *slots = base[rank] + ONESHOT_SLOTS + parity * nranks * slot_bytes;
-  if (vec) {
-    const u64 nv = (hi - lo) / W;
-    for (u64 i = threadIdx.x; i < nv; i += blockDim.x) {
-      Vec<T> acc, x;
-      for (u32 r = 0; r < nranks; r++) {
-        if (r == rank) {
-          x.v = ((const uint4 *)(in + lo))[i];
-        } else {
-          x.v = __ldcg((const uint4 *)((const T *)(slots + r * slot_bytes) + lo) + i);
-        }
-        if (r == 0) {
-          acc = x;
-        } else {
-#pragma unroll
-          for (int k = 0; k < W; k++) acc.e[k] = combine<S, Op, false>(acc.e[k], x.e[k], (typename Tr::C)1);
-        }
-      }
-      if (Avg) {
-#pragma unroll
-        for (int k = 0; k < W; k++) acc.e[k] = Tr::store(Tr::load(acc.e[k]) / (typename Tr::C)nranks);
-      }
-      ((uint4 *)(out + lo))[i] = acc.v;
-    }
-    for (u64 i = lo + nv * W + threadIdx.x; i < hi; i += blockDim.x) {
-      T acc = 0;
-      for (u32 r = 0; r < nranks; r++) {
-        T x = r == rank ? in[i] : __ldcg((const T *)(slots + r * slot_bytes) + i);
-        acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
-      }
-      if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
-      out[i] = acc;
-    }
-  } else {
-    for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      T acc = 0;
-      for (u32 r = 0; r < nranks; r++) {
-        T x = r == rank ? in[i] : __ldcg((const T *)(slots + r * slot_bytes) + i);
-        acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
-      }
-      if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
-      out[i] = acc;
-    }
-  }
+  const T *src[8];
+  for (u32 r = 0; r < nranks; r++) src[r] = r == rank ? in : (const T *)(slots + r * slot_bytes);
+  reduce_into<S, Op, Avg>(out, (T *const *)0, 0, src, nranks, lo, hi);
 }
 
-// The two-shot allreduce, for medium vectors: the vector is cut into nranks
-// chunks of c elements (c = ceil(n / nranks) rounded up to 16 bytes), chunk
-// p reduced by rank p. Block b owns the same sub-range [lo, hi) of every
-// chunk. Phase 1 pushes sub-range b of chunk p into rank p's slot
-// [seq & 1][rank] (its first c elements) and raises flags to 2·seq − 1;
-// rank p then combines the n contributions in rank order, writes the
-// result into its own chunk of out and pushes it into every peer's slot
-// [seq & 1][rank] after the first c elements, and raises flags to 2·seq;
-// every rank then copies the peers' reduced chunks out. Each rank sends
-// 2(nranks−1)/nranks of the vector, against nranks−1 times it in one-shot.
-// Slots hold 2c elements. Reuse is safe as in one-shot: a rank writes
-// parity seq & 1 only in call seq, after every peer ended call seq − 2.
+// ---------------------------------------------------------------------------
+// Pipelined fused kernels: the two-shot allreduce, reduce-scatter, allgather
+// and broadcast, for any size, through slots of a fixed size.
+//
+// Each block owns one area of every slot: area b is bytes
+// [b * area, (b + 1) * area) with area = (slot_bytes / gridDim.x) rounded
+// down to 16 bytes. Block b only writes area b of a peer's slot and only
+// reads area b of its own, so a block talks to the same block of every peer
+// and to no other. The vector is moved in rounds; a round moves at most an
+// area per block and peer. Round r of a call that starts at sequence number
+// seq is round g = seq + r: it uses slots of parity g & 1 and raises flags
+// to 2g - 1 (first phase, two-phase kernels) and 2g. The host advances seq
+// by the call's number of rounds (cuda.OneShot.Rounds computes it the same
+// way), so rounds, like calls, never share a number.
+//
+// Reuse: block b writes area b of parity g & 1 at a peer (round g) only
+// after it has seen a flag that the peer's block b raised once it had
+// finished reading round g - 2 there, the last earlier round of that
+// parity; each kernel below says which flag. A block pushes the next
+// round before it reads the current one where that argument allows, so
+// that its stores are in flight while it waits and combines. Across calls
+// the argument of the one-shot kernel holds: every block of a kernel takes
+// part in every round, so when a rank's kernel ends, every peer's blocks
+// have reached its last round and finished reading the one before.
+//
+// Every rank of a call launches the same grid with the same slot_bytes.
+// ---------------------------------------------------------------------------
+
+// block_area is the bytes of a slot that belong to this block: the call's
+// area_bytes, at most an even share of the slot, in whole 16 bytes.
+__device__ __forceinline__ u64 block_area(u64 slot_bytes, u64 area_bytes) {
+  const u64 share = slot_bytes / gridDim.x;
+  return (area_bytes == 0 ? share : min(area_bytes, share)) & ~(u64)15;
+}
+
+// split returns this block's part [*lo, *hi) of len items from off,
+// cut in whole multiples of w.
+__device__ __forceinline__ void split(u64 off, u64 len, u64 w, u64 *lo, u64 *hi) {
+  const u64 per = ((len + gridDim.x - 1) / gridDim.x + w - 1) / w * w;
+  *lo = off + min((u64)blockIdx.x * per, len);
+  *hi = off + min((u64)blockIdx.x * per + per, len);
+}
+
+// AREA is block b's area of slot [parity][q] in rank p's region, as T *.
+#define AREA(T, p, q) \
+  ((T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + (q)) * slot_bytes + (u64)blockIdx.x * area))
+
+// The two-shot allreduce: the vector is cut into nranks chunks of c
+// elements (c = ceil(n / nranks) rounded up to 16 bytes); rank p reduces
+// chunk p. A round moves up to e elements of every chunk per block, e half
+// an area. Round g, for a block:
+//
+//     A(g)  push the sub-range of chunk p into rank p's slot [g & 1][rank]
+//           (first half of the area), for every peer p;
+//           raise flags to 2g - 1 and wait for the peers';
+//     B(g)  combine this rank's sub-range in rank order (its own from in),
+//           write it into out and push it into every peer's slot
+//           [g & 1][rank] (second half); raise flags to 2g;
+//     A(g + 1), then wait for the peers' flags of 2g;
+//     C(g)  copy the peers' reduced sub-ranges from the second halves out;
+//
+// so that the pushes of the next round overlap the wait for this one's.
+// Flag 2g + 1 of a peer then says that it has finished C(g), and 2g that it
+// has finished B(g): a block writes a half of parity g & 1 again (A(g + 2),
+// B(g + 2)) only after it waited for 2g + 1. Each rank sends
+// 2(nranks - 1)/nranks of the vector, as a ring does, in 2 steps a round.
 template <typename S, typename Op, bool Avg>
 __device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
-                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
                                              u32 *status, char *const *base) {
-  typedef Traits<S> Tr;
   typedef typename Traits<S>::T T;
   const int W = 16 / sizeof(T);
   const u64 c = ((n + nranks - 1) / nranks + W - 1) / W * W;
-  const u64 per = ((c + gridDim.x - 1) / gridDim.x + W - 1) / W * W;
-  const u64 lo = min((u64)blockIdx.x * per, c);
-  const u64 hi = min(lo + per, c);
-  const u64 parity = seq & 1;
-  // The part of chunk p in [lo, hi), as indices into the vector.
-#define CHUNK_LO(p) min((u64)(p) * c + lo, n)
-#define CHUNK_HI(p) min((u64)(p) * c + hi, n)
-  // 1. Push sub-range b of chunk p to rank p.
-  for (u32 p = 0; p < nranks; p++) {
-    if (p == rank) continue;
-    T *slot = (T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes);
-    copy_piece(slot - (u64)p * c, in, CHUNK_LO(p), CHUNK_HI(p));
-  }
-  if (!signal_wait(base, rank, nranks, 2 * seq - 1, timeout_ns, status)) return;
-  // 2. Combine this rank's chunk in rank order, keep it and push it.
-  const char *slots = base[rank] + ONESHOT_SLOTS + parity * nranks * slot_bytes;
-  const u64 off = (u64)rank * c;
-  for (u64 i = CHUNK_LO(rank) + threadIdx.x; i < CHUNK_HI(rank); i += blockDim.x) {
-    T acc = 0;
-    for (u32 r = 0; r < nranks; r++) {
-      T x = r == rank ? in[i] : __ldcg((const T *)(slots + r * slot_bytes) + (i - off));
-      acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
-    }
-    if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
-    out[i] = acc;
+  const u64 area = block_area(slot_bytes, area_bytes);
+  const u64 e = area / 2 / sizeof(T) / W * W;
+  if (e == 0) return;  // the host never launches this
+  const u64 span = e * gridDim.x;
+  const u64 rounds = max((c + span - 1) / span, (u64)1);
+  // A(g): the pushes of round r (number g) of the sub-range [lo, hi) of
+  // every chunk.
+  auto push1 = [&](u32 g, u64 lo, u64 hi) {
+    const u64 parity = g & 1;
     for (u32 p = 0; p < nranks; p++) {
       if (p == rank) continue;
-      T *slot = (T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes);
-      slot[c + (i - off)] = acc;
+      const u64 at = (u64)p * c + lo;
+      copy_piece(AREA(T, p, rank) - at, in, min(at, n), min((u64)p * c + hi, n));
     }
+  };
+  u64 lo, hi;
+  split(0, min(span, c), W, &lo, &hi);
+  push1(seq, lo, hi);
+  for (u64 r = 0; r < rounds; r++) {
+    const u32 g = seq + (u32)r;
+    const u64 parity = g & 1;
+    if (!signal_wait(base, rank, nranks, 2 * g - 1, timeout_ns, status)) return;
+    // B(g).
+    const u64 at = (u64)rank * c + lo;
+    const T *src[8];
+    T *push[8];
+    u32 np = 0;
+    for (u32 q = 0; q < nranks; q++) {
+      src[q] = q == rank ? in : (const T *)AREA(T, rank, q) - at;
+      if (q != rank) push[np++] = AREA(T, q, rank) + e - at;
+    }
+    reduce_into<S, Op, Avg>(out, push, np, src, nranks, min(at, n), min((u64)rank * c + hi, n));
+    signal_wait(base, rank, nranks, 2 * g, timeout_ns, status, true, false);
+    // A(g + 1).
+    u64 nlo = 0, nhi = 0;
+    if (r + 1 < rounds) {
+      split((r + 1) * span, min(span, c - min((r + 1) * span, c)), W, &nlo, &nhi);
+      push1(g + 1, nlo, nhi);
+    }
+    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status, false, true)) return;
+    // C(g).
+    for (u32 q = 0; q < nranks; q++) {
+      if (q == rank) continue;
+      const u64 qa = (u64)q * c + lo;
+      copy_piece(out, (const T *)AREA(T, rank, q) + e - qa, min(qa, n), min((u64)q * c + hi, n));
+    }
+    lo = nlo;
+    hi = nhi;
   }
-  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
-  // 3. Copy the peers' reduced chunks out.
-  for (u32 q = 0; q < nranks; q++) {
-    if (q == rank) continue;
-    const T *slot = (const T *)(slots + q * slot_bytes) + c;
-    const u64 a = CHUNK_LO(q), b = CHUNK_HI(q);
-    for (u64 i = a + threadIdx.x; i < b; i += blockDim.x) out[i] = __ldcg(slot + (i - (u64)q * c));
-  }
-#undef CHUNK_LO
-#undef CHUNK_HI
 }
 
-// The fused reduce-scatter: rank p's block of count elements is the
-// combination, in rank order, of block p of every rank's in. Every rank
-// pushes block p of its input into rank p's slot [seq & 1][rank], raises
-// flags to 2·seq, waits for every peer's, and combines its own block.
+// The reduce-scatter: rank p's block of count elements is the combination,
+// in rank order, of block p of every rank's in. A round moves up to an area
+// of every block per block of the grid. Round g: A(g) pushes the block's
+// sub-range of block p into rank p's slot [g & 1][rank]; the block raises
+// flags to 2g and waits for every peer's; it pushes A(g + 1), then B(g)
+// combines its own sub-range from the slots. A peer's flag 2g + 2 says it
+// has finished B(g), the last read of parity g & 1 before A(g + 2).
 template <typename S, typename Op, bool Avg>
 __device__ __forceinline__ void rsfused_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 count,
-                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
                                              u32 *status, char *const *base) {
-  typedef Traits<S> Tr;
   typedef typename Traits<S>::T T;
   const int W = 16 / sizeof(T);
-  const u64 per = ((count + gridDim.x - 1) / gridDim.x + W - 1) / W * W;
-  const u64 lo = min((u64)blockIdx.x * per, count);
-  const u64 hi = min(lo + per, count);
-  const u64 parity = seq & 1;
-  for (u32 p = 0; p < nranks; p++) {
-    if (p == rank) continue;
-    copy_piece((T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes), in + (u64)p * count, lo, hi);
-  }
-  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
-  const char *slots = base[rank] + ONESHOT_SLOTS + parity * nranks * slot_bytes;
-  const T *mine = in + (u64)rank * count;
-  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    T acc = 0;
-    for (u32 r = 0; r < nranks; r++) {
-      T x = r == rank ? mine[i] : __ldcg((const T *)(slots + r * slot_bytes) + i);
-      acc = r == 0 ? x : combine<S, Op, false>(acc, x, (typename Tr::C)1);
-    }
-    if (Avg) acc = Tr::store(Tr::load(acc) / (typename Tr::C)nranks);
-    out[i] = acc;
-  }
-}
-
-// The fused broadcast and allgather move bytes. Broadcast: the root pushes
-// buf into every peer's slot [seq & 1][root]; after the flags, every other
-// rank copies it out. Allgather: every rank pushes its block of bytes into
-// every peer's slot [seq & 1][rank] and copies it to its own place in out;
-// after the flags, it copies every peer's block out. Both raise flags to
-// 2·seq, as the allreduce kernels do.
-extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
-    u8 *buf, u64 bytes, u32 root, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns, u32 *status,
-    char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
-  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
-  const u64 per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-  const u64 lo = min((u64)blockIdx.x * per, bytes);
-  const u64 hi = min(lo + per, bytes);
-  const u64 parity = seq & 1;
-  if (rank == root) {
+  const u64 area = block_area(slot_bytes, area_bytes);
+  const u64 e = area / sizeof(T) / W * W;
+  if (e == 0) return;
+  const u64 span = e * gridDim.x;
+  const u64 rounds = max((count + span - 1) / span, (u64)1);
+  auto push = [&](u32 g, u64 lo, u64 hi) {
+    const u64 parity = g & 1;
     for (u32 p = 0; p < nranks; p++) {
-      if (p != rank) copy_piece((u8 *)(base[p] + ONESHOT_SLOTS + (parity * nranks + root) * slot_bytes), buf, lo, hi);
+      if (p != rank) copy_piece(AREA(T, p, rank) - lo, in + (u64)p * count, lo, hi);
     }
-  }
-  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
-  if (rank != root) {
-    copy_piece(buf, (const u8 *)(base[rank] + ONESHOT_SLOTS + (parity * nranks + root) * slot_bytes), lo, hi);
+  };
+  u64 lo, hi;
+  split(0, min(span, count), W, &lo, &hi);
+  push(seq, lo, hi);
+  for (u64 r = 0; r < rounds; r++) {
+    const u32 g = seq + (u32)r;
+    const u64 parity = g & 1;
+    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
+    u64 nlo = 0, nhi = 0;
+    if (r + 1 < rounds) {
+      split((r + 1) * span, min(span, count - min((r + 1) * span, count)), W, &nlo, &nhi);
+      push(g + 1, nlo, nhi);
+    }
+    const T *src[8];
+    for (u32 q = 0; q < nranks; q++) {
+      src[q] = q == rank ? in + (u64)rank * count : (const T *)AREA(T, rank, q) - lo;
+    }
+    reduce_into<S, Op, Avg>(out, (T *const *)0, 0, src, nranks, lo, hi);
+    lo = nlo;
+    hi = nhi;
   }
 }
 
+// The allgather moves bytes: a round moves up to an area of every rank's
+// block per block of the grid. Round g: A(g) pushes the block's sub-range
+// into every peer's slot [g & 1][rank] and copies it to its own place in
+// out; the block raises flags to 2g and waits; it pushes A(g + 1), then
+// C(g) copies every peer's sub-range out. A peer's flag 2g + 2 says it has
+// finished C(g).
 extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
-    const u8 *in, u8 *out, u64 bytes, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns, u32 *status,
+    const u8 *in, u8 *out, u64 bytes, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status,
     char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
   char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
-  const u64 per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-  const u64 lo = min((u64)blockIdx.x * per, bytes);
-  const u64 hi = min(lo + per, bytes);
-  const u64 parity = seq & 1;
-  for (u32 p = 0; p < nranks; p++) {
-    if (p != rank) copy_piece((u8 *)(base[p] + ONESHOT_SLOTS + (parity * nranks + rank) * slot_bytes), in, lo, hi);
-  }
+  const u64 area = block_area(slot_bytes, area_bytes);
+  if (area == 0) return;
+  const u64 span = area * gridDim.x;
+  const u64 rounds = max((bytes + span - 1) / span, (u64)1);
   u8 *own = out + (u64)rank * bytes;
-  if (own != in) copy_piece(own, in, lo, hi);
-  if (!signal_wait(base, rank, nranks, 2 * seq, timeout_ns, status)) return;
-  for (u32 q = 0; q < nranks; q++) {
-    if (q != rank) {
-      copy_piece(out + (u64)q * bytes, (const u8 *)(base[rank] + ONESHOT_SLOTS + (parity * nranks + q) * slot_bytes), lo, hi);
+  auto push = [&](u32 g, u64 lo, u64 hi) {
+    const u64 parity = g & 1;
+    u8 *dst[8];
+    u32 nd = 0;
+    for (u32 p = 0; p < nranks; p++) {
+      if (p != rank) dst[nd++] = AREA(u8, p, rank) - lo;
     }
+    if (own != in) dst[nd++] = own;
+    fanout(dst, nd, in, lo, hi);
+  };
+  u64 lo, hi;
+  split(0, min(span, bytes), 16, &lo, &hi);
+  push(seq, lo, hi);
+  for (u64 r = 0; r < rounds; r++) {
+    const u32 g = seq + (u32)r;
+    const u64 parity = g & 1;
+    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
+    u64 nlo = 0, nhi = 0;
+    if (r + 1 < rounds) {
+      split((r + 1) * span, min(span, bytes - min((r + 1) * span, bytes)), 16, &nlo, &nhi);
+      push(g + 1, nlo, nhi);
+    }
+    for (u32 q = 0; q < nranks; q++) {
+      if (q != rank) copy_piece(out + (u64)q * bytes, (const u8 *)AREA(u8, rank, q) - lo, lo, hi);
+    }
+    lo = nlo;
+    hi = nhi;
   }
 }
+
+// The broadcast, as a scatter and an allgather among the nranks - 1 ranks
+// other than the root: a round moves (nranks - 1) parts, each of up to
+// half an area per block. Phase 1: the root pushes part k into the slot
+// [g & 1][root] of the k-th other rank (first half), and flags go to
+// 2g - 1; phase 2: that rank copies its part into buf and pushes it into
+// the slot [g & 1][rank] of every other non-root (second half), and flags
+// go to 2g; then each non-root copies the others' parts. The root sends
+// the vector once, as in a chain, and every part travels two hops at most.
+// The root does not wait for 2g: it may push round g + 1 while the others
+// finish round g, and it writes a parity again only after every peer's
+// 2g + 1, raised once that peer has finished round g.
+extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
+    u8 *buf, u64 bytes, u32 root, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status,
+    char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
+  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+  const u64 area = block_area(slot_bytes, area_bytes);
+  const u64 e = area / 2 / 16 * 16;
+  if (e == 0 || nranks < 2) return;
+  const u64 m = nranks - 1;
+  const u64 span = e * gridDim.x;  // of one part
+  const u64 rounds = max((bytes + m * span - 1) / (m * span), (u64)1);
+  for (u64 r = 0; r < rounds; r++) {
+    const u32 g = seq + (u32)r;
+    const u64 parity = g & 1;
+    const u64 off = r * m * span;
+    const u64 len = min(m * span, bytes - min(off, bytes));
+    const u64 ps = ((len + m - 1) / m + 15) / 16 * 16;  // a part, at most span
+    u64 blo, bhi;
+    split(0, ps, 16, &blo, &bhi);
+    // The bytes of part k that this block moves.
+#define PART_LO(k) (off + min((u64)(k) * ps + blo, len))
+#define PART_HI(k) (off + min((u64)(k) * ps + bhi, len))
+#define PART_OF(p) ((p) < root ? (p) : (p) - 1)
+    if (rank == root) {
+      for (u32 p = 0; p < nranks; p++) {
+        if (p == root) continue;
+        const u64 lo = PART_LO(PART_OF(p));
+        copy_piece(AREA(u8, p, root) - lo, buf, lo, PART_HI(PART_OF(p)));
+      }
+    }
+    if (!signal_wait(base, rank, nranks, 2 * g - 1, timeout_ns, status)) return;
+    if (rank != root) {
+      const u64 lo = PART_LO(PART_OF(rank));
+      u8 *dst[8];
+      u32 nd = 0;
+      dst[nd++] = buf;
+      for (u32 q = 0; q < nranks; q++) {
+        if (q != rank && q != root) dst[nd++] = AREA(u8, q, rank) + e - lo;
+      }
+      fanout(dst, nd, (const u8 *)AREA(u8, rank, root) - lo, lo, PART_HI(PART_OF(rank)));
+    }
+    // Only non-roots read what others push in phase 2 (none on 2 GPUs):
+    // the root raises its flag and goes on to the next round.
+    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status, true, rank != root && nranks > 2)) return;
+    if (rank != root) {
+      for (u32 q = 0; q < nranks; q++) {
+        if (q == rank || q == root) continue;
+        const u64 lo = PART_LO(PART_OF(q));
+        copy_piece(buf, (const u8 *)AREA(u8, rank, q) + e - lo, lo, PART_HI(PART_OF(q)));
+      }
+    }
+#undef PART_LO
+#undef PART_HI
+#undef PART_OF
+  }
+}
+#undef AREA
 
 #define ONESHOT(opname, Op, Avg, tname, S)                                                         \
   extern "C" __global__ void __launch_bounds__(512) braid_oneshot_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3,         \
-      char *r4, char *r5, char *r6, char *r7) {                                                    \
+      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
+      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    oneshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
+    oneshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base); \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(512) braid_twoshot_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3,         \
-      char *r4, char *r5, char *r6, char *r7) {                                                    \
+      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
+      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    twoshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
+    twoshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base); \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(512) braid_rsfused_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3,         \
-      char *r4, char *r5, char *r6, char *r7) {                                                    \
+      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
+      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    rsfused_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
+    rsfused_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base); \
   }
 
 #define FLOAT_ONESHOT(tname, S)           \
