@@ -88,14 +88,17 @@ func modelRounds(a OneShot) (int, error) {
 	case FusedBcast:
 		w = 16
 		items, capacity = a.Count*es, area/2/16*16
+		if n == 2 || items <= BcastDirectMax {
+			capacity = area // one phase: the root pushes everything to everyone
+		}
 	}
 	if capacity == 0 {
 		return 0, nil
 	}
 	seen := make([]int, items)
 	rounds := 0
-	switch a.Kind {
-	case FusedBcast:
+	switch {
+	case a.Kind == FusedBcast && n > 2 && items > BcastDirectMax:
 		m := n - 1
 		span := capacity * blocks
 		for off := 0; rounds == 0 || off < items; off += m * span {

@@ -343,6 +343,11 @@ const (
 	OneShotSlotsOffset = 4096
 )
 
+// BcastDirectMax is the largest fused broadcast that the root pushes to
+// every peer in one phase (kernels/reduce.cu, BCAST_DIRECT_MAX); larger
+// ones on more than 2 GPUs scatter parts, which the others then exchange.
+const BcastDirectMax = 1 << 20
+
 // DefaultFusedBlocks is the most blocks a fused kernel runs with when
 // OneShot.Blocks is 0.
 const DefaultFusedBlocks = 64
@@ -394,7 +399,8 @@ func (a *OneShot) grid() int {
 // kernel; for the pipelined ones, the rounds in which its vector passes
 // through areas of SlotBytes/grid bytes (kernels/reduce.cu counts them the
 // same way). It is 0 when an area is too small for the kind: 16 bytes a
-// round, 32 for the two-phase kernels (two-shot, broadcast).
+// round, 32 for the two-phase kernels (two-shot, broadcast above
+// BcastDirectMax on more than 2 GPUs).
 func (a *OneShot) Rounds() int {
 	blocks := a.grid()
 	if blocks < 1 || a.SlotBytes < 0 {
@@ -426,6 +432,9 @@ func (a *OneShot) Rounds() int {
 	case FusedAllgather:
 		return rounds(a.Count*es, area*blocks)
 	case FusedBcast:
+		if n == 2 || a.Count*es <= BcastDirectMax {
+			return rounds(a.Count*es, area*blocks)
+		}
 		return rounds(a.Count*es, area/2&^15*blocks*(n-1))
 	}
 	return 0

@@ -137,7 +137,7 @@ type Options struct {
 	// DefaultSlotBytes(n); it is raised to OneShotBytes.
 	SlotBytes int
 	// Blocks is the most blocks a pipelined fused kernel runs with; 0
-	// means cuda.DefaultFusedBlocks, or BRAID_GPU_BLOCKS where set.
+	// means BRAID_GPU_BLOCKS where set, else by kind and size.
 	Blocks int
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
