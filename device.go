@@ -95,15 +95,13 @@ const DeviceSegment = 16 << 20
 // ("bcast", "allgather", "reducescatter") on n GPUs. On H200s (braid bench
 // --device cuda, docs/PERFORMANCE.md) the pipelined fused kernels beat the
 // programs at every size but two: a broadcast on two GPUs above 16 MiB,
-// where one copy-engine push moves 387 GB/s against the kernel's 337 at
-// 1 GiB, and a reduce-scatter on four above blocks of 4 MiB, where the
-// ring's copy engines moved 296 GB/s against 287 at 1 GiB.
+// where one copy-engine push moves 386 GB/s against the kernel's 337 at
+// 1 GiB; and a reduce-scatter on four GPUs at 64 MiB, where the ring moved
+// 219 GB/s busbw against 207 (the kernel wins from 256 MiB: 318 against
+// 296 at 1 GiB), which the default leaves to the kernel.
 func DefaultFusedMax(coll string, n int) int {
-	switch {
-	case coll == "bcast" && n <= 2:
+	if coll == "bcast" && n <= 2 {
 		return 16 << 20
-	case coll == "reducescatter" && n > 2:
-		return 4 << 20
 	}
 	return math.MaxInt
 }

@@ -237,20 +237,32 @@ func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline t
 	return c.LaunchOneShot(s, a)
 }
 
-// bigTwoShot is the size from which two-shot allreduces run with
-// cuda.OneShotMaxBlocks blocks: on four H200s 128 blocks moved 333 GB/s
-// busbw at 1 GiB against 317 with 64, and the same at 64 MiB.
-const bigTwoShot = 64 << 20
+// bigFused is the size (the vector of an allreduce, a rank's block of an
+// allgather or reduce-scatter, a broadcast) from which pipelined kernels
+// run with cuda.OneShotMaxBlocks blocks instead of
+// cuda.DefaultFusedBlocks. On H200s 128 blocks moved more than 64 at
+// 1 GiB: allreduce 333 against 317 GB/s busbw on four GPUs, reduce-scatter
+// 318 against 298 (352 against 330 on two), allgather 342 against 329
+// (355 against 337), broadcast 328 against 312; and as much from 64 MiB,
+// but for the broadcast, which lost 4 % there and is switched at 256 MiB.
+func bigFused(kind cuda.FusedKind, n int) int {
+	switch kind {
+	case cuda.FusedBcast:
+		return 256 << 20
+	case cuda.FusedAllgather, cuda.FusedReduceScatter:
+		return (64 << 20) / max(n, 1)
+	}
+	return 64 << 20
+}
 
 // blocksFor is the most blocks a pipelined kernel of kind runs with for
-// bytes: Options.Blocks (or BRAID_GPU_BLOCKS) where set, else
-// cuda.DefaultFusedBlocks, or all of cuda.OneShotMaxBlocks for large
-// two-shot allreduces.
-func (f *fused) blocksFor(kind cuda.FusedKind, bytes int) int {
+// bytes on n ranks: Options.Blocks (or BRAID_GPU_BLOCKS) where set, else
+// cuda.DefaultFusedBlocks, or all of cuda.OneShotMaxBlocks from bigFused.
+func (f *fused) blocksFor(kind cuda.FusedKind, bytes, n int) int {
 	switch {
 	case f.blocks > 0:
 		return f.blocks
-	case kind == cuda.FusedTwoShot && bytes >= bigTwoShot:
+	case bytes >= bigFused(kind, n):
 		return cuda.OneShotMaxBlocks
 	}
 	return cuda.DefaultFusedBlocks
@@ -271,7 +283,7 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
 	}
 	if kind != cuda.FusedOneShot {
-		a.Blocks = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), f.blocksFor(kind, k.Params.Count*k.DType.Size()))
+		a.Blocks = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), f.blocksFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks))
 		// Vectors that a few rounds would carry run in at least minRounds
 		// (smaller areas, down to 1 KiB a block), so that pushes overlap.
 		if f.minRounds > 1 {
