@@ -91,6 +91,12 @@ const deviceSpin = time.Millisecond
 // notices and events, tens of microseconds between processes.
 const DeviceSegment = 16 << 20
 
+// kernelLoadWait bounds how long a rank making a DeviceComm waits for its
+// peers to load the GPU kernels, when the caller set no deadline: the
+// driver's compilation of the PTX on a GPU that the embedded cubin does
+// not cover takes about 30 s, longer on a loaded host.
+const kernelLoadWait = 3 * time.Minute
+
 // DefaultFusedMax is DeviceOptions.FusedMax's default for a collective
 // ("bcast", "allgather", "reducescatter") on n GPUs. On H200s (braid bench
 // --device cuda, docs/PERFORMANCE.md) the pipelined fused kernels beat the
@@ -176,16 +182,46 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	if opts != nil {
 		d.opts = *opts
 	}
+	w, werr := cuda.NewWorker(dev, cuda.WorkerOptions{Spin: deviceSpin})
+	// The kernels' first load on a GPU that the embedded cubin does not
+	// cover compiles their PTX (about 30 s on an H200, then cached by the
+	// driver), at a different pace on each rank: every rank loads them
+	// before the set-up's exchanges, then waits for the slowest with a
+	// deadline that allows for the compilation, unless the caller set one.
+	// A rank without a worker takes part too, so that the set-up below
+	// fails on every rank instead of waiting for it.
+	if werr == nil {
+		start := time.Now()
+		var image string
+		err := w.Do(context.Background(), func(cc *cuda.Ctx) error {
+			err := cc.LoadKernels()
+			image = cc.KernelImage()
+			return err
+		})
+		if took := time.Since(start); err == nil && took > time.Second {
+			c.w.debugf("info", "device comm on GPU %d: loading the kernels (%s) took %v; the driver caches what it compiled", dev, image, took.Round(time.Millisecond))
+		}
+		// An error here returns again from gpu.New, which tells the peers.
+	}
+	bctx, bcancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		bctx, bcancel = context.WithTimeout(ctx, kernelLoadWait)
+	}
+	err := c.Barrier(bctx)
+	bcancel()
+	if err != nil {
+		if w != nil {
+			w.Close()
+		}
+		return nil, deviceError(c.rank, call, fmt.Errorf("waiting for every rank to load the GPU kernels: %w", errors.Join(werr, err)))
+	}
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
-	w, err := cuda.NewWorker(dev, cuda.WorkerOptions{Spin: deviceSpin})
-	if err != nil {
-		// Take part in the set-up anyway, so that the peers fail too
-		// instead of waiting for this rank.
+	if werr != nil {
 		if _, gerr := gpu.New(ctx, deviceHost{c}, nil, gpu.Options{}); gerr != nil {
-			err = errors.Join(err, gerr)
+			werr = errors.Join(werr, gerr)
 		}
-		return nil, deviceError(c.rank, call, err)
+		return nil, deviceError(c.rank, call, werr)
 	}
 	d.w = w
 	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{

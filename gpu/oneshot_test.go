@@ -1,0 +1,84 @@
+package gpu
+
+import (
+	"testing"
+
+	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/sched"
+)
+
+// TestFusedChoice checks, without a GPU, which calls run fused and with
+// what grid and rounds: the kernel call that every rank must build alike.
+func TestFusedChoice(t *testing.T) {
+	const n = 4
+	f := &fused{slotBytes: DefaultSlotBytes(n), regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true}
+	call := func(coll sched.Collective, algo string, count int, fuse bool) *Call {
+		return &Call{Params: sched.Params{Coll: coll, NRanks: n, Count: count}, Algo: algo, Fuse: fuse,
+			DType: dtype.Float32, Op: dtype.Sum}
+	}
+	for _, c := range []struct {
+		name   string
+		k      *Call
+		fits   bool
+		blocks int
+	}{
+		{"one-shot in a slot", call(sched.Allreduce, fusedAlgo, 1<<10, false), true, 0},
+		{"one-shot larger than a slot", call(sched.Allreduce, fusedAlgo, 4<<20, false), false, 0},
+		{"two-shot, 4 MiB", call(sched.Allreduce, fusedTwoShot, 1<<20, false), true, cuda.DefaultFusedBlocks},
+		{"two-shot, 1 GiB", call(sched.Allreduce, fusedTwoShot, 1<<28, false), true, cuda.OneShotMaxBlocks},
+		{"ring allreduce", call(sched.Allreduce, "ring", 1<<20, false), false, 0},
+		{"broadcast, 128 MiB", call(sched.Bcast, "", 32<<20, true), true, cuda.DefaultFusedBlocks},
+		{"broadcast, 256 MiB", call(sched.Bcast, "", 64<<20, true), true, cuda.OneShotMaxBlocks},
+		{"broadcast not asked to fuse", call(sched.Bcast, "chain", 1<<10, false), false, 0},
+		{"allgather, 8 MiB blocks", call(sched.Allgather, "", 2<<20, true), true, cuda.DefaultFusedBlocks},
+		{"allgather, 16 MiB blocks", call(sched.Allgather, "", 4<<20, true), true, cuda.OneShotMaxBlocks},
+		{"reduce-scatter, 16 MiB blocks", call(sched.ReduceScatter, "", 4<<20, true), true, cuda.OneShotMaxBlocks},
+		{"small reduce-scatter", call(sched.ReduceScatter, "", 3, true), true, 1},
+	} {
+		if got := f.fits(c.k); got != c.fits {
+			t.Errorf("%s: fits %v, want %v", c.name, got, c.fits)
+			continue
+		}
+		if !c.fits || c.blocks == 0 {
+			continue
+		}
+		a := f.shot(c.k, 0)
+		if a.Blocks != c.blocks {
+			t.Errorf("%s: %d blocks, want %d", c.name, a.Blocks, c.blocks)
+		}
+		if a.Rounds() < 1 {
+			t.Errorf("%s: %d rounds", c.name, a.Rounds())
+		}
+	}
+	// 1 GiB two-shot on 4 ranks through 8 MiB slots and 128 blocks: areas
+	// of 64 KiB, 8192 float32 a phase, 2^20 of each 2^26-element chunk a
+	// round: 64 rounds.
+	if a := f.shot(call(sched.Allreduce, fusedTwoShot, 1<<28, false), 0); a.Rounds() != 64 {
+		t.Errorf("1 GiB two-shot: %d rounds, want 64", a.Rounds())
+	}
+
+	// Pipelined kernels off: only the one-shot runs fused.
+	off := &fused{slotBytes: 1 << 20, regions: make([]cuda.DevicePtr, n), seq: 1}
+	if off.fits(call(sched.Allreduce, fusedTwoShot, 1<<10, false)) || off.fits(call(sched.Bcast, "", 1<<10, true)) {
+		t.Error("pipelined kernels run although they are off")
+	}
+	if !off.fits(call(sched.Allreduce, fusedAlgo, 1<<10, false)) {
+		t.Error("the one-shot kernel does not run in a slot it fits")
+	}
+
+	// A grid forced by Options.Blocks, and a minimum of rounds.
+	g := &fused{slotBytes: 1 << 20, regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true, blocks: 8, minRounds: 4}
+	a := g.shot(call(sched.Allreduce, fusedTwoShot, 1<<16, false), 0)
+	if a.Blocks != 8 {
+		t.Errorf("forced grid: %d blocks, want 8", a.Blocks)
+	}
+	if r := a.Rounds(); r < 4 || a.Area < 1024 {
+		t.Errorf("minimum of 4 rounds: %d rounds with areas of %d bytes", r, a.Area)
+	}
+	// Too small a vector for 4 rounds of 1 KiB areas: as many as they give.
+	a = g.shot(call(sched.Allreduce, fusedTwoShot, 64, false), 0)
+	if a.Area < 1024 || a.Rounds() != 1 {
+		t.Errorf("small vector: %d rounds with areas of %d bytes, want 1 round", a.Rounds(), a.Area)
+	}
+}
