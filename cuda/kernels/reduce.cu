@@ -617,6 +617,34 @@ __device__ __forceinline__ void split(u64 off, u64 len, u64 w, u64 *lo, u64 *hi)
   *hi = off + min((u64)blockIdx.x * per + per, len);
 }
 
+// pipeline runs the one-phase rounds of a pipelined kernel over items
+// [0, total), span a round, cut per block in multiples of w: it pushes
+// round 0, then for each round g raises flags to 2g and waits for the
+// peers', pushes round g + 1 and takes round g. push(g, lo, hi) writes the
+// block's part [lo, hi) of round g into the peers' slots; take(g, lo, hi)
+// reads it from this rank's. A peer's flag 2g + 2 then says that it has
+// taken round g, the last read of parity g & 1 before round g + 2's push.
+template <typename Push, typename Take>
+__device__ __forceinline__ void pipeline(u64 total, u64 span, u64 w, u32 seq, char *const *base, u32 rank,
+                                         u32 nranks, u64 timeout_ns, u32 *status, Push push, Take take) {
+  const u64 rounds = max((total + span - 1) / span, (u64)1);
+  u64 lo, hi;
+  split(0, min(span, total), w, &lo, &hi);
+  push(seq, lo, hi);
+  for (u64 r = 0; r < rounds; r++) {
+    const u32 g = seq + (u32)r;
+    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
+    u64 nlo = 0, nhi = 0;
+    if (r + 1 < rounds) {
+      split((r + 1) * span, min(span, total - min((r + 1) * span, total)), w, &nlo, &nhi);
+      push(g + 1, nlo, nhi);
+    }
+    take(g, lo, hi);
+    lo = nlo;
+    hi = nhi;
+  }
+}
+
 // AREA is block b's area of slot [parity][q] in rank p's region, as T *.
 #define AREA(T, p, q) \
   ((T *)(base[p] + ONESHOT_SLOTS + (parity * nranks + (q)) * slot_bytes + (u64)blockIdx.x * area))
@@ -715,33 +743,21 @@ __device__ __forceinline__ void rsfused_body(const typename Traits<S>::T *in, ty
   const u64 e = area / sizeof(T) / W * W;
   if (e == 0) return;
   const u64 span = e * gridDim.x;
-  const u64 rounds = max((count + span - 1) / span, (u64)1);
   auto push = [&](u32 g, u64 lo, u64 hi) {
     const u64 parity = g & 1;
     for (u32 p = 0; p < nranks; p++) {
       if (p != rank) copy_piece(AREA(T, p, rank) - lo, in + (u64)p * count, lo, hi);
     }
   };
-  u64 lo, hi;
-  split(0, min(span, count), W, &lo, &hi);
-  push(seq, lo, hi);
-  for (u64 r = 0; r < rounds; r++) {
-    const u32 g = seq + (u32)r;
+  auto take = [&](u32 g, u64 lo, u64 hi) {
     const u64 parity = g & 1;
-    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
-    u64 nlo = 0, nhi = 0;
-    if (r + 1 < rounds) {
-      split((r + 1) * span, min(span, count - min((r + 1) * span, count)), W, &nlo, &nhi);
-      push(g + 1, nlo, nhi);
-    }
     const T *src[8];
     for (u32 q = 0; q < nranks; q++) {
       src[q] = q == rank ? in + (u64)rank * count : (const T *)AREA(T, rank, q) - lo;
     }
     reduce_into<S, Op, Avg>(out, (T *const *)0, 0, src, nranks, lo, hi);
-    lo = nlo;
-    hi = nhi;
-  }
+  };
+  pipeline(count, span, W, seq, base, rank, nranks, timeout_ns, status, push, take);
 }
 
 // The allgather moves bytes: a round moves up to an area of every rank's
@@ -757,7 +773,6 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
   const u64 area = block_area(slot_bytes, area_bytes);
   if (area == 0) return;
   const u64 span = area * gridDim.x;
-  const u64 rounds = max((bytes + span - 1) / span, (u64)1);
   u8 *own = out + (u64)rank * bytes;
   auto push = [&](u32 g, u64 lo, u64 hi) {
     const u64 parity = g & 1;
@@ -769,24 +784,13 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
     if (own != in) dst[nd++] = own;
     fanout(dst, nd, in, lo, hi);
   };
-  u64 lo, hi;
-  split(0, min(span, bytes), 16, &lo, &hi);
-  push(seq, lo, hi);
-  for (u64 r = 0; r < rounds; r++) {
-    const u32 g = seq + (u32)r;
+  auto take = [&](u32 g, u64 lo, u64 hi) {
     const u64 parity = g & 1;
-    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
-    u64 nlo = 0, nhi = 0;
-    if (r + 1 < rounds) {
-      split((r + 1) * span, min(span, bytes - min((r + 1) * span, bytes)), 16, &nlo, &nhi);
-      push(g + 1, nlo, nhi);
-    }
     for (u32 q = 0; q < nranks; q++) {
       if (q != rank) copy_piece(out + (u64)q * bytes, (const u8 *)AREA(u8, rank, q) - lo, lo, hi);
     }
-    lo = nlo;
-    hi = nhi;
-  }
+  };
+  pipeline(bytes, span, 16, seq, base, rank, nranks, timeout_ns, status, push, take);
 }
 
 // The broadcast. Up to BCAST_DIRECT_MAX bytes, and always on 2 GPUs, in
