@@ -44,10 +44,10 @@
 // the call fails with a timeout (TestDeviceLatePeer).
 //
 // BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
-// cuda.DefaultFusedBlocks, and 128 for large vectors: see bigFused)
-// and BRAID_GPU_ROUNDS the fewest rounds a
-// vector is cut into (default 1: on H200s every extra round cost about
-// 10 µs of flag exchanges and bought no overlap); both are for tuning.
+// cuda.DefaultFusedBlocks, and 128 for large vectors: see bigFused) and
+// BRAID_GPU_ROUNDS the fewest rounds a vector is cut into (default 1: on
+// H200s every extra round cost about 10 µs of flag exchanges and bought
+// no overlap); both are for tuning.
 //
 // # Programs: pushes, notices and events
 //
