@@ -303,7 +303,7 @@ func (f *fused) failed(rank int) error {
 		return nil
 	}
 	if p := atomic.LoadUint32((*uint32)(unsafe.Pointer(&f.status.Bytes()[0]))); p != 0 {
-		return fmt.Errorf("gpu: rank %d: rank %d did not reach a one-shot allreduce before the call's deadline (device-side wait): %w",
+		return fmt.Errorf("gpu: rank %d: rank %d did not reach a fused kernel (device-side wait) before the deadline of the call that launched it: %w",
 			rank, p-1, context.DeadlineExceeded)
 	}
 	return nil
