@@ -43,15 +43,8 @@ func gunzip(b []byte) ([]byte, error) {
 // kernelImage returns the module to load on a device of compute capability
 // major.minor, and what it is. BRAID_CUDA_KERNELS names a directory of
 // gen.sh's output to use instead (kernel work: a build from the GPU
-// machine, tried before it is committed); BRAID_CUDA_PTX a PTX file.
+// machine, tried before it is committed).
 func kernelImage(major, minor int) ([]byte, string, error) {
-	if path := os.Getenv("BRAID_CUDA_PTX"); path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, "", fmt.Errorf("cuda: reduction kernels from BRAID_CUDA_PTX: %w", err)
-		}
-		return b, path, nil
-	}
 	ptx, cubin, from := reducePTX, reduceCubin90, "embedded"
 	if dir := os.Getenv("BRAID_CUDA_KERNELS"); dir != "" {
 		var err error
