@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/braid-ccl/braid/internal/size"
+	"github.com/braid-ccl/braid/internal/textfile"
 )
 
 // MaxMultiPathChunks is the largest chunk count a MultiPathTable accepts.
@@ -131,38 +131,24 @@ func LoadMultiPathTable(path string) (*MultiPathTable, error) {
 // describes; name says where it came from in errors, which name the line.
 func ParseMultiPathTable(r io.Reader, name string) (*MultiPathTable, error) {
 	t := &MultiPathTable{Source: name}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	line := 0
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("multi-path table %s:%d: %s", name, line, fmt.Sprintf(format, a...))
-	}
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = text[:i]
-		}
-		f := strings.Fields(text)
-		if len(f) == 0 {
-			continue
-		}
+	err := textfile.Records(r, "multi-path table", name, func(line int, f []string) error {
 		e, err := parseMultiPathEntry(f)
 		if err != nil {
-			return nil, bad("%v", err)
+			return err
 		}
 		e.Line = line
 		for _, o := range t.Entries {
 			if e.Min < o.Max || o.Max == 0 {
 				if o.Min < e.Max || e.Max == 0 {
-					return nil, bad("%s overlaps line %d (%s)", strings.Fields(e.String())[0], o.Line, strings.Fields(o.String())[0])
+					return fmt.Errorf("%s overlaps line %d (%s)", strings.Fields(e.String())[0], o.Line, strings.Fields(o.String())[0])
 				}
 			}
 		}
 		t.Entries = append(t.Entries, e)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("multi-path table %s: %w", name, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return t, nil
 }

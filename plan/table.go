@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/textfile"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -111,33 +111,18 @@ func LoadTable(path string) (*Table, error) {
 // ParseTable reads a table; name says where it came from in errors.
 func ParseTable(r io.Reader, name string) (*Table, error) {
 	t := &Table{Source: name}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	line := 0
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("tuning table %s:%d: %s", name, line, fmt.Sprintf(format, a...))
-	}
 	var model cost.Model
 	haveLink := [len(model.Links)]bool{}
 	haveGamma, any := false, false
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = text[:i]
-		}
-		f := strings.Fields(text)
-		if len(f) == 0 {
-			continue
-		}
+	err := textfile.Records(r, "tuning table", name, func(line int, f []string) error {
 		switch f[0] {
 		case "link":
 			if len(f) != 4 {
-				return nil, bad("want \"link CLASS alpha=T beta=B\", got %q", strings.Join(f, " "))
+				return fmt.Errorf("want \"link CLASS alpha=T beta=B\", got %q", strings.Join(f, " "))
 			}
 			c, err := cost.ParseClass(f[1])
 			if err != nil {
-				return nil, bad("%v", err)
+				return err
 			}
 			var l cost.Link
 			for _, kv := range f[2:] {
@@ -151,33 +136,34 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 					err = fmt.Errorf("unknown field %q (want alpha= and beta=)", k)
 				}
 				if err != nil {
-					return nil, bad("%v", err)
+					return err
 				}
 			}
 			if !l.Valid() {
-				return nil, bad("link %v: alpha=%g s beta=%g B/s is not a valid link", c, l.Alpha, l.Beta)
+				return fmt.Errorf("link %v: alpha=%g s beta=%g B/s is not a valid link", c, l.Alpha, l.Beta)
 			}
 			model.Links[c], haveLink[c], any = l, true, true
 		case "gamma":
 			if len(f) != 2 {
-				return nil, bad("want \"gamma RATE\" (bytes reduced per second, e.g. 10GB/s)")
+				return fmt.Errorf("want \"gamma RATE\" (bytes reduced per second, e.g. 10GB/s)")
 			}
 			rate, err := parseRate(f[1])
 			if err != nil {
-				return nil, bad("%v", err)
+				return err
 			}
 			model.Gamma, haveGamma, any = 1/rate, true, true
 		default:
 			e, err := parseEntry(f)
 			if err != nil {
-				return nil, bad("%v", err)
+				return err
 			}
 			e.Line = line
 			t.Entries = append(t.Entries, e)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("tuning table %s: %w", name, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if any {
 		// Figures the file lacks come from the built-in model.
