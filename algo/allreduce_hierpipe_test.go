@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"context"
 	"math"
 	"slices"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/sched/schedtest"
-	"github.com/braid-ccl/braid/sim"
 )
 
 // hierPipeLayouts are the groupings "hierpipe" is checked on: hier_test.go's
@@ -195,18 +193,10 @@ func TestHierpipeOverlap(t *testing.T) {
 	var times [2]float64
 	for i, pieces := range []int{1, 8} {
 		p.Segment = p.Count / pieces
-		net, err := sim.FromModel(m, p.Layout, p.NRanks, sim.RankPorts, sim.SharedNIC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := sim.Run(context.Background(), p, Programs(a, p), net, sim.Config{Gamma: m.Gamma})
-		if err != nil {
-			t.Fatal(err)
-		}
-		times[i] = res.Time
-		c := a.(Coster).Cost(p, 4, m)
-		if gap := (c - res.Time) / res.Time; math.Abs(gap) > 0.1 {
-			t.Errorf("%d pieces: cost %.1f µs, simulated %.1f µs", pieces, c*1e6, res.Time*1e6)
+		c, simulated, gap := costGap(t, a, p, m)
+		times[i] = simulated
+		if math.Abs(gap) > 0.1 {
+			t.Errorf("%d pieces: cost %.1f µs, simulated %.1f µs", pieces, c*1e6, simulated*1e6)
 		}
 	}
 	if net := float64(p.Count*4) / m.Links[cost.Inter].Beta; times[1] > 1.25*net || times[0] < 1.8*net {
@@ -236,20 +226,11 @@ func TestHierpipeCostSim(t *testing.T) {
 				for _, count := range []int{1, 1000, 1 << 16, 1<<20 + 3} {
 					for _, seg := range []int{0, 1 << 14} {
 						p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: count, Segment: seg, Layout: lay.make(n)}
-						net, err := sim.FromModel(m, p.Layout, n, sim.RankPorts, sim.SharedNIC)
-						if err != nil {
-							t.Fatal(err)
-						}
-						res, err := sim.Run(context.Background(), p, Programs(a, p), net, sim.Config{Gamma: m.Gamma})
-						if err != nil {
-							t.Fatal(err)
-						}
-						c := a.(Coster).Cost(p, 4, m)
-						gap := (c - res.Time) / res.Time
+						c, simulated, gap := costGap(t, a, p, m)
 						worst = max(worst, math.Abs(gap))
 						if math.Abs(gap) > 0.25 {
 							t.Errorf("layout %s n=%d count=%d seg=%d γ=%g: cost %.2f µs, simulated %.2f µs (%+.1f%%)",
-								lay.name, n, count, seg, m.Gamma, c*1e6, res.Time*1e6, gap*100)
+								lay.name, n, count, seg, m.Gamma, c*1e6, simulated*1e6, gap*100)
 						}
 					}
 				}
