@@ -48,8 +48,10 @@ def size(b):
         if b >= s and b % s == 0:
             return "%d%s" % (b // s, u)
     return str(b)
-print("%-13s %2s %6s %-18s %10s %10s %10s %8s %8s %8s %8s %7s" % (
-    "collective", "n", "size", "braid algo", "braid us", "nccl us", "nccl sync", "lat×", "lat×sync",
+# "host us": how long Braid's host took to issue a call (the worker's
+# launches); where it is close to "braid us", launches bound the rate.
+print("%-13s %2s %6s %-18s %10s %8s %10s %10s %8s %8s %8s %8s %7s" % (
+    "collective", "n", "size", "braid algo", "braid us", "host us", "nccl us", "nccl sync", "lat×", "lat×sync",
     "braid bw", "nccl bw", "bw×"))
 for r in braid:
     # Braid's stream-ordered calls compare with NCCL's usual loop ("async"),
@@ -58,8 +60,8 @@ for r in braid:
     s = nccl.get((r["op"], r["n"], r["bytes"], "sync"))
     if a is None:
         continue
-    print("%-13s %2d %6s %-18s %10.2f %10.2f %10s %8.2f %8s %8.1f %8.1f %7.2f" % (
-        r["op"], r["n"], size(r["bytes"]), r["algo"][:18], r["time_us"], a["time_us"],
+    print("%-13s %2d %6s %-18s %10.2f %8.2f %10.2f %10s %8.2f %8s %8.1f %8.1f %7.2f" % (
+        r["op"], r["n"], size(r["bytes"]), r["algo"][:18], r["time_us"], r.get("issue_us", 0), a["time_us"],
         "%.2f" % s["time_us"] if s else "-", r["time_us"] / a["time_us"],
         "%.2f" % (r["time_us"] / s["time_us"]) if s else "-",
         r["busbw_GBps"], a["busbw_GBps"], r["busbw_GBps"] / a["busbw_GBps"]))

@@ -89,6 +89,7 @@ func benchDevice(dev string, args []string) error {
 	directMax := fs.String("direct-max", "", "largest allreduce run as direct reduce-scatter and allgather, the fused two-shot kernel (bytes, or never)")
 	groupsF := fs.String("groups", "", "GPU groups for hierpipe and hier, rank r's group at position r (e.g. 0,0,1,1)")
 	fusedF := fs.String("fused-max", "", "largest bcast, or allgather or reducescatter block, run as a fused kernel (bytes, or never)")
+	llF := fs.String("ll-max", "", "largest one-shot allreduce run in low-latency lines (bytes, or never; default gpu.DefaultLLBytes(n))")
 	slotF := fs.String("slot", "", "bytes of each slot of the region the fused kernels push into (default: 32M / n)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
@@ -148,7 +149,7 @@ func benchDevice(dev string, args []string) error {
 	for _, f := range []struct {
 		s   string
 		dst *int
-	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}, {*fusedF, &opts.FusedMax}, {*slotF, &opts.SlotBytes}} {
+	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}, {*fusedF, &opts.FusedMax}, {*slotF, &opts.SlotBytes}, {*llF, &opts.LLMax}} {
 		if f.s == "never" || strings.HasPrefix(f.s, "-") {
 			*f.dst = -1
 			continue
@@ -267,7 +268,8 @@ func benchDevice(dev string, args []string) error {
 					fmt.Fprintf(os.Stderr, "rank %d: %v %d B %s: %v\n", rank, col, size, a, err)
 				}
 			}
-			best, iters, err := deviceBenchTime(ctx, c, call, sync, *target, *trials)
+			issued := func() error { return w.Do(ctx, func(*cuda.Ctx) error { return nil }) }
+			best, issue, iters, err := deviceBenchTime(ctx, c, call, issued, sync, *target, *trials)
 			if err != nil {
 				return err
 			}
@@ -284,7 +286,7 @@ func benchDevice(dev string, args []string) error {
 			busbw := algbw * bench.BusFactor(col, nr)
 			if *format == "json" {
 				b, _ := json.Marshal(map[string]any{"api": "braid", "op": col.String(), "n": nr, "bytes": size, "algo": name,
-					"time_us": us, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String(), "mode": mode})
+					"time_us": us, "issue_us": issue.Seconds() * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String(), "mode": mode})
 				fmt.Println(string(b))
 			} else {
 				fmt.Printf("%10s %12d %-12s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, us, algbw, busbw, correct)
@@ -380,51 +382,64 @@ func deviceBenchCheck(ctx context.Context, c *braid.Comm, w *cuda.Worker, call f
 
 // deviceBenchTime warms up, estimates the time of one call, agrees on an
 // iteration count, and times trials loops, each closed by sync; it returns
-// the best loop's time per call, the slowest rank's.
-func deviceBenchTime(ctx context.Context, c *braid.Comm, call, sync func() error, target time.Duration, trials int) (time.Duration, int, error) {
+// the best loop's time per call, the slowest rank's. It also returns the
+// host's share of that loop: the time per call until issued (which waits
+// for the worker to have issued every call) returned, the slowest rank's.
+// When it is close to the time per call, the host's launches bound the
+// rate, not the GPUs.
+func deviceBenchTime(ctx context.Context, c *braid.Comm, call, issued, sync func() error, target time.Duration, trials int) (time.Duration, time.Duration, int, error) {
 	for range 10 {
 		if err := call(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	if err := sync(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	start := time.Now()
 	for range 5 {
 		if err := call(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	if err := sync(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	est, err := slowest(ctx, c, time.Since(start).Seconds()/5)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	iters := int(math.Min(50000, math.Max(20, math.Ceil(target.Seconds()/math.Max(est, 1e-7)))))
-	best := math.Inf(1)
+	best, bestIssue := math.Inf(1), 0.0
 	for range max(trials, 1) {
 		if err := c.Barrier(ctx); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		start := time.Now()
 		for range iters {
 			if err := call(); err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 		}
+		if err := issued(); err != nil {
+			return 0, 0, 0, err
+		}
+		issue := time.Since(start).Seconds() / float64(iters)
 		if err := sync(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		t, err := slowest(ctx, c, time.Since(start).Seconds()/float64(iters))
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		best = math.Min(best, t)
+		if issue, err = slowest(ctx, c, issue); err != nil {
+			return 0, 0, 0, err
+		}
+		if t < best {
+			best, bestIssue = t, issue
+		}
 	}
-	return time.Duration(best * 1e9), iters, nil
+	return time.Duration(best * 1e9), time.Duration(bestIssue * 1e9), iters, nil
 }
 
 // slowest returns the largest v over the ranks.
