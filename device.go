@@ -51,6 +51,14 @@ type DeviceOptions struct {
 	// rounds through the slots); larger ones run as programs. 0 means
 	// DefaultFusedMax(collective, Size()), negative never.
 	FusedMax int
+	// LLMax is the largest one-shot allreduce, in bytes, whose data
+	// travels in low-latency lines: every 16-byte store carries 8 bytes
+	// and the call's number, so a peer needs no separate flag and the
+	// sender no fence (half the time on small vectors, twice the bytes on
+	// the links). Vectors in whole 8-byte words, between 8-byte aligned
+	// buffers, qualify. 0 means BRAID_GPU_LL_MAX where set, else
+	// gpu.DefaultLLBytes(Size()); negative never.
+	LLMax int
 	// SlotBytes is the size of each of the 2·Size() slots of the region
 	// that every rank registers when the DeviceComm is made: the memory
 	// peers push into, which the fused kernels cycle through a round at a
@@ -226,13 +234,14 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	d.w = w
 	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{
 		OneShotBytes: d.oneShotMax(), TwoShot: d.opts.DirectMax >= 0, Fused: d.opts.FusedMax >= 0, SlotBytes: d.opts.SlotBytes,
+		LLBytes: d.opts.LLMax,
 	}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
 	}
 	if ok, why := d.g.Fused(); ok {
-		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags): allreduce one-shot up to %s, then two-shot up to %s; bcast up to %s; allgather and reducescatter blocks up to %s and %s",
-			dev, sizeLimit(d.oneShotMax()), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
+		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags): allreduce one-shot up to %s (in low-latency lines up to %s), then two-shot up to %s; bcast up to %s; allgather and reducescatter blocks up to %s and %s",
+			dev, sizeLimit(d.oneShotMax()), sizeLimit(min(d.g.LLBytes(), d.oneShotMax())), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
 			sizeLimit(d.fusedMax(sched.Allgather)), sizeLimit(d.fusedMax(sched.ReduceScatter)))
 	} else if why != "" {
 		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)

@@ -371,9 +371,20 @@ func deviceRank(t *testing.T) {
 	// another call would break the powers.
 	for _, name := range []string{"gpu_oneshot", "direct", "pipe", "segring"} {
 		for _, count := range []int{1, 3000, 40000} {
-			if err := orderedChain(ctx, get(sched.Allreduce, name, true), w, bufA, count, rank, n); err != nil {
+			if err := orderedChain(ctx, get(sched.Allreduce, name, true), w, bufA, count, rank, n, false); err != nil {
 				t.Errorf("rank %d: chain of stream-ordered %s allreduces of %d int64: %v", rank, name, count, err)
 			}
+		}
+	}
+	// Chains whose every other call reduces only element 0: a one-shot in
+	// low-latency lines between two-shots in rounds ("pipe", 3000) or
+	// between one-shots through the slots (the default, 40000).
+	for _, c := range []struct {
+		name  string
+		count int
+	}{{"pipe", 3000}, {"", 40000}} {
+		if err := orderedChain(ctx, get(sched.Allreduce, c.name, true), w, bufA, c.count, rank, n, true); err != nil {
+			t.Errorf("rank %d: mixed chain of stream-ordered %q allreduces of %d int64: %v", rank, c.name, c.count, err)
 		}
 	}
 	// The same through Comm's entry point for device buffers.
@@ -404,8 +415,9 @@ func inPlaceCase(coll sched.Collective) bool {
 }
 
 // orderedChain runs the chain of stream-ordered allreduces that
-// deviceRank describes on buf and checks the result.
-func orderedChain(ctx context.Context, d *DeviceComm, w *cuda.Worker, buf cuda.DevicePtr, count, rank, n int) error {
+// deviceRank describes on buf and checks the result. Mixed, every odd
+// step reduces element 0 alone.
+func orderedChain(ctx context.Context, d *DeviceComm, w *cuda.Worker, buf cuda.DevicePtr, count, rank, n int, mixed bool) error {
 	const steps = 30
 	x := make([]int64, count)
 	for i := range x {
@@ -422,8 +434,16 @@ func orderedChain(ctx context.Context, d *DeviceComm, w *cuda.Worker, buf cuda.D
 		return err
 	}
 	dev := Device{Ptr: buf, Count: count, Type: Int64}
-	for range steps {
-		if err := d.Allreduce(ctx, dev, dev, Sum); err != nil {
+	one := Device{Ptr: buf, Count: 1, Type: Int64}
+	full := 0
+	for i := range steps {
+		x := dev
+		if mixed && i%2 == 1 {
+			x = one
+		} else {
+			full++
+		}
+		if err := d.Allreduce(ctx, x, x, Sum); err != nil {
 			return err
 		}
 	}
@@ -439,12 +459,16 @@ func orderedChain(ctx context.Context, d *DeviceComm, w *cuda.Worker, buf cuda.D
 		return err
 	}
 	// After the first step every element is the same on every rank:
-	// n(n+1)/2 for element 0, n elsewhere; each later step multiplies by n.
-	pow := int64(1)
-	for range steps - 1 {
-		pow *= int64(n)
+	// n(n+1)/2 for element 0, n elsewhere; each later step that reduces
+	// an element multiplies it by n.
+	pow := func(k int) int64 {
+		p := int64(1)
+		for range k {
+			p *= int64(n)
+		}
+		return p
 	}
-	want0, want := int64(n*(n+1)/2)*pow, int64(n)*pow
+	want0, want := int64(n*(n+1)/2)*pow(steps-1), int64(n)*pow(full-1)
 	for i, v := range x {
 		if w := want; i == 0 && v != want0 || i > 0 && v != w {
 			if i == 0 {

@@ -80,6 +80,7 @@ type reduceKernels struct {
 	reduce   [16][16]Function // [dtype][op]
 	divide   [16]Function     // [dtype]
 	oneshot  [16][16]Function // [dtype][op]
+	ll       [16][16]Function // [dtype][op]: braid_oneshotll
 	twoshot  [16][16]Function // [dtype][op]
 	rsfused  [16][16]Function // [dtype][op]
 	bcast    Function
@@ -136,6 +137,11 @@ func (c *Ctx) LoadKernels() error {
 			}
 			name = "braid_oneshot_" + op.String() + "_" + typeSuffix[d]
 			if k.oneshot[d][op], err = c.Function(mod, name); err != nil {
+				c.UnloadModule(mod)
+				return fmt.Errorf("cuda: reduction kernels: %w", err)
+			}
+			name = "braid_oneshotll_" + op.String() + "_" + typeSuffix[d]
+			if k.ll[d][op], err = c.Function(mod, name); err != nil {
 				c.UnloadModule(mod)
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
@@ -345,9 +351,29 @@ const BcastDirectMax = 1 << 20
 // OneShot.Blocks is 0.
 const DefaultFusedBlocks = 64
 
+// OneShotLLMax is the largest vector, in bytes, of the low-latency
+// one-shot allreduce (FusedOneShotLL). Its lines carry 8 bytes of data in
+// 16 (kernels/reduce.cu, ONESHOT_LL_SLOT).
+const OneShotLLMax = 256 << 10
+
 // OneShotRegionBytes is the size of a one-shot region for n ranks with
-// slots of slotBytes: the flags, then two parities of n slots.
-func OneShotRegionBytes(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*slotBytes }
+// slots of slotBytes: the flags, then two parities of n slots, then two
+// parities of n sets of low-latency lines (OneShotLLOffset).
+func OneShotRegionBytes(n, slotBytes int) int {
+	return OneShotLLOffset(n, slotBytes) + 2*n*2*OneShotLLMax
+}
+
+// OneShotLLOffset is where a region's low-latency lines start; the host
+// clears them, with the flags, before the region is first used.
+func OneShotLLOffset(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*slotBytes }
+
+// LLFits reports whether FusedOneShotLL can run an allreduce of count
+// elements of es bytes from in to out: at most OneShotLLMax bytes, in
+// whole 8-byte words, both buffers 8-byte aligned.
+func LLFits(in, out DevicePtr, count, es int) bool {
+	b := count * es
+	return b > 0 && b <= OneShotLLMax && b%8 == 0 && in%8 == 0 && out%8 == 0
+}
 
 // OneShotBlocks is the grid a fused kernel uses for bytes when
 // OneShot.Blocks is 0: FusedBlocks(bytes, DefaultFusedBlocks).
@@ -368,6 +394,7 @@ const (
 	FusedReduceScatter                  // Count is each rank's block; In holds n blocks
 	FusedAllgather                      // Count is each rank's block; Out holds n blocks
 	FusedBcast                          // Out is the buffer, Root's is sent
+	FusedOneShotLL                      // allreduce, one-shot in low-latency lines (LLFits)
 )
 
 // Slot is the slot, in bytes, that the one-shot allreduce of count
@@ -413,7 +440,7 @@ func (a *OneShot) Rounds() int {
 		return max((items+perRound-1)/perRound, 1)
 	}
 	switch a.Kind {
-	case FusedOneShot:
+	case FusedOneShot, FusedOneShotLL:
 		return 1
 	case FusedTwoShot:
 		w := 16 / es
@@ -445,6 +472,9 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 		return fmt.Errorf("cuda: fused kernel %d: %d elements of %d bytes in slots of %d bytes and %d blocks", a.Kind, a.Count, a.DType.Size(), a.SlotBytes, a.grid())
 	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
 		return fmt.Errorf("cuda: one-shot: %d blocks (at most %d)", a.Blocks, OneShotMaxBlocks)
+	case a.Kind == FusedOneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
+		return fmt.Errorf("cuda: low-latency one-shot: %d elements of %d bytes (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
+			a.Count, a.DType.Size(), OneShotLLMax)
 	}
 	if a.Count == 0 {
 		return nil
@@ -475,6 +505,8 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	}
 	f := k.oneshot[a.DType][a.Op]
 	switch a.Kind {
+	case FusedOneShotLL:
+		f = k.ll[a.DType][a.Op]
 	case FusedTwoShot:
 		f = k.twoshot[a.DType][a.Op]
 	case FusedReduceScatter:

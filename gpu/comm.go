@@ -136,6 +136,13 @@ type Options struct {
 	// pipelined call moves at most a slot per peer a round. 0 means
 	// DefaultSlotBytes(n); it is raised to OneShotBytes.
 	SlotBytes int
+	// LLBytes is the largest one-shot allreduce, in bytes, that runs in
+	// low-latency lines (cuda.FusedOneShotLL: data and flag in one store,
+	// no fence; twice the bytes on the links). Vectors in whole 8-byte
+	// words from and to 8-byte aligned buffers qualify, up to
+	// cuda.OneShotLLMax. 0 means BRAID_GPU_LL_MAX where set, else
+	// DefaultLLBytes(n); negative means none.
+	LLBytes int
 	// Blocks is the most blocks a pipelined fused kernel runs with; 0
 	// means BRAID_GPU_BLOCKS where set, else by kind and size.
 	Blocks int
@@ -221,6 +228,15 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 // Fused reports whether the fused kernels run (Options.OneShotBytes,
 // TwoShot, Fused), and if not, why.
 func (g *Comm) Fused() (bool, string) { return g.fused != nil, g.fusedOff }
+
+// LLBytes is the largest one-shot allreduce that runs in low-latency
+// lines (Options.LLBytes), 0 without fused kernels.
+func (g *Comm) LLBytes() int {
+	if g.fused == nil {
+		return 0
+	}
+	return g.fused.llMax
+}
 
 // shareMailbox creates the mailbox on rank 0 and maps it everywhere. Each
 // rank's record is a status byte (1 ready, 2 failed) and a text: rank 0's

@@ -21,7 +21,14 @@
 //
 //   - one-shot allreduce (algorithm "gpu_oneshot"): every rank pushes its
 //     input to all and combines all inputs in rank order, so that every
-//     rank gets the same bits;
+//     rank gets the same bits. Small vectors (Options.LLBytes, by default
+//     DefaultLLBytes) travel in low-latency lines instead of slots: every
+//     16-byte store carries 8 bytes of data beside two copies of the
+//     call's number, so the reader waits on the data itself, and the
+//     writer needs neither a fence nor a flag. On two H200s an 8-byte
+//     allreduce went from 5.9 to 3.5 µs (the host's launch now bounds it);
+//     the lines have their own part of the region, which nothing else
+//     writes;
 //   - two-shot allreduce (algorithm "direct"): chunk p is pushed to rank p,
 //     which combines it and pushes the result back to all (two flag
 //     exchanges a round);
@@ -43,7 +50,8 @@
 // peer in mapped host memory, which the host reads after the stream, and
 // the call fails with a timeout (TestDeviceLatePeer).
 //
-// BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
+// BRAID_GPU_LL_MAX sets the largest one-shot allreduce in low-latency
+// lines (bytes, 0 for none; Options.LLBytes wins). BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
 // cuda.DefaultFusedBlocks, and 128 for large vectors: see bigFused) and
 // BRAID_GPU_ROUNDS the fewest rounds a vector is cut into (default 1: on
 // H200s every extra round cost about 10 µs of flag exchanges and bought

@@ -24,6 +24,7 @@ type fused struct {
 	slotBytes int
 	blocks    int              // the most blocks of a pipelined kernel; 0 by kind and size
 	minRounds int              // the fewest rounds of a pipelined kernel, where areas of 1 KiB or more allow
+	llMax     int              // the largest one-shot allreduce that runs in low-latency lines
 	own       cuda.DevicePtr   // this rank's region
 	regions   []cuda.DevicePtr // every rank's region as mapped here
 	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
@@ -63,7 +64,7 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 		blocks = v
 	}
 	f := &fused{slotBytes: slotBytes, blocks: min(blocks, cuda.OneShotMaxBlocks), regions: make([]cuda.DevicePtr, g.n),
-		seq: 1, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds}
+		seq: 1, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds, llMax: llMax(opts.LLBytes, g.n)}
 	var local error
 	var h cuda.IPCMemHandle
 	if g.n > cuda.OneShotMaxRanks {
@@ -75,6 +76,10 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 				return err
 			}
 			if err = c.Memset8(f.own, 0, cuda.OneShotSlotsOffset, 0); err != nil {
+				return err
+			}
+			ll := cuda.OneShotLLOffset(g.n, slotBytes)
+			if err = c.Memset8(f.own.Add(ll), 0, size-ll, 0); err != nil {
 				return err
 			}
 			if err = c.Synchronize(); err != nil {
@@ -172,6 +177,35 @@ func (g *Comm) freeFused(f *fused) error {
 // vector into, where areas of at least 1 KiB a block allow; BRAID_GPU_ROUNDS
 // overrides it.
 const DefaultMinRounds = 1
+
+// llMax is the largest one-shot allreduce in low-latency lines on n
+// ranks: Options.LLBytes where not zero (negative: none), else
+// BRAID_GPU_LL_MAX (bytes, 0 for none) where set, else DefaultLLBytes(n);
+// at most cuda.OneShotLLMax.
+func llMax(opt, n int) int {
+	v := opt
+	if v == 0 {
+		v = DefaultLLBytes(n)
+		if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL_MAX")); err == nil {
+			v = e
+		}
+	}
+	return min(max(v, 0), cuda.OneShotLLMax)
+}
+
+// DefaultLLBytes is Options.LLBytes's default on n ranks: the largest
+// power of two whose lines, sent to every peer, stay within 1 MiB
+// (2·(n−1)·bytes ≤ 1 MiB), at most cuda.OneShotLLMax: 256 KiB on 2 and 3
+// GPUs, 128 KiB on 4, 64 KiB on 8. On four H200s the lines won up to
+// 128 KiB (6.9 against 7.7 µs) and lost at 256 KiB (9.5 against 9.0);
+// on two they won at every size to 256 KiB (5.3 against 6.8 µs).
+func DefaultLLBytes(n int) int {
+	b := cuda.OneShotLLMax
+	for b > 8 && 2*(n-1)*b > 1<<20 {
+		b /= 2
+	}
+	return b
+}
 
 // DefaultSlotBytes is Options.SlotBytes's default on n GPUs: 32 MiB / n,
 // so that the region (2·n slots) takes 64 MiB.
@@ -281,6 +315,9 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		Root:  k.Params.Root,
 		DType: k.DType, Op: op, In: k.In, Out: k.Out, Count: k.Params.Count,
 		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
+	}
+	if kind == cuda.FusedOneShot && k.Params.Count*k.DType.Size() <= f.llMax && cuda.LLFits(k.In, k.Out, k.Params.Count, k.DType.Size()) {
+		a.Kind = cuda.FusedOneShotLL
 	}
 	if kind != cuda.FusedOneShot {
 		a.Blocks = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), f.blocksFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks))

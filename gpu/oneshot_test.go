@@ -67,6 +67,37 @@ func TestFusedChoice(t *testing.T) {
 		t.Error("the one-shot kernel does not run in a slot it fits")
 	}
 
+	// Low-latency lines: vectors in whole 8-byte words between 8-byte
+	// aligned buffers, up to llMax.
+	ll := &fused{slotBytes: 1 << 20, regions: make([]cuda.DevicePtr, n), seq: 1, llMax: DefaultLLBytes(n)}
+	for _, c := range []struct {
+		name    string
+		count   int
+		in, out cuda.DevicePtr
+		want    cuda.FusedKind
+	}{
+		{"two float32", 2, 256, 512, cuda.FusedOneShotLL},
+		{"one float32", 1, 256, 512, cuda.FusedOneShot},
+		{"odd address", 2, 260, 512, cuda.FusedOneShot},
+		{"at the limit", DefaultLLBytes(n) / 4, 256, 256, cuda.FusedOneShotLL},
+		{"above the limit", DefaultLLBytes(n)/4 + 2, 256, 256, cuda.FusedOneShot},
+	} {
+		k := call(sched.Allreduce, fusedAlgo, c.count, false)
+		k.In, k.Out = c.in, c.out
+		if a := ll.shot(k, 0); a.Kind != c.want || a.Rounds() != 1 {
+			t.Errorf("%s: kind %d in %d rounds, want kind %d in 1", c.name, a.Kind, a.Rounds(), c.want)
+		}
+	}
+	for _, c := range []struct{ n, want int }{{2, 256 << 10}, {3, 256 << 10}, {4, 128 << 10}, {8, 64 << 10}} {
+		if got := DefaultLLBytes(c.n); got != c.want {
+			t.Errorf("DefaultLLBytes(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+	t.Setenv("BRAID_GPU_LL_MAX", "0")
+	if llMax(0, 2) != 0 || llMax(4096, 2) != 4096 || llMax(-1, 2) != 0 || llMax(1<<30, 2) != cuda.OneShotLLMax {
+		t.Errorf("llMax with BRAID_GPU_LL_MAX=0: %d, %d, %d, %d", llMax(0, 2), llMax(4096, 2), llMax(-1, 2), llMax(1<<30, 2))
+	}
+
 	// A grid forced by Options.Blocks, and a minimum of rounds.
 	g := &fused{slotBytes: 1 << 20, regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true, blocks: 8, minRounds: 4}
 	a := g.shot(call(sched.Allreduce, fusedTwoShot, 1<<16, false), 0)

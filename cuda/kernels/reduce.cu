@@ -575,6 +575,128 @@ __device__ __forceinline__ void oneshot_body(const typename Traits<S>::T *in, ty
 }
 
 // ---------------------------------------------------------------------------
+// Low-latency one-shot allreduce (LL lines), for small vectors whose size is
+// a multiple of 8 bytes, with in and out 8-byte aligned:
+//
+//     braid_oneshotll_<op>_<type>(same arguments as braid_oneshot_...)
+//
+// The one-shot kernel above pushes data, then raises a flag with a release:
+// the flag may only be seen after the data, so the release waits until every
+// store of the block has reached the peer, and only then does the flag
+// travel. Here data and flag travel together: every 16-byte store carries
+// 8 bytes of the vector as two 4-byte words, each beside a copy of the
+// call's sequence number,
+//
+//     { data[0:4], seq, data[4:8], seq }
+//
+// and a reader that loads the line whole and finds seq in both flag words
+// has both data words of this call (a 16-byte store reaches the peer at
+// least as two whole 8-byte halves). No fence, no separate flag: a word
+// costs one trip over NVLink instead of a store, an acknowledgement and a
+// flag. The price is twice the bytes on the wire, which is why only small
+// vectors (OneShotLLMax) go this way.
+//
+// The lines live in their own part of the region, after the slots, where
+// nothing else writes: 2 parities x nranks sources x ONESHOT_LL_SLOT bytes
+// (data of ONESHOT_LL_SLOT / 2 bytes). Only these kernels write there, so a
+// line's flag words hold sequence numbers of this kernel's calls or the
+// zeros the host cleared the part to, and sequence numbers start at 1.
+//
+// Reuse is the one-shot kernel's argument: a rank writes parity seq & 1 of
+// a peer's lines in call seq only; it started after its previous fused call
+// ended, which needed every peer's data or flags of that call, which the
+// peer produced only after its call before (the last reader of the lines of
+// an earlier LL call on the other side of this parity) had ended. Two LL
+// calls in a row have consecutive numbers, so alternate parities.
+//
+// Each thread moves whole 8-byte words: it pushes its words to every peer,
+// then waits for each peer's line of each word and combines in rank order,
+// its own word from in (the same expression and order as the one-shot).
+// ---------------------------------------------------------------------------
+
+#define ONESHOT_LL_SLOT (512 << 10)
+
+__device__ __forceinline__ void ll_store(uint4 *p, u64 v, u32 flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"((u32)v), "r"(flag),
+               "r"((u32)(v >> 32)), "r"(flag)
+               : "memory");
+}
+
+// ll_load returns true, with the line's data in *v, once the line holds
+// flag in both of its flag words.
+__device__ __forceinline__ bool ll_load(const uint4 *p, u32 flag, u64 *v) {
+  u32 a, b, c, d;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+               : "l"(p)
+               : "memory");
+  *v = (u64)a | ((u64)c << 32);
+  return b == flag && d == flag;
+}
+
+template <typename T> union Word {
+  u64 u;
+  T e[8 / sizeof(T)];
+};
+
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void oneshotll_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
+                                               u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                               u32 *status, char *const *base) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::T T;
+  typedef typename Traits<S>::C C;
+  const int E = 8 / sizeof(T);
+  const u64 words = n * sizeof(T) / 8;
+  const u64 lines = ONESHOT_SLOTS + 2 * (u64)nranks * slot_bytes;  // the lines' offset in a region
+  const u64 parity = seq & 1;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 *src = (const u64 *)in;
+  // 1. Push: word i of this rank goes to line i of source `rank` at every peer.
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+    const u64 v = src[i];
+    for (u32 p = 0; p < nranks; p++) {
+      if (p == rank) continue;
+      uint4 *l = (uint4 *)(base[p] + lines + (parity * nranks + rank) * ONESHOT_LL_SLOT) + i;
+      ll_store(l, v, seq);
+    }
+  }
+  // 2. Wait for every peer's word and combine in rank order.
+  const char *own = base[rank] + lines + parity * nranks * ONESHOT_LL_SLOT;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+    Word<T> acc, x;
+    for (u32 r = 0; r < nranks; r++) {
+      if (r == rank) {
+        x.u = src[i];
+      } else {
+        const uint4 *l = (const uint4 *)(own + r * ONESHOT_LL_SLOT) + i;
+        if (!ll_load(l, seq, &x.u)) {
+          const u64 start = globaltimer();
+          for (u32 spin = 1; !ll_load(l, seq, &x.u); spin++) {
+            if ((spin & 255) == 0 && globaltimer() - start > timeout_ns) {
+              atomicCAS(status, 0u, r + 1);
+              __threadfence_system();
+              return;
+            }
+          }
+        }
+      }
+      if (r == 0) {
+        acc = x;
+      } else {
+#pragma unroll
+        for (int k = 0; k < E; k++) acc.e[k] = combine<S, Op, false>(acc.e[k], x.e[k], (C)1);
+      }
+    }
+    if (Avg) {
+#pragma unroll
+      for (int k = 0; k < E; k++) acc.e[k] = Tr::store(Tr::load(acc.e[k]) / (C)nranks);
+    }
+    ((u64 *)out)[i] = acc.u;
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Pipelined fused kernels: the two-shot allreduce, reduce-scatter, allgather
 // and broadcast, for any size, through slots of a fixed size.
 //
@@ -896,6 +1018,13 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
       char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
     oneshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base); \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(512) braid_oneshotll_##opname##_##tname(            \
+      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
+      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
+      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
+    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
+    oneshotll_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(512) braid_twoshot_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
