@@ -202,7 +202,7 @@ func deviceRank(t *testing.T) {
 		counts = []int{0, 1, 7, 1000, 65537}
 	}
 	algos := map[sched.Collective][]string{
-		sched.Allreduce:     {"gpu_oneshot", "direct", "direct-program", "pipe", "ring", "segring", "hierpipe", "recdouble", "rabenseifner", ""},
+		sched.Allreduce:     {"gpu_oneshot", "ll2", "direct", "direct-program", "pipe", "ring", "segring", "hierpipe", "recdouble", "rabenseifner", ""},
 		sched.Bcast:         {"linear", "chain", "binomial", "pipe", ""},
 		sched.Allgather:     {"direct", "ring", "recdouble", "pipe", ""},
 		sched.ReduceScatter: {"direct", "ring", "segring", "pipe", ""},
@@ -215,7 +215,7 @@ func deviceRank(t *testing.T) {
 	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter, sched.Allgather, sched.Bcast,
 		sched.Reduce, sched.Gather, sched.Scatter, sched.Alltoall} {
 		for _, name := range algos[coll] {
-			if name != "" && name != "gpu_oneshot" && name != "pipe" {
+			if name != "" && name != "gpu_oneshot" && name != "pipe" && name != "ll2" {
 				a, err := algo.Lookup(coll, strings.TrimSuffix(name, "-program"))
 				if err != nil || a.Supports(sched.Params{Coll: coll, NRanks: n, Count: 1}) != nil {
 					continue
@@ -249,7 +249,7 @@ func deviceRank(t *testing.T) {
 								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, false})
 								// Stream-ordered calls: the fused one-shot kernel and programs
 								// whose sends then all wait for events.
-								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "direct" || name == "pipe" || name == "segring") {
+								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "ll2" || name == "direct" || name == "pipe" || name == "segring") {
 									cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, true})
 								}
 							}
@@ -289,6 +289,19 @@ func deviceRank(t *testing.T) {
 			// The default choice, with slots of 4 KiB: fused kernels in
 			// many rounds (allreduce: one-shot to 1 KiB, two-shot above).
 			algoName, opts.SlotBytes, opts.OneShotMax = "", 4<<10, 1<<10
+		case "ll2":
+			// The one-shot as a two-shot in low-latency lines wherever it
+			// fits (on 2 GPUs too, where it is not the default).
+			algoName, opts.LLMax = "gpu_oneshot", -1
+			old, had := os.LookupEnv("BRAID_GPU_LL2_MAX")
+			os.Setenv("BRAID_GPU_LL2_MAX", "1073741824")
+			defer func() {
+				if had {
+					os.Setenv("BRAID_GPU_LL2_MAX", old)
+				} else {
+					os.Unsetenv("BRAID_GPU_LL2_MAX")
+				}
+			}()
 		}
 		if name == "hierpipe" {
 			// Two groups: the lower and the upper half of the ranks.
@@ -369,7 +382,7 @@ func deviceRank(t *testing.T) {
 	// synchronisation between them: x ← Σ x, k times, from x = rank+1 on
 	// element 0 and 1 elsewhere. A call that read a peer's slot or flag of
 	// another call would break the powers.
-	for _, name := range []string{"gpu_oneshot", "direct", "pipe", "segring"} {
+	for _, name := range []string{"gpu_oneshot", "ll2", "direct", "pipe", "segring"} {
 		for _, count := range []int{1, 3000, 40000} {
 			if err := orderedChain(ctx, get(sched.Allreduce, name, true), w, bufA, count, rank, n, false); err != nil {
 				t.Errorf("rank %d: chain of stream-ordered %s allreduces of %d int64: %v", rank, name, count, err)
@@ -382,7 +395,7 @@ func deviceRank(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		count int
-	}{{"pipe", 3000}, {"", 40000}} {
+	}{{"pipe", 3000}, {"", 40000}, {"ll2", 40000}} {
 		if err := orderedChain(ctx, get(sched.Allreduce, c.name, true), w, bufA, c.count, rank, n, true); err != nil {
 			t.Errorf("rank %d: mixed chain of stream-ordered %q allreduces of %d int64: %v", rank, c.name, c.count, err)
 		}

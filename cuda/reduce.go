@@ -81,6 +81,7 @@ type reduceKernels struct {
 	divide   [16]Function     // [dtype]
 	oneshot  [16][16]Function // [dtype][op]
 	ll       [16][16]Function // [dtype][op]: braid_oneshotll
+	ll2      [16][16]Function // [dtype][op]: braid_twoshotll
 	twoshot  [16][16]Function // [dtype][op]
 	rsfused  [16][16]Function // [dtype][op]
 	bcast    Function
@@ -142,6 +143,11 @@ func (c *Ctx) LoadKernels() error {
 			}
 			name = "braid_oneshotll_" + op.String() + "_" + typeSuffix[d]
 			if k.ll[d][op], err = c.Function(mod, name); err != nil {
+				c.UnloadModule(mod)
+				return fmt.Errorf("cuda: reduction kernels: %w", err)
+			}
+			name = "braid_twoshotll_" + op.String() + "_" + typeSuffix[d]
+			if k.ll2[d][op], err = c.Function(mod, name); err != nil {
 				c.UnloadModule(mod)
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
@@ -375,6 +381,20 @@ func LLFits(in, out DevicePtr, count, es int) bool {
 	return b > 0 && b <= OneShotLLMax && b%8 == 0 && in%8 == 0 && out%8 == 0
 }
 
+// TwoShotLLMax is the largest vector, in bytes, of the low-latency
+// two-shot allreduce on n ranks (FusedTwoShotLL): a chunk of the vector
+// per rank, each in half of a source's lines.
+func TwoShotLLMax(n int) int { return OneShotLLMax / 2 * max(n, 1) }
+
+// TwoShotLLFits reports whether FusedTwoShotLL can run an allreduce of
+// count elements of es bytes from in to out on n ranks: at most
+// TwoShotLLMax(n) bytes, in whole 8-byte words, both buffers 8-byte
+// aligned.
+func TwoShotLLFits(in, out DevicePtr, count, es, n int) bool {
+	b := count * es
+	return b > 0 && n >= 2 && (b/8+n-1)/n*8 <= OneShotLLMax/2 && b%8 == 0 && in%8 == 0 && out%8 == 0
+}
+
 // OneShotBlocks is the grid a fused kernel uses for bytes when
 // OneShot.Blocks is 0: FusedBlocks(bytes, DefaultFusedBlocks).
 func OneShotBlocks(bytes int) int { return FusedBlocks(bytes, DefaultFusedBlocks) }
@@ -395,6 +415,7 @@ const (
 	FusedAllgather                      // Count is each rank's block; Out holds n blocks
 	FusedBcast                          // Out is the buffer, Root's is sent
 	FusedOneShotLL                      // allreduce, one-shot in low-latency lines (LLFits)
+	FusedTwoShotLL                      // allreduce, two-shot in low-latency lines (TwoShotLLFits)
 )
 
 // Slot is the slot, in bytes, that the one-shot allreduce of count
@@ -407,10 +428,15 @@ func (k FusedKind) Slot(count, es, n int) int {
 	return 0
 }
 
-// grid is the number of blocks a runs.
-func (a *OneShot) grid() int {
+// Grid is the number of blocks a runs.
+func (a *OneShot) Grid() int {
 	if a.Blocks > 0 {
 		return a.Blocks
+	}
+	if a.Kind == FusedTwoShotLL {
+		// A thread per word of a chunk.
+		n := max(len(a.Regions), 1)
+		return OneShotBlocks((a.Count*a.DType.Size()/8 + n - 1) / n * 8)
 	}
 	return OneShotBlocks(a.Count * a.DType.Size())
 }
@@ -422,7 +448,7 @@ func (a *OneShot) grid() int {
 // round, 32 for the two-phase kernels (two-shot, broadcast above
 // BcastDirectMax on more than 2 GPUs).
 func (a *OneShot) Rounds() int {
-	blocks := a.grid()
+	blocks := a.Grid()
 	if blocks < 1 || a.SlotBytes < 0 {
 		return 0
 	}
@@ -440,7 +466,7 @@ func (a *OneShot) Rounds() int {
 		return max((items+perRound-1)/perRound, 1)
 	}
 	switch a.Kind {
-	case FusedOneShot, FusedOneShotLL:
+	case FusedOneShot, FusedOneShotLL, FusedTwoShotLL:
 		return 1
 	case FusedTwoShot:
 		w := 16 / es
@@ -469,12 +495,15 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	case n < 1 || n > OneShotMaxRanks || a.Rank < 0 || a.Rank >= n:
 		return fmt.Errorf("cuda: one-shot: rank %d of %d (at most %d ranks)", a.Rank, n, OneShotMaxRanks)
 	case a.Count < 0 || a.SlotBytes%256 != 0 || a.Kind.Slot(a.Count, a.DType.Size(), n) > a.SlotBytes || a.Rounds() == 0:
-		return fmt.Errorf("cuda: fused kernel %d: %d elements of %d bytes in slots of %d bytes and %d blocks", a.Kind, a.Count, a.DType.Size(), a.SlotBytes, a.grid())
+		return fmt.Errorf("cuda: fused kernel %d: %d elements of %d bytes in slots of %d bytes and %d blocks", a.Kind, a.Count, a.DType.Size(), a.SlotBytes, a.Grid())
 	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
 		return fmt.Errorf("cuda: one-shot: %d blocks (at most %d)", a.Blocks, OneShotMaxBlocks)
 	case a.Kind == FusedOneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
 		return fmt.Errorf("cuda: low-latency one-shot: %d elements of %d bytes (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
 			a.Count, a.DType.Size(), OneShotLLMax)
+	case a.Kind == FusedTwoShotLL && a.Count > 0 && !TwoShotLLFits(a.In, a.Out, a.Count, a.DType.Size(), n):
+		return fmt.Errorf("cuda: low-latency two-shot: %d elements of %d bytes on %d ranks (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
+			a.Count, a.DType.Size(), n, TwoShotLLMax(n))
 	}
 	if a.Count == 0 {
 		return nil
@@ -482,7 +511,7 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	if err := c.LoadKernels(); err != nil {
 		return err
 	}
-	blocks := a.grid()
+	blocks := a.Grid()
 	var r [OneShotMaxRanks]uint64
 	for i, p := range a.Regions {
 		r[i] = uint64(p)
@@ -507,6 +536,8 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	switch a.Kind {
 	case FusedOneShotLL:
 		f = k.ll[a.DType][a.Op]
+	case FusedTwoShotLL:
+		f = k.ll2[a.DType][a.Op]
 	case FusedTwoShot:
 		f = k.twoshot[a.DType][a.Op]
 	case FusedReduceScatter:

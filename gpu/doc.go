@@ -28,7 +28,11 @@
 //     writer needs neither a fence nor a flag. On two H200s an 8-byte
 //     allreduce went from 5.9 to 3.5 µs (the host's launch now bounds it);
 //     the lines have their own part of the region, which nothing else
-//     writes;
+//     writes. On 3 GPUs or more, vectors above that limit and up to
+//     cuda.TwoShotLLMax(n) run as a two-shot in lines: chunk q goes to
+//     rank q, which combines it and sends the result back, so each GPU
+//     sends 2(n−1)/n of the vector instead of n−1 times it (four H200s,
+//     512 KiB: 12.3 → 10.5 µs);
 //   - two-shot allreduce (algorithm "direct"): chunk p is pushed to rank p,
 //     which combines it and pushes the result back to all (two flag
 //     exchanges a round);
@@ -51,7 +55,10 @@
 // the call fails with a timeout (TestDeviceLatePeer).
 //
 // BRAID_GPU_LL_MAX sets the largest one-shot allreduce in low-latency
-// lines (bytes, 0 for none; Options.LLBytes wins). BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
+// lines (bytes, 0 for none; Options.LLBytes wins), BRAID_GPU_LL2_MAX the
+// largest two-shot in lines, and BRAID_GPU_LL_BLOCKS the grid of a call in
+// lines (default a thread per 8-byte word; 32, 64 and 128 blocks changed
+// nothing on four H200s). BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
 // cuda.DefaultFusedBlocks, and 128 for large vectors: see bigFused) and
 // BRAID_GPU_ROUNDS the fewest rounds a vector is cut into (default 1: on
 // H200s every extra round cost about 10 µs of flag exchanges and bought

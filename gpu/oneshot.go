@@ -25,6 +25,8 @@ type fused struct {
 	blocks    int              // the most blocks of a pipelined kernel; 0 by kind and size
 	minRounds int              // the fewest rounds of a pipelined kernel, where areas of 1 KiB or more allow
 	llMax     int              // the largest one-shot allreduce that runs in low-latency lines
+	ll2Max    int              // the largest that runs in them as a two-shot (from llMax)
+	llBlocks  int              // the grid of a call in low-latency lines; 0: a thread per word
 	own       cuda.DevicePtr   // this rank's region
 	regions   []cuda.DevicePtr // every rank's region as mapped here
 	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
@@ -64,7 +66,10 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 		blocks = v
 	}
 	f := &fused{slotBytes: slotBytes, blocks: min(blocks, cuda.OneShotMaxBlocks), regions: make([]cuda.DevicePtr, g.n),
-		seq: 1, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds, llMax: llMax(opts.LLBytes, g.n)}
+		seq: 1, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds, llMax: llMax(opts.LLBytes, g.n), ll2Max: ll2Max(g.n)}
+	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL_BLOCKS")); err == nil && v > 0 {
+		f.llBlocks = min(v, cuda.OneShotMaxBlocks)
+	}
 	var local error
 	var h cuda.IPCMemHandle
 	if g.n > cuda.OneShotMaxRanks {
@@ -193,6 +198,27 @@ func llMax(opt, n int) int {
 	return min(max(v, 0), cuda.OneShotLLMax)
 }
 
+// ll2Max is the largest one-shot allreduce (above llMax) that runs as a
+// two-shot in low-latency lines on n ranks: BRAID_GPU_LL2_MAX (bytes)
+// where set, else DefaultLL2Bytes(n); at most cuda.TwoShotLLMax(n).
+func ll2Max(n int) int {
+	v := DefaultLL2Bytes(n)
+	if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL2_MAX")); err == nil {
+		v = e
+	}
+	return min(max(v, 0), cuda.TwoShotLLMax(n))
+}
+
+// DefaultLL2Bytes is the largest allreduce that runs as a two-shot in
+// low-latency lines by default on n ranks: none on 2 (where it sends as
+// much as the one-shot, with a hop more), else cuda.TwoShotLLMax(n).
+func DefaultLL2Bytes(n int) int {
+	if n <= 2 {
+		return 0
+	}
+	return cuda.TwoShotLLMax(n)
+}
+
 // DefaultLLBytes is Options.LLBytes's default on n ranks: the largest
 // power of two whose lines, sent to every peer, stay within 1 MiB
 // (2·(n−1)·bytes ≤ 1 MiB), at most cuda.OneShotLLMax: 256 KiB on 2 and 3
@@ -316,8 +342,16 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		DType: k.DType, Op: op, In: k.In, Out: k.Out, Count: k.Params.Count,
 		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
 	}
-	if kind == cuda.FusedOneShot && k.Params.Count*k.DType.Size() <= f.llMax && cuda.LLFits(k.In, k.Out, k.Params.Count, k.DType.Size()) {
-		a.Kind = cuda.FusedOneShotLL
+	if kind == cuda.FusedOneShot {
+		switch b := k.Params.Count * k.DType.Size(); {
+		case b <= f.llMax && cuda.LLFits(k.In, k.Out, k.Params.Count, k.DType.Size()):
+			a.Kind = cuda.FusedOneShotLL
+		case b > f.llMax && b <= f.ll2Max && cuda.TwoShotLLFits(k.In, k.Out, k.Params.Count, k.DType.Size(), k.Params.NRanks):
+			a.Kind = cuda.FusedTwoShotLL
+		}
+		if a.Kind != cuda.FusedOneShot && f.llBlocks > 0 {
+			a.Blocks = f.llBlocks
+		}
 	}
 	if kind != cuda.FusedOneShot {
 		a.Blocks = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), f.blocksFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks))

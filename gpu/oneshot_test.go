@@ -88,6 +88,26 @@ func TestFusedChoice(t *testing.T) {
 			t.Errorf("%s: kind %d in %d rounds, want kind %d in 1", c.name, a.Kind, a.Rounds(), c.want)
 		}
 	}
+	// Above them, the two-shot in lines, up to its own limit.
+	ll.ll2Max = cuda.TwoShotLLMax(n)
+	for _, c := range []struct {
+		count  int
+		want   cuda.FusedKind
+		blocks int
+	}{
+		{DefaultLLBytes(n)/4 + 2, cuda.FusedTwoShotLL, 9},
+		{cuda.TwoShotLLMax(n) / 4, cuda.FusedTwoShotLL, 32},
+		{cuda.TwoShotLLMax(n)/4 + 2, cuda.FusedOneShot, 64},
+	} {
+		k := call(sched.Allreduce, fusedAlgo, c.count, false)
+		k.In, k.Out = 256, 256
+		if a := ll.shot(k, 0); a.Kind != c.want || a.Rounds() != 1 || a.Grid() != c.blocks {
+			t.Errorf("%d float32: kind %d in %d rounds on %d blocks, want kind %d in 1 on %d", c.count, a.Kind, a.Rounds(), a.Grid(), c.want, c.blocks)
+		}
+	}
+	if DefaultLL2Bytes(2) != 0 || DefaultLL2Bytes(4) != cuda.TwoShotLLMax(4) {
+		t.Errorf("DefaultLL2Bytes: %d on 2, %d on 4", DefaultLL2Bytes(2), DefaultLL2Bytes(4))
+	}
 	for _, c := range []struct{ n, want int }{{2, 256 << 10}, {3, 256 << 10}, {4, 128 << 10}, {8, 64 << 10}} {
 		if got := DefaultLLBytes(c.n); got != c.want {
 			t.Errorf("DefaultLLBytes(%d) = %d, want %d", c.n, got, c.want)

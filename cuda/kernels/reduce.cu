@@ -410,62 +410,88 @@ __device__ __forceinline__ bool signal_wait(char *const *base, u32 rank, u32 nra
   return !failed;
 }
 
-// copy_piece copies elements [lo, hi) of src to dst, 16 bytes at a time
-// where both are aligned, four loads in flight per thread. Loads bypass L1
-// (ld.cg): src may be a slot that a peer rewrites between rounds.
+// copy_vec copies the whole words of type V in elements [lo, hi) of src
+// to dst, four loads in flight per thread, and returns where they end;
+// dst + lo and src + lo are V-aligned. Loads bypass L1 (ld.cg): src may be
+// a slot that a peer rewrites between rounds.
+template <typename V, typename T>
+__device__ __forceinline__ u64 copy_vec(T *dst, const T *src, u64 lo, u64 hi) {
+  const u64 W = sizeof(V) / sizeof(T);
+  const u64 bd = blockDim.x;
+  const V *s = (const V *)(src + lo);
+  V *d = (V *)(dst + lo);
+  const u64 nv = (hi - lo) / W;
+  u64 i = threadIdx.x;
+  for (; i + 3 * bd < nv; i += 4 * bd) {
+    const V a = __ldcg(s + i), b = __ldcg(s + i + bd), c = __ldcg(s + i + 2 * bd), e = __ldcg(s + i + 3 * bd);
+    d[i] = a;
+    d[i + bd] = b;
+    d[i + 2 * bd] = c;
+    d[i + 3 * bd] = e;
+  }
+  for (; i < nv; i += bd) d[i] = __ldcg(s + i);
+  return lo + nv * W;
+}
+
+// copy_piece copies elements [lo, hi) of src to dst: 16 bytes at a time
+// where both are 16-byte aligned, else 8 or 4 where both are that aligned
+// (the blocks of an allgather or reduce-scatter whose size is not a
+// multiple of 16 bytes), else an element at a time.
 template <typename T>
 __device__ __forceinline__ void copy_piece(T *dst, const T *src, u64 lo, u64 hi) {
-  const int W = 16 / sizeof(T);
   if (hi <= lo) return;
-  const u64 bd = blockDim.x;
+  const u64 a = (u64)(dst + lo) | (u64)(src + lo);
   u64 tail = lo;
-  if ((((u64)(dst + lo) | (u64)(src + lo)) & 15) == 0) {
-    const uint4 *s4 = (const uint4 *)(src + lo);
-    uint4 *d4 = (uint4 *)(dst + lo);
-    const u64 nv = (hi - lo) / W;
-    u64 i = threadIdx.x;
-    for (; i + 3 * bd < nv; i += 4 * bd) {
-      const uint4 a = __ldcg(s4 + i), b = __ldcg(s4 + i + bd), c = __ldcg(s4 + i + 2 * bd), d = __ldcg(s4 + i + 3 * bd);
-      d4[i] = a;
-      d4[i + bd] = b;
-      d4[i + 2 * bd] = c;
-      d4[i + 3 * bd] = d;
-    }
-    for (; i < nv; i += bd) d4[i] = __ldcg(s4 + i);
-    tail = lo + nv * W;
+  if ((a & 15) == 0) {
+    tail = copy_vec<uint4>(dst, src, lo, hi);
+  } else if ((a & 7) == 0) {
+    if constexpr (sizeof(T) < 8) tail = copy_vec<uint2>(dst, src, lo, hi);
+  } else if ((a & 3) == 0) {
+    if constexpr (sizeof(T) < 4) tail = copy_vec<u32>(dst, src, lo, hi);
   }
-  for (u64 i = tail + threadIdx.x; i < hi; i += bd) dst[i] = __ldcg(src + i);
+  for (u64 i = tail + threadIdx.x; i < hi; i += blockDim.x) dst[i] = __ldcg(src + i);
+}
+
+// fanout_vec copies the whole words of type V in elements [lo, hi) of src
+// to each of dst[0..nd): one load, nd stores; every address V-aligned.
+template <typename V, typename T>
+__device__ __forceinline__ u64 fanout_vec(T *const *dst, u32 nd, const T *src, u64 lo, u64 hi) {
+  const u64 W = sizeof(V) / sizeof(T);
+  const u64 bd = blockDim.x;
+  const V *s = (const V *)(src + lo);
+  const u64 nv = (hi - lo) / W;
+  u64 i = threadIdx.x;
+  for (; i + bd < nv; i += 2 * bd) {
+    const V a = __ldcg(s + i), b = __ldcg(s + i + bd);
+    for (u32 k = 0; k < nd; k++) {
+      V *d = (V *)(dst[k] + lo);
+      d[i] = a;
+      d[i + bd] = b;
+    }
+  }
+  for (; i < nv; i += bd) {
+    const V a = __ldcg(s + i);
+    for (u32 k = 0; k < nd; k++) ((V *)(dst[k] + lo))[i] = a;
+  }
+  return lo + nv * W;
 }
 
 // fanout copies elements [lo, hi) of src to each of dst[0..nd): one load,
-// nd stores.
+// nd stores, in the widest words (16, 8 or 4 bytes) every address allows.
 template <typename T>
 __device__ __forceinline__ void fanout(T *const *dst, u32 nd, const T *src, u64 lo, u64 hi) {
-  const int W = 16 / sizeof(T);
   if (hi <= lo || nd == 0) return;
-  const u64 bd = blockDim.x;
-  u64 bits = (u64)(src + lo);
-  for (u32 k = 0; k < nd; k++) bits |= (u64)(dst[k] + lo);
+  u64 a = (u64)(src + lo);
+  for (u32 k = 0; k < nd; k++) a |= (u64)(dst[k] + lo);
   u64 tail = lo;
-  if ((bits & 15) == 0) {
-    const uint4 *s4 = (const uint4 *)(src + lo);
-    const u64 nv = (hi - lo) / W;
-    u64 i = threadIdx.x;
-    for (; i + bd < nv; i += 2 * bd) {
-      const uint4 a = __ldcg(s4 + i), b = __ldcg(s4 + i + bd);
-      for (u32 k = 0; k < nd; k++) {
-        uint4 *d4 = (uint4 *)(dst[k] + lo);
-        d4[i] = a;
-        d4[i + bd] = b;
-      }
-    }
-    for (; i < nv; i += bd) {
-      const uint4 a = __ldcg(s4 + i);
-      for (u32 k = 0; k < nd; k++) ((uint4 *)(dst[k] + lo))[i] = a;
-    }
-    tail = lo + nv * W;
+  if ((a & 15) == 0) {
+    tail = fanout_vec<uint4>(dst, nd, src, lo, hi);
+  } else if ((a & 7) == 0) {
+    if constexpr (sizeof(T) < 8) tail = fanout_vec<uint2>(dst, nd, src, lo, hi);
+  } else if ((a & 3) == 0) {
+    if constexpr (sizeof(T) < 4) tail = fanout_vec<u32>(dst, nd, src, lo, hi);
   }
-  for (u64 i = tail + threadIdx.x; i < hi; i += bd) {
+  for (u64 i = tail + threadIdx.x; i < hi; i += blockDim.x) {
     const T x = __ldcg(src + i);
     for (u32 k = 0; k < nd; k++) dst[k][i] = x;
   }
@@ -639,14 +665,46 @@ template <typename T> union Word {
   T e[8 / sizeof(T)];
 };
 
+// ll_wait waits until line l holds flag, and returns its data in *v; it
+// returns false, after recording peer in *status, if that takes longer
+// than timeout_ns.
+__device__ __forceinline__ bool ll_wait(const uint4 *l, u32 flag, u64 *v, u64 timeout_ns, u32 *status, u32 peer) {
+  if (ll_load(l, flag, v)) return true;
+  const u64 start = globaltimer();
+  for (u32 spin = 1; !ll_load(l, flag, v); spin++) {
+    if ((spin & 255) == 0 && globaltimer() - start > timeout_ns) {
+      atomicCAS(status, 0u, peer + 1);
+      __threadfence_system();
+      return false;
+    }
+  }
+  return true;
+}
+
+// ll_combine folds x into acc (the next rank's word in rank order).
+template <typename S, typename Op>
+__device__ __forceinline__ void ll_combine(Word<typename Traits<S>::T> &acc, const Word<typename Traits<S>::T> &x) {
+  typedef typename Traits<S>::C C;
+#pragma unroll
+  for (int k = 0; k < (int)(8 / sizeof(typename Traits<S>::T)); k++) acc.e[k] = combine<S, Op, false>(acc.e[k], x.e[k], (C)1);
+}
+
+// ll_finish divides by nranks (avg).
+template <typename S, bool Avg>
+__device__ __forceinline__ void ll_finish(Word<typename Traits<S>::T> &acc, u32 nranks) {
+  typedef Traits<S> Tr;
+  typedef typename Traits<S>::C C;
+  if (Avg) {
+#pragma unroll
+    for (int k = 0; k < (int)(8 / sizeof(typename Traits<S>::T)); k++) acc.e[k] = Tr::store(Tr::load(acc.e[k]) / (C)nranks);
+  }
+}
+
 template <typename S, typename Op, bool Avg>
 __device__ __forceinline__ void oneshotll_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
                                                u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
                                                u32 *status, char *const *base) {
-  typedef Traits<S> Tr;
   typedef typename Traits<S>::T T;
-  typedef typename Traits<S>::C C;
-  const int E = 8 / sizeof(T);
   const u64 words = n * sizeof(T) / 8;
   const u64 lines = ONESHOT_SLOTS + 2 * (u64)nranks * slot_bytes;  // the lines' offset in a region
   const u64 parity = seq & 1;
@@ -669,31 +727,83 @@ __device__ __forceinline__ void oneshotll_body(const typename Traits<S>::T *in, 
       if (r == rank) {
         x.u = src[i];
       } else {
-        const uint4 *l = (const uint4 *)(own + r * ONESHOT_LL_SLOT) + i;
-        if (!ll_load(l, seq, &x.u)) {
-          const u64 start = globaltimer();
-          for (u32 spin = 1; !ll_load(l, seq, &x.u); spin++) {
-            if ((spin & 255) == 0 && globaltimer() - start > timeout_ns) {
-              atomicCAS(status, 0u, r + 1);
-              __threadfence_system();
-              return;
-            }
-          }
-        }
+        if (!ll_wait((const uint4 *)(own + r * ONESHOT_LL_SLOT) + i, seq, &x.u, timeout_ns, status, r)) return;
       }
       if (r == 0) {
         acc = x;
       } else {
-#pragma unroll
-        for (int k = 0; k < E; k++) acc.e[k] = combine<S, Op, false>(acc.e[k], x.e[k], (C)1);
+        ll_combine<S, Op>(acc, x);
       }
     }
-    if (Avg) {
-#pragma unroll
-      for (int k = 0; k < E; k++) acc.e[k] = Tr::store(Tr::load(acc.e[k]) / (C)nranks);
-    }
+    ll_finish<S, Avg>(acc, nranks);
     ((u64 *)out)[i] = acc.u;
   }
+}
+
+// Two-shot allreduce in low-latency lines, for vectors too large for every
+// rank to send whole to every peer (the one-shot's lines carry n - 1 times
+// the vector, doubled, out of each GPU): chunk q of the vector (c words,
+// c = ceil(words / nranks)) goes to rank q, which combines it in rank order
+// (the one-shot's expression, so the same bits), writes it and pushes the
+// result to every peer. A source's lines hold phase 1 in their first half
+// and phase 2 in their second, so c is at most ONESHOT_LL_SLOT / 32 words.
+// Thread j handles word j of every chunk in all three steps, so every
+// element of in and out is read and written by one thread only (in place
+// works), and no step needs a barrier. Reuse is the one-shot's argument.
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void twoshotll_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
+                                               u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
+                                               u32 *status, char *const *base) {
+  typedef typename Traits<S>::T T;
+  const u64 words = n * sizeof(T) / 8;
+  const u64 c = (words + nranks - 1) / nranks;
+  const u64 half = ONESHOT_LL_SLOT / 2 / 16;  // lines of a phase
+  const u64 lines = ONESHOT_SLOTS + 2 * (u64)nranks * slot_bytes;
+  const u64 parity = seq & 1;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 *src = (const u64 *)in;
+  u64 *dst = (u64 *)out;
+#define LINE(p, from, phase, j) ((uint4 *)(base[p] + lines + (parity * nranks + (from)) * ONESHOT_LL_SLOT) + (phase) * half + (j))
+  // 1. Word j of chunk q to rank q.
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += stride) {
+    for (u32 q = 0; q < nranks; q++) {
+      const u64 i = q * c + j;
+      if (q != rank && i < words) ll_store(LINE(q, rank, 0, j), src[i], seq);
+    }
+  }
+  // 2. Combine this rank's chunk, write it, push it to every peer.
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c && rank * c + j < words; j += stride) {
+    const u64 i = rank * c + j;
+    Word<T> acc, x;
+    for (u32 r = 0; r < nranks; r++) {
+      if (r == rank) {
+        x.u = src[i];
+      } else if (!ll_wait(LINE(rank, r, 0, j), seq, &x.u, timeout_ns, status, r)) {
+        return;
+      }
+      if (r == 0) {
+        acc = x;
+      } else {
+        ll_combine<S, Op>(acc, x);
+      }
+    }
+    ll_finish<S, Avg>(acc, nranks);
+    dst[i] = acc.u;
+    for (u32 p = 0; p < nranks; p++) {
+      if (p != rank) ll_store(LINE(p, rank, 1, j), acc.u, seq);
+    }
+  }
+  // 3. Every other chunk, from its rank.
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += stride) {
+    for (u32 q = 0; q < nranks; q++) {
+      const u64 i = q * c + j;
+      if (q == rank || i >= words) continue;
+      u64 v;
+      if (!ll_wait(LINE(rank, q, 1, j), seq, &v, timeout_ns, status, q)) return;
+      dst[i] = v;
+    }
+  }
+#undef LINE
 }
 
 // ---------------------------------------------------------------------------
@@ -1025,6 +1135,13 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
       char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
     oneshotll_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(512) braid_twoshotll_##opname##_##tname(            \
+      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
+      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
+      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
+    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
+    twoshotll_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(512) braid_twoshot_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
