@@ -242,10 +242,11 @@ func benchDevice(dev string, args []string) error {
 		total := int(size) / es
 		count := total
 		if col == sched.Allgather || col == sched.ReduceScatter {
-			if total%nr != 0 || total == 0 {
-				continue
-			}
+			// A block per rank: the size is cut down to a multiple of
+			// nr elements (as nccl-tests and scripts/nccl_ctypes.py do),
+			// so that 3, 5, 6 or 7 GPUs run every size too.
 			count = total / nr
+			size = int64(count * nr * es)
 		}
 		if count == 0 {
 			continue
