@@ -95,6 +95,26 @@ var typeSuffix = map[dtype.DType]string{
 	dtype.Int64: "i64", dtype.Uint64: "u64",
 }
 
+// kernelFamilies are the kernels there are one of for every type and op
+// a type supports, named by kernelName.
+var kernelFamilies = []struct {
+	name string
+	of   func(*reduceKernels) *[16][16]Function
+}{
+	{"reduce", func(k *reduceKernels) *[16][16]Function { return &k.reduce }},
+	{"oneshot", func(k *reduceKernels) *[16][16]Function { return &k.oneshot }},
+	{"oneshotll", func(k *reduceKernels) *[16][16]Function { return &k.ll }},
+	{"twoshotll", func(k *reduceKernels) *[16][16]Function { return &k.ll2 }},
+	{"twoshot", func(k *reduceKernels) *[16][16]Function { return &k.twoshot }},
+	{"rsfused", func(k *reduceKernels) *[16][16]Function { return &k.rsfused }},
+}
+
+// kernelName is the name of family's kernel for d and op in
+// kernels/reduce.cu: braid_<family>_<op>_<type>.
+func kernelName(family string, d dtype.DType, op dtype.Op) string {
+	return "braid_" + family + "_" + op.String() + "_" + typeSuffix[d]
+}
+
 // LoadKernels loads the embedded reduction kernels into the worker's
 // context, if not loaded yet. Reduce and Divide call it; calling it first
 // keeps the driver's PTX compilation (a one-time cost per process and
@@ -131,35 +151,11 @@ func (c *Ctx) LoadKernels() error {
 			if !dtype.Supports(d, op) {
 				continue
 			}
-			name := "braid_reduce_" + op.String() + "_" + typeSuffix[d]
-			if k.reduce[d][op], err = c.Function(mod, name); err != nil {
-				c.UnloadModule(mod)
-				return fmt.Errorf("cuda: reduction kernels: %w", err)
-			}
-			name = "braid_oneshot_" + op.String() + "_" + typeSuffix[d]
-			if k.oneshot[d][op], err = c.Function(mod, name); err != nil {
-				c.UnloadModule(mod)
-				return fmt.Errorf("cuda: reduction kernels: %w", err)
-			}
-			name = "braid_oneshotll_" + op.String() + "_" + typeSuffix[d]
-			if k.ll[d][op], err = c.Function(mod, name); err != nil {
-				c.UnloadModule(mod)
-				return fmt.Errorf("cuda: reduction kernels: %w", err)
-			}
-			name = "braid_twoshotll_" + op.String() + "_" + typeSuffix[d]
-			if k.ll2[d][op], err = c.Function(mod, name); err != nil {
-				c.UnloadModule(mod)
-				return fmt.Errorf("cuda: reduction kernels: %w", err)
-			}
-			name = "braid_twoshot_" + op.String() + "_" + typeSuffix[d]
-			if k.twoshot[d][op], err = c.Function(mod, name); err != nil {
-				c.UnloadModule(mod)
-				return fmt.Errorf("cuda: reduction kernels: %w", err)
-			}
-			name = "braid_rsfused_" + op.String() + "_" + typeSuffix[d]
-			if k.rsfused[d][op], err = c.Function(mod, name); err != nil {
-				c.UnloadModule(mod)
-				return fmt.Errorf("cuda: reduction kernels: %w", err)
+			for _, f := range kernelFamilies {
+				if f.of(k)[d][op], err = c.Function(mod, kernelName(f.name, d, op)); err != nil {
+					c.UnloadModule(mod)
+					return fmt.Errorf("cuda: reduction kernels: %w", err)
+				}
 			}
 		}
 		if d.IsFloat() {
