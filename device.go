@@ -59,6 +59,15 @@ type DeviceOptions struct {
 	// buffers, qualify. 0 means BRAID_GPU_LL_MAX where set, else
 	// gpu.DefaultLLBytes(Size()); negative never.
 	LLMax int
+	// HostShare is the percentage of every round of a fused two-shot
+	// allreduce or broadcast on more than 2 GPUs that travels through
+	// pinned host memory, across PCIe, beside NVLink (seed 000's
+	// multi-path copy, inside the kernel; at most 50). 0 means
+	// BRAID_GPU_HOST_SHARE where set, else by kind and size
+	// (gpu.DefaultHostShare: on four H200s 8–11 % of allreduces from
+	// 16 MiB, 8–11 % of broadcasts from 64 MiB); negative never. The host region
+	// takes 16 MiB of /dev/shm, pinned.
+	HostShare int
 	// SlotBytes is the size of each of the 2·Size() slots of the region
 	// that every rank registers when the DeviceComm is made: the memory
 	// peers push into, which the fused kernels cycle through a round at a
@@ -234,7 +243,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	d.w = w
 	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{
 		OneShotBytes: d.oneShotMax(), TwoShot: d.opts.DirectMax >= 0, Fused: d.opts.FusedMax >= 0, SlotBytes: d.opts.SlotBytes,
-		LLBytes: d.opts.LLMax,
+		LLBytes: d.opts.LLMax, HostShare: d.opts.HostShare,
 	}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
@@ -243,6 +252,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags): allreduce one-shot up to %s (in low-latency lines up to %s), then two-shot up to %s; bcast up to %s; allgather and reducescatter blocks up to %s and %s",
 			dev, sizeLimit(d.oneShotMax()), sizeLimit(min(d.g.LLBytes(), d.oneShotMax())), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
 			sizeLimit(d.fusedMax(sched.Allgather)), sizeLimit(d.fusedMax(sched.ReduceScatter)))
+		c.w.debugf("info", "device comm on GPU %d: multi-path through host memory: %s", dev, d.g.HostPath())
 	} else if why != "" {
 		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)
 	}

@@ -202,8 +202,8 @@ func deviceRank(t *testing.T) {
 		counts = []int{0, 1, 7, 1000, 65537}
 	}
 	algos := map[sched.Collective][]string{
-		sched.Allreduce:     {"gpu_oneshot", "ll2", "direct", "direct-program", "pipe", "ring", "segring", "hierpipe", "recdouble", "rabenseifner", ""},
-		sched.Bcast:         {"linear", "chain", "binomial", "pipe", ""},
+		sched.Allreduce:     {"gpu_oneshot", "ll2", "direct", "direct-host", "direct-program", "pipe", "ring", "segring", "hierpipe", "recdouble", "rabenseifner", ""},
+		sched.Bcast:         {"linear", "chain", "binomial", "pipe", "pipe-host", ""},
 		sched.Allgather:     {"direct", "ring", "recdouble", "pipe", ""},
 		sched.ReduceScatter: {"direct", "ring", "segring", "pipe", ""},
 		sched.Reduce:        {"linear", "binomial", ""},
@@ -215,8 +215,8 @@ func deviceRank(t *testing.T) {
 	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter, sched.Allgather, sched.Bcast,
 		sched.Reduce, sched.Gather, sched.Scatter, sched.Alltoall} {
 		for _, name := range algos[coll] {
-			if name != "" && name != "gpu_oneshot" && name != "pipe" && name != "ll2" {
-				a, err := algo.Lookup(coll, strings.TrimSuffix(name, "-program"))
+			if name != "" && name != "gpu_oneshot" && !strings.HasPrefix(name, "pipe") && name != "ll2" {
+				a, err := algo.Lookup(coll, strings.TrimSuffix(strings.TrimSuffix(name, "-program"), "-host"))
 				if err != nil || a.Supports(sched.Params{Coll: coll, NRanks: n, Count: 1}) != nil {
 					continue
 				}
@@ -231,8 +231,14 @@ func deviceRank(t *testing.T) {
 						}
 					}
 				}
+				cs := counts
+				if coll == sched.Bcast && strings.HasPrefix(name, "pipe") {
+					// Above cuda.BcastDirectMax: the broadcast in two
+					// phases, in many rounds through the stages of 4 KiB slots.
+					cs = append(cs[:len(cs):len(cs)], (cuda.BcastDirectMax+4099)/d.Size())
+				}
 				for _, op := range ops {
-					for _, count := range counts {
+					for _, count := range cs {
 						// The largest count runs with the default algorithm only.
 						if count > 1<<20 && name != "" {
 							continue
@@ -249,7 +255,7 @@ func deviceRank(t *testing.T) {
 								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, false})
 								// Stream-ordered calls: the fused one-shot kernel and programs
 								// whose sends then all wait for events.
-								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "ll2" || name == "direct" || name == "pipe" || name == "segring") {
+								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "ll2" || strings.HasPrefix(name, "direct-h") || name == "direct" || name == "pipe" || name == "segring") {
 									cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, true})
 								}
 							}
@@ -277,31 +283,33 @@ func deviceRank(t *testing.T) {
 		}
 		algoName := name
 		switch name {
-		case "direct":
+		case "direct", "direct-host":
 			if coll == sched.Allreduce {
-				// The fused two-shot kernel, in many rounds through 4 KiB slots.
-				opts.SlotBytes, opts.OneShotMax = 4<<10, -1
+				// The fused two-shot kernel, in many rounds through 4 KiB
+				// slots; direct-host moves a third of every round through
+				// host memory (on more than 2 GPUs).
+				algoName, opts.SlotBytes, opts.OneShotMax = "direct", 4<<10, -1
+				if name == "direct-host" {
+					defer setEnv("BRAID_GPU_HOST_SHARE", "33")()
+				}
 			}
 		case "direct-program":
 			// The direct allreduce as a program.
 			algoName, opts.DirectMax = "direct", -1
-		case "pipe":
+		case "pipe", "pipe-host":
 			// The default choice, with slots of 4 KiB: fused kernels in
-			// many rounds (allreduce: one-shot to 1 KiB, two-shot above).
+			// many rounds (allreduce: one-shot to 1 KiB, two-shot above);
+			// pipe-host moves a third of every broadcast round through
+			// host memory.
 			algoName, opts.SlotBytes, opts.OneShotMax = "", 4<<10, 1<<10
+			if name == "pipe-host" {
+				defer setEnv("BRAID_GPU_HOST_SHARE", "33")()
+			}
 		case "ll2":
 			// The one-shot as a two-shot in low-latency lines wherever it
 			// fits (on 2 GPUs too, where it is not the default).
 			algoName, opts.LLMax = "gpu_oneshot", -1
-			old, had := os.LookupEnv("BRAID_GPU_LL2_MAX")
-			os.Setenv("BRAID_GPU_LL2_MAX", "1073741824")
-			defer func() {
-				if had {
-					os.Setenv("BRAID_GPU_LL2_MAX", old)
-				} else {
-					os.Unsetenv("BRAID_GPU_LL2_MAX")
-				}
-			}()
+			defer setEnv("BRAID_GPU_LL2_MAX", "1073741824")()
 		}
 		if name == "hierpipe" {
 			// Two groups: the lower and the upper half of the ranks.
@@ -327,8 +335,8 @@ func deviceRank(t *testing.T) {
 		}
 	}()
 	// Buffers for the largest call: inputs and outputs of up to n·count
-	// elements of 8 bytes.
-	maxBytes := n * counts[len(counts)-1] * 8
+	// elements of 8 bytes, and a broadcast above cuda.BcastDirectMax.
+	maxBytes := max(n*counts[len(counts)-1]*8, cuda.BcastDirectMax+4099+8)
 	first := get(sched.Allreduce, "", false)
 	w := first.Worker()
 	var bufA, bufB cuda.DevicePtr
@@ -382,7 +390,7 @@ func deviceRank(t *testing.T) {
 	// synchronisation between them: x ← Σ x, k times, from x = rank+1 on
 	// element 0 and 1 elsewhere. A call that read a peer's slot or flag of
 	// another call would break the powers.
-	for _, name := range []string{"gpu_oneshot", "ll2", "direct", "pipe", "segring"} {
+	for _, name := range []string{"gpu_oneshot", "ll2", "direct", "direct-host", "pipe", "segring"} {
 		for _, count := range []int{1, 3000, 40000} {
 			if err := orderedChain(ctx, get(sched.Allreduce, name, true), w, bufA, count, rank, n, false); err != nil {
 				t.Errorf("rank %d: chain of stream-ordered %s allreduces of %d int64: %v", rank, name, count, err)
@@ -415,6 +423,20 @@ func deviceRank(t *testing.T) {
 		d.(*DeviceComm).Close()
 	}
 	t.Logf("rank %d: %d device calls checked on GPU %d in %v", rank, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
+}
+
+// setEnv sets the environment variable key to v and returns a function
+// that restores it.
+func setEnv(key, v string) func() {
+	old, had := os.LookupEnv(key)
+	os.Setenv(key, v)
+	return func() {
+		if had {
+			os.Setenv(key, old)
+		} else {
+			os.Unsetenv(key)
+		}
+	}
 }
 
 // inPlaceCase reports whether the matrix runs coll in place too: the

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -380,5 +381,100 @@ func BenchmarkReduce(b *testing.B) {
 				return c.Reduce(s, Reduction{DType: cf.d, Op: dtype.Sum, Dst: z, Dst2: z2, A: x, B: y, Count: size / cf.d.Size(), Blocks: cf.blocks})
 			})
 		})
+	}
+}
+
+// BenchmarkZeroCopy measures kernels that read or write mapped pinned host
+// memory across the bus (the host path of a multi-path kernel), on one GPU
+// and on up to four at once: "write" stores size bytes into host memory,
+// "read" loads them from it, "both" does both at once. host-GB/s counts
+// the bytes that cross one GPU's bus.
+func BenchmarkZeroCopy(b *testing.B) {
+	const size = 128 << 20
+	n, _ := DeviceCount()
+	for _, gpus := range []int{1, 4} {
+		for _, mode := range []string{"write", "read", "both"} {
+			b.Run(fmt.Sprintf("%dgpu/%s", gpus, mode), func(b *testing.B) {
+				if n < gpus {
+					b.Skipf("%d GPUs, want %d", n, gpus)
+				}
+				ctx := context.Background()
+				type gpu struct {
+					w      *Worker
+					s      Stream
+					h1, h2 *HostBuffer
+					d1, d2 DevicePtr
+				}
+				gs := make([]gpu, gpus)
+				for i := range gs {
+					w, err := NewWorker(Device(i), WorkerOptions{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer w.Close()
+					g := &gs[i]
+					g.w = w
+					do(b, w, func(c *Ctx) (err error) {
+						if err = c.LoadKernels(); err != nil {
+							return err
+						}
+						if g.s, err = c.NewStream(0); err != nil {
+							return err
+						}
+						for _, h := range []**HostBuffer{&g.h1, &g.h2} {
+							if *h, err = c.HostAlloc(size, HostAllocPortable|HostAllocDeviceMap); err != nil {
+								return err
+							}
+						}
+						for _, d := range []*DevicePtr{&g.d1, &g.d2} {
+							if *d, err = c.Alloc(size); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					defer do(b, w, func(c *Ctx) error {
+						return errors.Join(c.FreeHost(g.h1), c.FreeHost(g.h2), c.Free(g.d1), c.Free(g.d2), c.DestroyStream(g.s))
+					})
+				}
+				run := func(iters int) {
+					var wg sync.WaitGroup
+					for i := range gs {
+						g := &gs[i]
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							err := g.w.Do(ctx, func(c *Ctx) error {
+								r := Reduction{DType: dtype.Float32, Op: dtype.Sum, Count: size / 4, Dst: g.d2, A: g.d1, B: g.d1}
+								switch mode {
+								case "write":
+									r.Dst = g.h1.Ptr()
+								case "read":
+									r.A = g.h2.Ptr()
+								case "both":
+									r.Dst, r.A = g.h1.Ptr(), g.h2.Ptr()
+								}
+								for range iters {
+									if err := c.Reduce(g.s, r); err != nil {
+										return err
+									}
+								}
+								return c.StreamSynchronize(g.s)
+							})
+							if err != nil {
+								b.Error(err)
+							}
+						}()
+					}
+					wg.Wait()
+				}
+				run(1)
+				b.ResetTimer()
+				start := time.Now()
+				run(b.N)
+				sec := time.Since(start).Seconds()
+				b.ReportMetric(float64(size)*float64(b.N)/sec/1e9, "host-GB/s")
+			})
+		}
 	}
 }

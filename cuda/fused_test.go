@@ -29,6 +29,10 @@ func TestFusedRounds(t *testing.T) {
 							}
 							areaCap := []int{0, 1000, 4096}[(count+blocks)%3]
 							a := OneShot{Kind: kind, DType: d, Count: count, Regions: make([]DevicePtr, n), SlotBytes: slot, Blocks: blocks, Area: areaCap}
+							// Multi-path: some bytes a block and round through host.
+							if hb := []int{0, 48, 1008}[(count+n+slot)%3]; hb > 0 {
+								a.Host, a.HostBytes = 1<<40, hb
+							}
 							want, err := modelRounds(a)
 							got := a.Rounds()
 							if err != nil {
@@ -80,11 +84,15 @@ func modelRounds(a OneShot) (int, error) {
 		return off + min(b*per, length), off + min(b*per+per, length)
 	}
 	var items, w, capacity int // the items one rank's sweep covers, the vector width, the items an area holds per phase
+	hcap := 0                  // the items a block moves through host a round
 	switch a.Kind {
 	case FusedTwoShot:
 		w = 16 / es
 		items = ((a.Count+n-1)/n + w - 1) / w * w // a chunk
 		capacity = area / 2 / es / w * w
+		if a.Host != 0 {
+			hcap = a.HostBytes / es / w * w
+		}
 	case FusedReduceScatter:
 		w = 16 / es
 		items, capacity = a.Count, area/es/w*w
@@ -108,30 +116,45 @@ func modelRounds(a OneShot) (int, error) {
 	case a.Kind == FusedBcast && n > 2 && items > BcastDirectMax:
 		m := n - 1
 		span := capacity * blocks
-		for off := 0; rounds == 0 || off < items; off += m * span {
+		if a.Host != 0 {
+			hcap = a.HostBytes / 16 * 16
+		}
+		whole := m*span + hcap*blocks
+		for off := 0; rounds == 0 || off < items; off += whole {
 			rounds++
-			length := min(m*span, items-min(off, items))
-			ps := ((length+m-1)/m + 15) / 16 * 16
+			length := min(whole, items-min(off, items))
+			nl := min(length, m*span)
+			ps := ((nl+m-1)/m + 15) / 16 * 16
 			for b := range blocks {
 				blo, bhi := split(0, ps, 16, b)
 				if bhi-blo > capacity {
 					return 0, fmt.Errorf("round %d block %d: part of %d bytes in a half area of %d", rounds, b, bhi-blo, capacity)
 				}
 				for k := range m {
-					parts = append(parts, [2]int{off + min(k*ps+blo, length), off + min(k*ps+bhi, length)})
+					parts = append(parts, [2]int{off + min(k*ps+blo, nl), off + min(k*ps+bhi, nl)})
 				}
+				hlo, hhi := split(off+nl, length-nl, 16, b)
+				if hhi-hlo > hcap {
+					return 0, fmt.Errorf("round %d block %d: %d bytes in a host area of %d", rounds, b, hhi-hlo, hcap)
+				}
+				parts = append(parts, [2]int{hlo, hhi})
 			}
 		}
 	default:
-		span := capacity * blocks
+		span := (capacity + hcap) * blocks
 		for off := 0; rounds == 0 || off < items; off += span {
 			rounds++
+			nl := min(capacity*blocks, items-min(off, items))
 			for b := range blocks {
-				lo, hi := split(off, min(span, items-min(off, items)), w, b)
+				lo, hi := split(off, nl, w, b)
 				if hi-lo > capacity {
 					return 0, fmt.Errorf("round %d block %d: %d items in an area of %d", rounds, b, hi-lo, capacity)
 				}
-				parts = append(parts, [2]int{lo, hi})
+				hlo, hhi := split(off+nl, min(hcap*blocks, items-min(off, items)-nl), w, b)
+				if hhi-hlo > hcap {
+					return 0, fmt.Errorf("round %d block %d: %d items in a host area of %d", rounds, b, hhi-hlo, hcap)
+				}
+				parts = append(parts, [2]int{lo, hi}, [2]int{hlo, hhi})
 			}
 		}
 	}

@@ -328,6 +328,19 @@ type OneShot struct {
 	Status DevicePtr
 	Root   int // FusedBcast
 	Blocks int // 0: FusedBlocks(Count·DType.Size(), DefaultFusedBlocks)
+	// Threads is the block size: 0 means 512, else a multiple of 32 up
+	// to 512.
+	Threads int
+	// Host, where not 0, is mapped pinned host memory that every rank of
+	// the call sees (a device address here, HostRegionBytes long): the
+	// two-shot allreduce and a broadcast above BcastDirectMax on more
+	// than 2 GPUs then also move data through it, across the bus, beside
+	// NVLink (multi-path): the broadcast up to HostBytes a block and
+	// round, the two-shot up to HostBytes of every chunk a block and
+	// round. Every rank passes the same HostBytes; HostFits says which
+	// fit the region.
+	Host      DevicePtr
+	HostBytes int
 	// Area caps the bytes of a slot each block uses a round (pipelined
 	// kinds): smaller areas cut a vector into more rounds, whose pushes
 	// overlap the waits and reductions of the ones before. 0, or more than
@@ -340,8 +353,8 @@ type OneShot struct {
 // from OneShotSlotsOffset.
 const (
 	OneShotMaxRanks    = 8
-	OneShotMaxBlocks   = 128
-	OneShotSlotsOffset = 4096
+	OneShotMaxBlocks   = 256
+	OneShotSlotsOffset = 8192
 )
 
 // BcastDirectMax is the largest fused broadcast that the root pushes to
@@ -445,6 +458,7 @@ func (a *OneShot) Grid() int {
 // BcastDirectMax on more than 2 GPUs).
 func (a *OneShot) Rounds() int {
 	blocks := a.Grid()
+	n := len(a.Regions)
 	if blocks < 1 || a.SlotBytes < 0 {
 		return 0
 	}
@@ -454,7 +468,6 @@ func (a *OneShot) Rounds() int {
 	}
 	area &^= 15
 	es := a.DType.Size()
-	n := len(a.Regions)
 	rounds := func(items, perRound int) int {
 		if perRound <= 0 {
 			return 0
@@ -467,7 +480,10 @@ func (a *OneShot) Rounds() int {
 	case FusedTwoShot:
 		w := 16 / es
 		c := ((a.Count+n-1)/n + w - 1) / w * w
-		return rounds(c, area/2/es/w*w*blocks)
+		if area/2/es/w*w == 0 {
+			return 0
+		}
+		return rounds(c, (area/2/es/w*w+a.hostBytes()/es/w*w)*blocks)
 	case FusedReduceScatter:
 		w := 16 / es
 		return rounds(a.Count, area/es/w*w*blocks)
@@ -477,9 +493,43 @@ func (a *OneShot) Rounds() int {
 		if n == 2 || a.Count*es <= BcastDirectMax {
 			return rounds(a.Count*es, area*blocks)
 		}
-		return rounds(a.Count*es, area/2&^15*blocks*(n-1))
+		if area/2&^15 == 0 {
+			return 0
+		}
+		return rounds(a.Count*es, area/2&^15*blocks*(n-1)+a.hostBytes()*blocks)
 	}
 	return 0
+}
+
+// hostBytes is what a block moves through Host a round.
+func (a *OneShot) hostBytes() int {
+	if a.Host == 0 || (a.Kind != FusedBcast && a.Kind != FusedTwoShot) {
+		return 0
+	}
+	return max(a.HostBytes, 0) &^ 15
+}
+
+// HostRegionBytes is the size of the host region of the multi-path
+// kernels (OneShot.Host): a half per parity of rounds, as the slots.
+const HostRegionBytes = 16 << 20
+
+// HostFits is the most OneShot.HostBytes a kind of kernel takes with
+// blocks blocks on n ranks: the broadcast uses an area a block in each
+// half of the region, the two-shot n·n + n.
+func HostFits(k FusedKind, blocks, n int) int {
+	areas := max(blocks, 1)
+	if k == FusedTwoShot {
+		areas *= n*n + n
+	}
+	return HostRegionBytes / 2 / areas &^ 15
+}
+
+// threads is the block size a runs with.
+func (a *OneShot) threads() int {
+	if a.Threads > 0 {
+		return a.Threads
+	}
+	return reduceThreads
 }
 
 // LaunchOneShot enqueues the one-shot or two-shot allreduce a on s.
@@ -494,6 +544,10 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 		return fmt.Errorf("cuda: fused kernel %d: %d elements of %d bytes in slots of %d bytes and %d blocks", a.Kind, a.Count, a.DType.Size(), a.SlotBytes, a.Grid())
 	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
 		return fmt.Errorf("cuda: one-shot: %d blocks (at most %d)", a.Blocks, OneShotMaxBlocks)
+	case a.hostBytes() > HostFits(a.Kind, a.Grid(), n):
+		return fmt.Errorf("cuda: fused kernel %d: %d bytes a block through the host region, at most %d", a.Kind, a.hostBytes(), HostFits(a.Kind, a.Grid(), n))
+	case a.Threads < 0 || a.Threads > reduceThreads || a.Threads%32 != 0:
+		return fmt.Errorf("cuda: one-shot: %d threads a block (a multiple of 32, at most %d)", a.Threads, reduceThreads)
 	case a.Kind == FusedOneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
 		return fmt.Errorf("cuda: low-latency one-shot: %d elements of %d bytes (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
 			a.Count, a.DType.Size(), OneShotLLMax)
@@ -507,7 +561,7 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	if err := c.LoadKernels(); err != nil {
 		return err
 	}
-	blocks := a.Grid()
+	blocks, threads := D1(a.Grid()), D1(a.threads())
 	var r [OneShotMaxRanks]uint64
 	for i, p := range a.Regions {
 		r[i] = uint64(p)
@@ -516,16 +570,18 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	tail := []uint64{uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
 		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
 		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
+	// The multi-path kernels take the host region after the area.
+	hostTail := append(append(append([]uint64{}, tail[:5]...), uint64(a.Host), uint64(a.hostBytes())), tail[5:]...)
 	bytes := uint64(a.Count * a.DType.Size())
 	switch a.Kind {
 	case FusedBcast:
 		if a.Root < 0 || a.Root >= n {
 			return fmt.Errorf("cuda: fused broadcast: root %d of %d", a.Root, n)
 		}
-		return c.Launch(k.bcast, D1(blocks), D1(reduceThreads), 0, s,
-			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root))}, tail...)...)
+		return c.Launch(k.bcast, blocks, threads, 0, s,
+			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root))}, hostTail...)...)
 	case FusedAllgather:
-		return c.Launch(k.gather, D1(blocks), D1(reduceThreads), 0, s,
+		return c.Launch(k.gather, blocks, threads, 0, s,
 			append([]uint64{uint64(a.In), uint64(a.Out), bytes}, tail...)...)
 	}
 	f := k.oneshot[a.DType][a.Op]
@@ -539,8 +595,9 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	case FusedReduceScatter:
 		f = k.rsfused[a.DType][a.Op]
 	}
-	return c.Launch(f, D1(blocks), D1(reduceThreads), 0, s,
-		uint64(a.In), uint64(a.Out), uint64(a.Count), uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
-		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
-		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+	head := []uint64{uint64(a.In), uint64(a.Out), uint64(a.Count)}
+	if a.Kind == FusedTwoShot {
+		return c.Launch(f, blocks, threads, 0, s, append(head, hostTail...)...)
+	}
+	return c.Launch(f, blocks, threads, 0, s, append(head, tail...)...)
 }

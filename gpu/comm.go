@@ -36,6 +36,10 @@ type Comm struct {
 	n    int
 	s    cuda.Stream
 	mb   mailbox
+	// hostShare is Options.HostShare, resolved (hostShare), or -1 for no
+	// host path; unless -1, the mailbox file ends with the fused kernels'
+	// host region (hostRegion).
+	hostShare int
 
 	mu  sync.Mutex
 	seq uint32
@@ -146,6 +150,12 @@ type Options struct {
 	// Blocks is the most blocks a pipelined fused kernel runs with; 0
 	// means BRAID_GPU_BLOCKS where set, else by kind and size.
 	Blocks int
+	// HostShare is the percentage of a fused broadcast's rounds (above
+	// cuda.BcastDirectMax, on more than 2 GPUs) that travels through
+	// pinned host memory beside NVLink (multi-path; at most 50). 0 means
+	// BRAID_GPU_HOST_SHARE where set, else DefaultHostShare; negative
+	// means none.
+	HostShare int
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
 	// reductions read a landing area of the receiver's scratch, which
@@ -192,6 +202,10 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	g.nsend = make([]int, g.n)
 	g.nrecv = make([]int, g.n)
 	g.mb = mailbox{n: g.n, rank: g.rank}
+	g.hostShare = -1 // no host region on 2 GPUs, or without pipelined kernels
+	if g.n > 2 && (opts.Fused || opts.TwoShot) {
+		g.hostShare = hostShare(opts.HostShare)
+	}
 	if os.Getenv("BRAID_GPU_STATS") == "1" {
 		g.stats = &stats{}
 	}
@@ -256,10 +270,16 @@ func (g *Comm) shareMailbox(ctx context.Context, host Host, local error) error {
 		return b
 	}
 	text := func(b []byte) string { return string(bytes.TrimRight(b[1:], "\x00")) }
-	size := mailboxSize(g.n)
+	size := g.mbBytes()
 	var path string
 	if local == nil && g.rank == 0 {
 		path, g.mb.mem, local = createShared(size)
+		if local != nil && g.hostShare >= 0 {
+			// No room for the host region (a small /dev/shm): the
+			// rings alone, and no host path. The others see the size.
+			g.hostShare, size = -1, mailboxSize(g.n)
+			path, g.mb.mem, local = createShared(size)
+		}
 	}
 	all := make([]byte, recLen*g.n)
 	if err := host.Allgather(ctx, rec(local, path), all); err != nil {
@@ -279,7 +299,10 @@ func (g *Comm) shareMailbox(ctx context.Context, host Host, local error) error {
 	}
 	first := status(all)
 	if first == nil && g.rank != 0 {
-		g.mb.mem, local = openShared(text(all[:recLen]), size)
+		g.mb.mem, local = openShared(text(all[:recLen]), size, mailboxSize(g.n))
+		if local == nil && len(g.mb.mem) != size {
+			g.hostShare = -1 // rank 0 made the file without the host region
+		}
 	}
 	if first != nil && local == nil {
 		local = first
@@ -478,6 +501,9 @@ func (g *Comm) release() error {
 				if p != 0 && r != g.rank {
 					errs = append(errs, c.IPCCloseMemHandle(p))
 				}
+			}
+			if f.host != 0 {
+				errs = append(errs, c.HostUnregister(g.hostRegion()))
 			}
 			errs = append(errs, c.Free(f.own), c.FreeHost(f.status))
 		}

@@ -27,6 +27,9 @@ type fused struct {
 	llMax     int              // the largest one-shot allreduce that runs in low-latency lines
 	ll2Max    int              // the largest that runs in them as a two-shot (from llMax)
 	llBlocks  int              // the grid of a call in low-latency lines; 0: a thread per word
+	threads   int              // the block size of a pipelined kernel; 0: cuda's default (512)
+	host      cuda.DevicePtr   // the host region (mapped pinned memory every rank sees) as mapped here; 0: none
+	hostShare int              // the percentage of a round that goes through host; 0: by kind and size (DefaultHostShare)
 	own       cuda.DevicePtr   // this rank's region
 	regions   []cuda.DevicePtr // every rank's region as mapped here
 	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
@@ -70,8 +73,12 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL_BLOCKS")); err == nil && v > 0 {
 		f.llBlocks = min(v, cuda.OneShotMaxBlocks)
 	}
+	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_THREADS")); err == nil && v >= 32 && v <= 512 && v%32 == 0 {
+		f.threads = v
+	}
 	var local error
 	var h cuda.IPCMemHandle
+	hostOK := false
 	if g.n > cuda.OneShotMaxRanks {
 		local = fmt.Errorf("%d ranks: the fused kernel takes at most %d", g.n, cuda.OneShotMaxRanks)
 	} else {
@@ -93,16 +100,32 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 			if h, err = c.IPCGetMemHandle(f.own); err != nil {
 				return err
 			}
-			f.status, err = c.HostAlloc(4, cuda.HostAllocPortable|cuda.HostAllocDeviceMap)
-			return err
+			if f.status, err = c.HostAlloc(4, cuda.HostAllocPortable|cuda.HostAllocDeviceMap); err != nil {
+				return err
+			}
+			// The host region: a failure only leaves the host path out.
+			if hm := g.hostRegion(); hm != nil {
+				if c.HostRegister(hm, cuda.HostRegisterPortable|cuda.HostRegisterDeviceMap) == nil {
+					if f.host, err = c.HostDevicePointer(hm); err != nil {
+						c.HostUnregister(hm)
+						f.host = 0
+					}
+				}
+			}
+			hostOK = f.host != 0
+			return nil
 		})
 	}
-	// Round 1: every rank's handle, or that it cannot take part.
-	const recLen = 1 + len(h)
+	// Round 1: every rank's handle, or that it cannot take part, and
+	// whether it mapped the host region.
+	const recLen = 2 + len(h)
 	rec := make([]byte, recLen)
 	if local == nil {
 		rec[0] = 1
-		copy(rec[1:], h[:])
+		if hostOK {
+			rec[1] = 1
+		}
+		copy(rec[2:], h[:])
 	}
 	all := make([]byte, recLen*g.n)
 	if err := host.Allgather(ctx, rec, all); err != nil {
@@ -112,7 +135,13 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 	ok := true
 	for r := range g.n {
 		ok = ok && all[r*recLen] == 1
+		hostOK = hostOK && all[r*recLen+1] == 1
 	}
+	if !hostOK && f.host != 0 {
+		// Some rank cannot use it: none does.
+		g.unregisterHost(f)
+	}
+	f.hostShare = g.hostShare
 	if ok {
 		local = g.w.Do(ctx, func(c *cuda.Ctx) error {
 			for r := range g.n {
@@ -121,7 +150,7 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 					continue
 				}
 				var ph cuda.IPCMemHandle
-				copy(ph[:], all[r*recLen+1:])
+				copy(ph[:], all[r*recLen+2:])
 				p, err := c.IPCOpenMemHandle(ph)
 				if err != nil {
 					return fmt.Errorf("mapping rank %d's one-shot region: %w", r, err)
@@ -161,6 +190,7 @@ func (g *Comm) freeFused(f *fused) error {
 	if f == nil || g.w == nil {
 		return nil
 	}
+	g.unregisterHost(f)
 	return g.w.Do(context.Background(), func(c *cuda.Ctx) error {
 		var errs []error
 		for r, p := range f.regions {
@@ -176,6 +206,93 @@ func (g *Comm) freeFused(f *fused) error {
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// HostPath says how much of the fused kernels' data goes through host
+// memory (Options.HostShare), for logs.
+func (g *Comm) HostPath() string {
+	switch f := g.fused; {
+	case f == nil || f.host == 0:
+		if g.n <= 2 {
+			return "off (2 GPUs)"
+		}
+		return "off"
+	case f.hostShare > 0:
+		return fmt.Sprintf("%d %% of every round of two-shot allreduces and broadcasts above %d bytes", f.hostShare, cuda.BcastDirectMax)
+	}
+	return "by size (two-shot allreduces from 16 MiB: 8 %, from 64 MiB: 11 %; broadcasts from 64 MiB: 8 %, from 256 MiB: 11 %)"
+}
+
+// unregisterHost undoes the registration of the host region, if f has it.
+func (g *Comm) unregisterHost(f *fused) error {
+	if f == nil || f.host == 0 {
+		return nil
+	}
+	f.host = 0
+	return g.w.Do(context.Background(), func(c *cuda.Ctx) error { return c.HostUnregister(g.hostRegion()) })
+}
+
+// DefaultHostShare is the percentage of a round of a fused kernel of kind
+// that goes through host memory, beside NVLink, when a call moves bytes
+// (the vector of an allreduce or a broadcast) on n > 2 GPUs and nothing
+// says otherwise. Four H200s, busbw at 64 MiB, 256 MiB and 1 GiB against
+// none: the two-shot allreduce with 8 % 311, 352, 367 GB/s against 298,
+// 332, 343, and in a later run with 11 % 312, 357, 371 against 8 %'s
+// 311, 352, 367 (there the region holds 9 %: 1632 bytes a block and
+// round next to NVLink's 16 KiB, cuda.HostFits, so 14 % ran as 11 %
+// did); the broadcast with 8 % 313, 353,
+// 366 and with 11 % 306, 359, 377 against 294, 332, 342. At 16 MiB the
+// host path bought nothing on four GPUs (allreduce; 6 % on three) or cost
+// 3-20 % (broadcast), and smaller calls have too few rounds for it.
+func DefaultHostShare(kind cuda.FusedKind, bytes int) int {
+	switch {
+	case kind == cuda.FusedTwoShot && bytes >= 64<<20:
+		return 11
+	case kind == cuda.FusedTwoShot && bytes >= 16<<20:
+		return 8
+	case kind == cuda.FusedBcast && bytes >= 256<<20:
+		return 11
+	case kind == cuda.FusedBcast && bytes >= 64<<20:
+		return 8
+	}
+	return 0
+}
+
+// hostShare resolves Options.HostShare: opt where not 0, else
+// BRAID_GPU_HOST_SHARE where set, else 0 (by kind and size); negative
+// means none, and it is at most 50.
+func hostShare(opt int) int {
+	v := opt
+	if v == 0 {
+		if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_HOST_SHARE")); err == nil {
+			v = e
+			if e == 0 {
+				v = -1
+			}
+		}
+	}
+	return min(max(v, -1), 50)
+}
+
+// mailboxAlign is where the host region starts in the mailbox file: on a
+// boundary of this many bytes, so that it can be registered on its own.
+const mailboxAlign = 64 << 10
+
+// mbBytes is the size of the mailbox file: the rings, then, unless the
+// host path is off, the host region.
+func (g *Comm) mbBytes() int {
+	if g.hostShare < 0 {
+		return mailboxSize(g.n)
+	}
+	return (mailboxSize(g.n)+mailboxAlign-1)/mailboxAlign*mailboxAlign + cuda.HostRegionBytes
+}
+
+// hostRegion is the host region in the mailbox file, or nil without one.
+func (g *Comm) hostRegion() []byte {
+	if g.hostShare < 0 || g.mb.mem == nil {
+		return nil
+	}
+	return g.mb.mem[len(g.mb.mem)-cuda.HostRegionBytes:]
 }
 
 // DefaultMinRounds is the fewest rounds a pipelined fused kernel cuts a
@@ -297,35 +414,63 @@ func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline t
 	return c.LaunchOneShot(s, a)
 }
 
+// BigBlocks is the grid of pipelined kernels from bigFused: two blocks of
+// BigThreads threads per SM on an H200 (132 SMs), less a few, but for the
+// allgather (bigGrid).
+const (
+	BigBlocks  = 256
+	BigThreads = 256
+)
+
 // bigFused is the size (the vector of an allreduce, a rank's block of an
 // allgather or reduce-scatter, a broadcast) from which pipelined kernels
-// run with cuda.OneShotMaxBlocks blocks instead of
+// run with BigBlocks blocks instead of
 // cuda.DefaultFusedBlocks. On H200s 128 blocks moved more than 64 at
 // 1 GiB: allreduce 333 against 317 GB/s busbw on four GPUs, reduce-scatter
 // 318 against 298 (352 against 330 on two), allgather 342 against 329
-// (355 against 337), broadcast 328 against 312; and as much from 64 MiB,
-// but for the broadcast, which lost 4 % there and is switched at 256 MiB.
+// (355 against 337), broadcast 328 against 312; and as much from 64 MiB
+// (the broadcast too, since bigGrid).
 func bigFused(kind cuda.FusedKind, n int) int {
 	switch kind {
 	case cuda.FusedBcast:
-		return 256 << 20
+		return 64 << 20
 	case cuda.FusedAllgather, cuda.FusedReduceScatter:
 		return (64 << 20) / max(n, 1)
 	}
 	return 64 << 20
 }
 
-// blocksFor is the most blocks a pipelined kernel of kind runs with for
-// bytes on n ranks: Options.Blocks (or BRAID_GPU_BLOCKS) where set, else
-// cuda.DefaultFusedBlocks, or all of cuda.OneShotMaxBlocks from bigFused.
-func (f *fused) blocksFor(kind cuda.FusedKind, bytes, n int) int {
-	switch {
-	case f.blocks > 0:
-		return f.blocks
-	case bytes >= bigFused(kind, n):
-		return cuda.OneShotMaxBlocks
+// gridFor is the most blocks a pipelined kernel of kind runs with for
+// bytes on n ranks, and their threads (0: cuda's default, 512):
+// Options.Blocks (or BRAID_GPU_BLOCKS) and BRAID_GPU_THREADS where set,
+// else cuda.DefaultFusedBlocks, or from bigFused bigGrid.
+func (f *fused) gridFor(kind cuda.FusedKind, bytes, n int) (blocks, threads int) {
+	blocks, threads = cuda.DefaultFusedBlocks, 0
+	if bytes >= bigFused(kind, n) {
+		blocks, threads = bigGrid(kind, n)
 	}
-	return cuda.DefaultFusedBlocks
+	if f.blocks > 0 {
+		blocks = f.blocks
+	}
+	if f.threads > 0 {
+		threads = f.threads
+	}
+	return blocks, threads
+}
+
+// bigGrid is the grid of large pipelined kernels: BigBlocks blocks of
+// BigThreads, so that one block's flag exchanges overlap the other's
+// stores on each SM. Four H200s, busbw against 128 blocks of 512 threads:
+// broadcast 294, 332, 342 GB/s at 64 MiB, 256 MiB, 1 GiB against 276,
+// 319, 329; reduce-scatter 219, 297, 330 against 208, 287, 318; the
+// two-shot allreduce 298, 332, 343 against 290, 328, 342. The allgather
+// gained nothing from 64 MiB and lost 10 % at 16 MiB, and two GPUs were
+// measured with the older grid only: they keep 128 blocks of 512 threads.
+func bigGrid(kind cuda.FusedKind, n int) (blocks, threads int) {
+	if kind == cuda.FusedAllgather || n <= 2 {
+		return 128, 0
+	}
+	return BigBlocks, BigThreads
 }
 
 // shot is the kernel call that runs k on rank, but for its timeout and
@@ -354,7 +499,9 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		}
 	}
 	if kind != cuda.FusedOneShot {
-		a.Blocks = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), f.blocksFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks))
+		most, threads := f.gridFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks)
+		a.Blocks, a.Threads = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), most), threads
+		f.multiPath(&a, k)
 		// Vectors that a few rounds would carry run in at least minRounds
 		// (smaller areas, down to 1 KiB a block), so that pushes overlap.
 		if f.minRounds > 1 {
@@ -365,6 +512,33 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		}
 	}
 	return a
+}
+
+// multiPath sends a share of a's data through the host region, beside
+// NVLink (seed 000's multi-path copy, inside the kernel), where a is a
+// broadcast above cuda.BcastDirectMax or a two-shot allreduce on more than
+// 2 GPUs and the Comm has the region: HostBytes is f.hostShare percent
+// (DefaultHostShare where 0) of what a block sends a round, NVLink and
+// host together (a broadcast's block sends n - 1 halves of an area over
+// NVLink, a two-shot's half an area of every chunk in each phase).
+func (f *fused) multiPath(a *cuda.OneShot, k *Call) {
+	n, bytes := k.Params.NRanks, k.Params.Count*k.DType.Size()
+	share := f.hostShare
+	if share == 0 {
+		share = DefaultHostShare(a.Kind, bytes)
+	}
+	if f.host == 0 || share <= 0 || n <= 2 || a.Blocks < 1 {
+		return
+	}
+	nv := (f.slotBytes / a.Blocks &^ 15) / 2 &^ 15
+	switch {
+	case a.Kind == cuda.FusedBcast && bytes > cuda.BcastDirectMax:
+		nv *= n - 1
+	case a.Kind == cuda.FusedTwoShot:
+	default:
+		return
+	}
+	a.Host, a.HostBytes = f.host, min(nv*share/(100-share), cuda.HostFits(a.Kind, a.Blocks, n))&^15
 }
 
 // failed returns an error if a fused kernel gave up waiting for a peer.

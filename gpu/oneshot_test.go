@@ -26,14 +26,14 @@ func TestFusedChoice(t *testing.T) {
 		{"one-shot in a slot", call(sched.Allreduce, fusedAlgo, 1<<10, false), true, 0},
 		{"one-shot larger than a slot", call(sched.Allreduce, fusedAlgo, 4<<20, false), false, 0},
 		{"two-shot, 4 MiB", call(sched.Allreduce, fusedTwoShot, 1<<20, false), true, cuda.DefaultFusedBlocks},
-		{"two-shot, 1 GiB", call(sched.Allreduce, fusedTwoShot, 1<<28, false), true, cuda.OneShotMaxBlocks},
+		{"two-shot, 1 GiB", call(sched.Allreduce, fusedTwoShot, 1<<28, false), true, BigBlocks},
 		{"ring allreduce", call(sched.Allreduce, "ring", 1<<20, false), false, 0},
-		{"broadcast, 128 MiB", call(sched.Bcast, "", 32<<20, true), true, cuda.DefaultFusedBlocks},
-		{"broadcast, 256 MiB", call(sched.Bcast, "", 64<<20, true), true, cuda.OneShotMaxBlocks},
+		{"broadcast, 32 MiB", call(sched.Bcast, "", 8<<20, true), true, cuda.DefaultFusedBlocks},
+		{"broadcast, 256 MiB", call(sched.Bcast, "", 64<<20, true), true, BigBlocks},
 		{"broadcast not asked to fuse", call(sched.Bcast, "chain", 1<<10, false), false, 0},
 		{"allgather, 8 MiB blocks", call(sched.Allgather, "", 2<<20, true), true, cuda.DefaultFusedBlocks},
-		{"allgather, 16 MiB blocks", call(sched.Allgather, "", 4<<20, true), true, cuda.OneShotMaxBlocks},
-		{"reduce-scatter, 16 MiB blocks", call(sched.ReduceScatter, "", 4<<20, true), true, cuda.OneShotMaxBlocks},
+		{"allgather, 16 MiB blocks", call(sched.Allgather, "", 4<<20, true), true, 128},
+		{"reduce-scatter, 16 MiB blocks", call(sched.ReduceScatter, "", 4<<20, true), true, BigBlocks},
 		{"small reduce-scatter", call(sched.ReduceScatter, "", 3, true), true, 1},
 	} {
 		if got := f.fits(c.k); got != c.fits {
@@ -51,11 +51,50 @@ func TestFusedChoice(t *testing.T) {
 			t.Errorf("%s: %d rounds", c.name, a.Rounds())
 		}
 	}
-	// 1 GiB two-shot on 4 ranks through 8 MiB slots and 128 blocks: areas
-	// of 64 KiB, 8192 float32 a phase, 2^20 of each 2^26-element chunk a
-	// round: 64 rounds.
-	if a := f.shot(call(sched.Allreduce, fusedTwoShot, 1<<28, false), 0); a.Rounds() != 64 {
-		t.Errorf("1 GiB two-shot: %d rounds, want 64", a.Rounds())
+	// 1 GiB two-shot on 4 ranks through 8 MiB slots and 256 blocks of 256
+	// threads: areas of 32 KiB, 4096 float32 a phase, 2^20 of each
+	// 2^26-element chunk a round: 64 rounds.
+	if a := f.shot(call(sched.Allreduce, fusedTwoShot, 1<<28, false), 0); a.Rounds() != 64 || a.Threads != BigThreads || a.HostBytes != 0 {
+		t.Errorf("1 GiB two-shot: %d rounds, %d threads, %d bytes through host; want 64, %d, 0", a.Rounds(), a.Threads, a.HostBytes, BigThreads)
+	}
+
+	// Multi-path: with a host region, the default shares by kind and size.
+	mp := &fused{slotBytes: DefaultSlotBytes(n), regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true, host: 1 << 40}
+	for _, c := range []struct {
+		name  string
+		k     *Call
+		share int
+	}{
+		{"two-shot, 1 GiB", call(sched.Allreduce, fusedTwoShot, 1<<28, false), 11},
+		{"two-shot, 16 MiB", call(sched.Allreduce, fusedTwoShot, 4<<20, false), 8},
+		{"two-shot, 4 MiB", call(sched.Allreduce, fusedTwoShot, 1<<20, false), 0},
+		{"broadcast, 1 GiB", call(sched.Bcast, "", 1<<28, true), 11},
+		{"broadcast, 64 MiB", call(sched.Bcast, "", 16<<20, true), 8},
+		{"broadcast, 16 MiB", call(sched.Bcast, "", 4<<20, true), 0},
+		{"reduce-scatter, 1 GiB", call(sched.ReduceScatter, "", 1<<28, true), 0},
+	} {
+		a := f.shot(c.k, 0)
+		b := mp.shot(c.k, 0)
+		if c.share == 0 {
+			if b.Host != 0 || b.HostBytes != 0 || b.Rounds() != a.Rounds() {
+				t.Errorf("%s: %d bytes a block through host, %d rounds; want none, %d", c.name, b.HostBytes, b.Rounds(), a.Rounds())
+			}
+			continue
+		}
+		// NVLink: half an area of every chunk (two-shot) or of each of
+		// n - 1 parts (broadcast) a block and round.
+		nv := DefaultSlotBytes(n) / b.Blocks / 2
+		if c.k.Params.Coll == sched.Bcast {
+			nv *= n - 1
+		}
+		// At most what the host region holds (cuda.HostFits).
+		want := min(nv*c.share/(100-c.share), cuda.HostFits(b.Kind, b.Blocks, n)) &^ 15
+		if b.Host != mp.host || b.HostBytes != want {
+			t.Errorf("%s: %d bytes a block through host, want %d", c.name, b.HostBytes, want)
+		}
+		if b.Rounds() > a.Rounds() || (a.Rounds() > 8 && b.Rounds() >= a.Rounds()) {
+			t.Errorf("%s: %d rounds with the host path, %d without", c.name, b.Rounds(), a.Rounds())
+		}
 	}
 
 	// Pipelined kernels off: only the one-shot runs fused.

@@ -30,6 +30,12 @@ func createShared(size int) (string, []byte, error) {
 		os.Remove(path)
 		return "", nil, fmt.Errorf("gpu: mailbox: %w", err)
 	}
+	// Take the memory now: a full memory file system then fails here
+	// with an error, not later with a fault.
+	if err := reserve(f, size); err != nil {
+		os.Remove(path)
+		return "", nil, fmt.Errorf("gpu: mailbox of %d bytes in %s: %w", size, shmDir, err)
+	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		os.Remove(path)
@@ -38,8 +44,9 @@ func createShared(size int) (string, []byte, error) {
 	return path, mem, nil
 }
 
-// openShared maps the file at path, of size bytes.
-func openShared(path string, size int) ([]byte, error) {
+// openShared maps the file at path, of size bytes, or of alt bytes where
+// it has that size.
+func openShared(path string, size, alt int) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: mailbox: %w", err)
@@ -48,6 +55,9 @@ func openShared(path string, size int) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("gpu: mailbox: %w", err)
+	}
+	if st.Size() == int64(alt) {
+		size = alt
 	}
 	if st.Size() != int64(size) {
 		return nil, fmt.Errorf("gpu: mailbox %s has %d bytes, want %d", path, st.Size(), size)

@@ -361,8 +361,12 @@ INT_KERNELS(u64, u64)
 // memory that the host reads after the stream) and leaves out undefined.
 // ---------------------------------------------------------------------------
 
-#define ONESHOT_BLOCKS 128
-#define ONESHOT_SLOTS 4096
+#define ONESHOT_BLOCKS 256
+#define ONESHOT_SLOTS 8192
+// The host region of the multi-path kernels (mapped pinned memory that
+// every rank sees) has a half per parity, of HOST_HALF bytes each: round g
+// uses half g & 1 only, whatever the kernel, as with the slots.
+#define HOST_HALF (8 << 20)
 
 __device__ __forceinline__ void st_release_sys(u32 *p, u32 v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -382,9 +386,10 @@ __device__ __forceinline__ u64 globaltimer() {
 // (after everything the block wrote), then waits until its own flags [b][p]
 // of every peer reach v. It returns false, after recording the peer in
 // *status, if one does not within timeout_ns. Every thread calls it. With
-// sig false it only waits; with wait false it only raises.
+// sig false it only waits; with wait false it only raises; it does not
+// wait for rank skip.
 __device__ __forceinline__ bool signal_wait(char *const *base, u32 rank, u32 nranks, u32 v, u64 timeout_ns,
-                                            u32 *status, bool sig = true, bool wait = true) {
+                                            u32 *status, bool sig = true, bool wait = true, u32 skip = ~0u) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
@@ -397,7 +402,7 @@ __device__ __forceinline__ bool signal_wait(char *const *base, u32 rank, u32 nra
     if (sig) st_release_sys((u32 *)(base[t]) + blockIdx.x * 8 + rank, v);
     const u32 *flag = (const u32 *)(base[rank]) + blockIdx.x * 8 + t;
     const u64 start = globaltimer();
-    while (wait && (int)(ld_acquire_sys(flag) - v) < 0) {
+    while (wait && t != skip && (int)(ld_acquire_sys(flag) - v) < 0) {
       if (globaltimer() - start > timeout_ns) {
         atomicCAS(status, 0u, t + 1);
         __threadfence_system();
@@ -410,11 +415,21 @@ __device__ __forceinline__ bool signal_wait(char *const *base, u32 rank, u32 nra
   return !failed;
 }
 
+// ld loads *p bypassing L1 (ld.cg): p may be in a slot that a peer
+// rewrites between rounds. Fresh loads (ld.cv) also take nothing from L2,
+// for host memory that peers rewrite across the bus.
+template <bool Fresh, typename V> __device__ __forceinline__ V ld(const V *p) {
+  if constexpr (Fresh) {
+    return __ldcv(p);
+  } else {
+    return __ldcg(p);
+  }
+}
+
 // copy_vec copies the whole words of type V in elements [lo, hi) of src
 // to dst, four loads in flight per thread, and returns where they end;
-// dst + lo and src + lo are V-aligned. Loads bypass L1 (ld.cg): src may be
-// a slot that a peer rewrites between rounds.
-template <typename V, typename T>
+// dst + lo and src + lo are V-aligned.
+template <typename V, bool Fresh, typename T>
 __device__ __forceinline__ u64 copy_vec(T *dst, const T *src, u64 lo, u64 hi) {
   const u64 W = sizeof(V) / sizeof(T);
   const u64 bd = blockDim.x;
@@ -423,33 +438,33 @@ __device__ __forceinline__ u64 copy_vec(T *dst, const T *src, u64 lo, u64 hi) {
   const u64 nv = (hi - lo) / W;
   u64 i = threadIdx.x;
   for (; i + 3 * bd < nv; i += 4 * bd) {
-    const V a = __ldcg(s + i), b = __ldcg(s + i + bd), c = __ldcg(s + i + 2 * bd), e = __ldcg(s + i + 3 * bd);
+    const V a = ld<Fresh>(s + i), b = ld<Fresh>(s + i + bd), c = ld<Fresh>(s + i + 2 * bd), e = ld<Fresh>(s + i + 3 * bd);
     d[i] = a;
     d[i + bd] = b;
     d[i + 2 * bd] = c;
     d[i + 3 * bd] = e;
   }
-  for (; i < nv; i += bd) d[i] = __ldcg(s + i);
+  for (; i < nv; i += bd) d[i] = ld<Fresh>(s + i);
   return lo + nv * W;
 }
 
 // copy_piece copies elements [lo, hi) of src to dst: 16 bytes at a time
 // where both are 16-byte aligned, else 8 or 4 where both are that aligned
 // (the blocks of an allgather or reduce-scatter whose size is not a
-// multiple of 16 bytes), else an element at a time.
-template <typename T>
+// multiple of 16 bytes), else an element at a time. Fresh: see ld.
+template <bool Fresh = false, typename T>
 __device__ __forceinline__ void copy_piece(T *dst, const T *src, u64 lo, u64 hi) {
   if (hi <= lo) return;
   const u64 a = (u64)(dst + lo) | (u64)(src + lo);
   u64 tail = lo;
   if ((a & 15) == 0) {
-    tail = copy_vec<uint4>(dst, src, lo, hi);
+    tail = copy_vec<uint4, Fresh>(dst, src, lo, hi);
   } else if ((a & 7) == 0) {
-    if constexpr (sizeof(T) < 8) tail = copy_vec<uint2>(dst, src, lo, hi);
+    if constexpr (sizeof(T) < 8) tail = copy_vec<uint2, Fresh>(dst, src, lo, hi);
   } else if ((a & 3) == 0) {
-    if constexpr (sizeof(T) < 4) tail = copy_vec<u32>(dst, src, lo, hi);
+    if constexpr (sizeof(T) < 4) tail = copy_vec<u32, Fresh>(dst, src, lo, hi);
   }
-  for (u64 i = tail + threadIdx.x; i < hi; i += blockDim.x) dst[i] = __ldcg(src + i);
+  for (u64 i = tail + threadIdx.x; i < hi; i += blockDim.x) dst[i] = ld<Fresh>(src + i);
 }
 
 // fanout_vec copies the whole words of type V in elements [lo, hi) of src
@@ -501,8 +516,8 @@ __device__ __forceinline__ void fanout(T *const *dst, u32 nd, const T *src, u64 
 // src[1][i], ..., src[nsrc-1][i] in that order (avg: the sum, divided by
 // nsrc) to out[i] and to push[k][i] for k < npush; nsrc <= 8, npush <= 7.
 // Each thread loads every source of two vectors before it combines them,
-// so that up to 16 loads are in flight.
-template <typename S, typename Op, bool Avg>
+// so that up to 16 loads are in flight. Fresh: see ld.
+template <typename S, typename Op, bool Avg, bool Fresh = false>
 __device__ __forceinline__ void reduce_into(typename Traits<S>::T *out, typename Traits<S>::T *const *push, u32 npush,
                                             const typename Traits<S>::T *const *src, u32 nsrc, u64 lo, u64 hi) {
   typedef Traits<S> Tr;
@@ -533,7 +548,7 @@ __device__ __forceinline__ void reduce_into(typename Traits<S>::T *out, typename
       for (int u = 0; u < 2; u++) {
 #pragma unroll
         for (int r = 0; r < 8; r++) {
-          if (r < nsrc && i0 + u * bd < nv) x[u][r].v = __ldcg((const uint4 *)s[r] + i0 + u * bd);
+          if (r < nsrc && i0 + u * bd < nv) x[u][r].v = ld<Fresh>((const uint4 *)s[r] + i0 + u * bd);
         }
       }
 #pragma unroll
@@ -563,8 +578,8 @@ __device__ __forceinline__ void reduce_into(typename Traits<S>::T *out, typename
     tail = lo + nv * W;
   }
   for (u64 i = tail + threadIdx.x; i < hi; i += blockDim.x) {
-    T acc = __ldcg(src[0] + i);
-    for (u32 r = 1; r < nsrc; r++) acc = combine<S, Op, false>(acc, __ldcg(src[r] + i), (C)1);
+    T acc = ld<Fresh>(src[0] + i);
+    for (u32 r = 1; r < nsrc; r++) acc = combine<S, Op, false>(acc, ld<Fresh>(src[r] + i), (C)1);
     if (Avg) acc = Tr::store(Tr::load(acc) / (C)nsrc);
     out[i] = acc;
     for (u32 k = 0; k < npush; k++) push[k][i] = acc;
@@ -902,29 +917,53 @@ __device__ __forceinline__ void pipeline(u64 total, u64 span, u64 w, u32 seq, ch
 // 2(nranks - 1)/nranks of the vector, as a ring does, in 2 steps a round.
 template <typename S, typename Op, bool Avg>
 __device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
-                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
-                                             u32 *status, char *const *base) {
+                                             u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u8 *host,
+                                             u64 host_bytes, u64 timeout_ns, u32 *status, char *const *base) {
   typedef typename Traits<S>::T T;
   const int W = 16 / sizeof(T);
   const u64 c = ((n + nranks - 1) / nranks + W - 1) / W * W;
   const u64 area = block_area(slot_bytes, area_bytes);
   const u64 e = area / 2 / sizeof(T) / W * W;
   if (e == 0) return;  // the host never launches this
-  const u64 span = e * gridDim.x;
+  // Multi-path: eh elements of every chunk a block and round go through
+  // host memory after the e that go over NVLink.
+  const u64 eh = host ? host_bytes / sizeof(T) / W * W : 0;
+  const u64 span = (e + eh) * gridDim.x;
   const u64 rounds = max((c + span - 1) / span, (u64)1);
-  // A(g): the pushes of round r (number g) of the sub-range [lo, hi) of
-  // every chunk.
-  auto push1 = [&](u32 g, u64 lo, u64 hi) {
+  // This block's part of round r of every chunk: [*lo, *hi) over NVLink,
+  // [*hlo, *hhi) through host.
+  auto range = [&](u64 r, u64 *lo, u64 *hi, u64 *hlo, u64 *hhi) {
+    const u64 off = min(r * span, c);
+    const u64 nl = min(e * gridDim.x, c - off);
+    split(off, nl, W, lo, hi);
+    split(off + nl, min(eh * gridDim.x, c - off - nl), W, hlo, hhi);
+  };
+  // The host areas of a block in half g & 1: that of chunk p from rank
+  // q (first phase), and that of rank q's combined chunk (second phase,
+  // read by every peer), as pointers to element at.
+  auto hostA = [&](u32 g, u32 p, u32 q, u64 at) {
+    return (T *)(host + (u64)(g & 1) * HOST_HALF + (((u64)p * nranks + q) * gridDim.x + blockIdx.x) * eh * sizeof(T)) - at;
+  };
+  auto hostB = [&](u32 g, u32 q, u64 at) {
+    return (T *)(host + (u64)(g & 1) * HOST_HALF + (((u64)nranks * nranks + q) * gridDim.x + blockIdx.x) * eh * sizeof(T)) - at;
+  };
+  // A(g): the pushes of round r (number g) of the sub-ranges [lo, hi)
+  // and [hlo, hhi) of every chunk.
+  auto push1 = [&](u32 g, u64 lo, u64 hi, u64 hlo, u64 hhi) {
     const u64 parity = g & 1;
     for (u32 p = 0; p < nranks; p++) {
       if (p == rank) continue;
       const u64 at = (u64)p * c + lo;
       copy_piece(AREA(T, p, rank) - at, in, min(at, n), min((u64)p * c + hi, n));
+      if (eh) {
+        const u64 ha = (u64)p * c + hlo;
+        copy_piece(hostA(g, p, rank, ha), in, min(ha, n), min((u64)p * c + hhi, n));
+      }
     }
   };
-  u64 lo, hi;
-  split(0, min(span, c), W, &lo, &hi);
-  push1(seq, lo, hi);
+  u64 lo, hi, hlo, hhi;
+  range(0, &lo, &hi, &hlo, &hhi);
+  push1(seq, lo, hi, hlo, hhi);
   for (u64 r = 0; r < rounds; r++) {
     const u32 g = seq + (u32)r;
     const u64 parity = g & 1;
@@ -939,12 +978,18 @@ __device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, ty
       if (q != rank) push[np++] = AREA(T, q, rank) + e - at;
     }
     reduce_into<S, Op, Avg>(out, push, np, src, nranks, min(at, n), min((u64)rank * c + hi, n));
+    if (eh) {
+      const u64 ha = (u64)rank * c + hlo;
+      for (u32 q = 0; q < nranks; q++) src[q] = q == rank ? in : (const T *)hostA(g, rank, q, ha);
+      push[0] = hostB(g, rank, ha);
+      reduce_into<S, Op, Avg, true>(out, push, 1, src, nranks, min(ha, n), min((u64)rank * c + hhi, n));
+    }
     signal_wait(base, rank, nranks, 2 * g, timeout_ns, status, true, false);
     // A(g + 1).
-    u64 nlo = 0, nhi = 0;
+    u64 nlo = 0, nhi = 0, nhlo = 0, nhhi = 0;
     if (r + 1 < rounds) {
-      split((r + 1) * span, min(span, c - min((r + 1) * span, c)), W, &nlo, &nhi);
-      push1(g + 1, nlo, nhi);
+      range(r + 1, &nlo, &nhi, &nhlo, &nhhi);
+      push1(g + 1, nlo, nhi, nhlo, nhhi);
     }
     if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status, false, true)) return;
     // C(g).
@@ -952,9 +997,15 @@ __device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, ty
       if (q == rank) continue;
       const u64 qa = (u64)q * c + lo;
       copy_piece(out, (const T *)AREA(T, rank, q) + e - qa, min(qa, n), min((u64)q * c + hi, n));
+      if (eh) {
+        const u64 qh = (u64)q * c + hlo;
+        copy_piece<true>(out, (const T *)hostB(g, q, qh), min(qh, n), min((u64)q * c + hhi, n));
+      }
     }
     lo = nlo;
     hi = nhi;
+    hlo = nhlo;
+    hhi = nhhi;
   }
 }
 
@@ -1028,23 +1079,39 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
 // The broadcast. Up to BCAST_DIRECT_MAX bytes, and always on 2 GPUs, in
 // one phase: a round moves up to an area per block; the root pushes it
 // into the slot [g & 1][root] of every peer, flags go to 2g, and the
-// others copy it out (a peer's 2g + 2 says it has copied round g). Above,
-// as a scatter and an allgather among the nranks - 1 ranks other than the
-// root: a round moves (nranks - 1) parts, each of up to half an area per
-// block. Phase 1: the root pushes part k into the slot [g & 1][root] of
-// the k-th other rank (first half), and flags go to 2g - 1; phase 2: that
-// rank copies its part into buf and pushes it into the slot [g & 1][rank]
-// of every other non-root (second half), and flags go to 2g; then each
-// non-root copies the others' parts. The root sends the vector once, as in
-// a chain, and every part travels two hops at most. The root does not wait
-// for 2g: it may push round g + 1 while the others finish round g, and it
-// writes a parity again only after every peer's 2g + 1, raised once that
-// peer has finished round g. (cuda.OneShot.Rounds counts rounds the same
-// way.)
+// others copy it out (a peer's 2g + 2 says it has copied round g).
+//
+// Above, as a scatter and an allgather among the nranks - 1 ranks other
+// than the root. A round moves nranks - 1 parts, each of up to half an
+// area per block: the root pushes part k of round g into the first half
+// of the k-th other rank's slot [g & 1][root] and raises its flag to
+// 2g - 1; that rank, once every peer's flag has reached 2g - 1 (the root
+// has pushed round g, the others have finished round g - 1), copies its
+// part into buf and pushes it into the second half of the slot
+// [g & 1][rank] of every other non-root, raises 2g, waits for the other
+// non-roots' 2g, and copies their parts. The root sends the vector once,
+// as in a chain, and every part travels two hops at most.
+//
+// Multi-path (host_bytes > 0): each round also carries up to host_bytes
+// per block after its parts, through host memory: the root stores them
+// into its block's area [g & 1] of host (mapped pinned memory that every
+// rank sees; an area of host_bytes a block in each half), across the bus, before it
+// raises 2g - 1, and every other rank loads them from there into buf. The
+// bus adds to the root's links what NVLink alone cannot carry out of it
+// (seed 000, section 4), and the host's copy reaches every rank at once.
+//
+// The root streams: it reads nothing, so it pushes round g as soon as
+// every other rank has reached round g - 1, so has finished round g - 2,
+// the last earlier user of that parity, and can run a round ahead of the
+// slowest rank. Across calls: it pushes the call's first round at once
+// (its parity is not that of the round before, the last one a peer may
+// still read), and ends once every peer has reached its last round, so has
+// finished the one before, as the other kernels do. (cuda.OneShot.Rounds
+// counts rounds the same way.)
 #define BCAST_DIRECT_MAX (1 << 20)
 extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
-    u8 *buf, u64 bytes, u32 root, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status,
-    char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
+    u8 *buf, u64 bytes, u32 root, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u8 *host, u64 host_bytes,
+    u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
   char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
   const u64 area = block_area(slot_bytes, area_bytes);
   if (nranks < 2 || area == 0) return;
@@ -1072,51 +1139,65 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
   const u64 e = area / 2 / 16 * 16;
   if (e == 0) return;
   const u64 m = nranks - 1;
-  const u64 span = e * gridDim.x;  // of one part
-  const u64 rounds = max((bytes + m * span - 1) / (m * span), (u64)1);
+  const u64 span = e * gridDim.x;            // of one part
+  const u64 hb = host ? host_bytes / 16 * 16 : 0;
+  const u64 whole = m * span + hb * gridDim.x;  // a round
+  const u64 rounds = max((bytes + whole - 1) / whole, (u64)1);
+  // Round r: the bytes of part k that this block moves, [*lo, *hi), and
+  // those it moves through host memory, [*hlo, *hhi).
+  auto part = [&](u64 r, u64 k, u64 *lo, u64 *hi, u64 *hlo, u64 *hhi) {
+    const u64 off = r * whole;
+    const u64 len = min(whole, bytes - min(off, bytes));
+    const u64 nl = min(len, m * span);
+    const u64 ps = ((nl + m - 1) / m + 15) / 16 * 16;  // a part, at most span
+    u64 blo, bhi;
+    split(0, ps, 16, &blo, &bhi);
+    *lo = off + min(k * ps + blo, nl);
+    *hi = off + min(k * ps + bhi, nl);
+    split(off + nl, len - nl, 16, hlo, hhi);
+  };
+  auto part_of = [&](u32 p) -> u64 { return p < root ? p : p - 1; };
+  // This block's host area of parity g & 1, as a pointer to byte lo.
+  auto hostArea = [&](u32 g, u64 lo) { return host + (u64)(g & 1) * HOST_HALF + (u64)blockIdx.x * hb - lo; };
+  if (rank == root) {
+    for (u64 r = 0; r < rounds; r++) {
+      const u32 g = seq + (u32)r;
+      const u64 parity = g & 1;
+      if (r > 0 && !signal_wait(base, rank, nranks, 2 * (g - 1) - 1, timeout_ns, status, false, true)) return;
+      u64 lo, hi, hlo, hhi;
+      for (u32 p = 0; p < nranks; p++) {
+        if (p == root) continue;
+        part(r, part_of(p), &lo, &hi, &hlo, &hhi);
+        copy_piece(AREA(u8, p, root) - lo, buf, lo, hi);
+      }
+      if (hb) copy_piece(hostArea(g, hlo), buf, hlo, hhi);
+      signal_wait(base, rank, nranks, 2 * g - 1, timeout_ns, status, true, false);
+    }
+    signal_wait(base, rank, nranks, 2 * (seq + (u32)rounds - 1) - 1, timeout_ns, status, false, true);
+    return;
+  }
   for (u64 r = 0; r < rounds; r++) {
     const u32 g = seq + (u32)r;
     const u64 parity = g & 1;
-    const u64 off = r * m * span;
-    const u64 len = min(m * span, bytes - min(off, bytes));
-    const u64 ps = ((len + m - 1) / m + 15) / 16 * 16;  // a part, at most span
-    u64 blo, bhi;
-    split(0, ps, 16, &blo, &bhi);
-    // The bytes of part k that this block moves.
-#define PART_LO(k) (off + min((u64)(k) * ps + blo, len))
-#define PART_HI(k) (off + min((u64)(k) * ps + bhi, len))
-#define PART_OF(p) ((p) < root ? (p) : (p) - 1)
-    if (rank == root) {
-      for (u32 p = 0; p < nranks; p++) {
-        if (p == root) continue;
-        const u64 lo = PART_LO(PART_OF(p));
-        copy_piece(AREA(u8, p, root) - lo, buf, lo, PART_HI(PART_OF(p)));
-      }
-    }
     if (!signal_wait(base, rank, nranks, 2 * g - 1, timeout_ns, status)) return;
-    if (rank != root) {
-      const u64 lo = PART_LO(PART_OF(rank));
-      u8 *dst[8];
-      u32 nd = 0;
-      dst[nd++] = buf;
-      for (u32 q = 0; q < nranks; q++) {
-        if (q != rank && q != root) dst[nd++] = AREA(u8, q, rank) + e - lo;
-      }
-      fanout(dst, nd, (const u8 *)AREA(u8, rank, root) - lo, lo, PART_HI(PART_OF(rank)));
+    u64 lo, hi, hlo, hhi;
+    part(r, part_of(rank), &lo, &hi, &hlo, &hhi);
+    u8 *dst[8];
+    u32 nd = 0;
+    dst[nd++] = buf;
+    for (u32 q = 0; q < nranks; q++) {
+      if (q != rank && q != root) dst[nd++] = AREA(u8, q, rank) + e - lo;
     }
-    // Only non-roots read what others push in phase 2: the root raises its
-    // flag and goes on to the next round.
-    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status, true, rank != root && nranks > 2)) return;
-    if (rank != root) {
-      for (u32 q = 0; q < nranks; q++) {
-        if (q == rank || q == root) continue;
-        const u64 lo = PART_LO(PART_OF(q));
-        copy_piece(buf, (const u8 *)AREA(u8, rank, q) + e - lo, lo, PART_HI(PART_OF(q)));
-      }
+    fanout(dst, nd, (const u8 *)AREA(u8, rank, root) - lo, lo, hi);
+    // The host's part while the pushes travel.
+    if (hb) copy_piece<true>(buf, (const u8 *)hostArea(g, hlo), hlo, hhi);
+    // The root reads nothing that the others push: no wait for it.
+    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status, true, true, root)) return;
+    for (u32 q = 0; q < nranks; q++) {
+      if (q == rank || q == root) continue;
+      part(r, part_of(q), &lo, &hi, &hlo, &hhi);
+      copy_piece(buf, (const u8 *)AREA(u8, rank, q) + e - lo, lo, hi);
     }
-#undef PART_LO
-#undef PART_HI
-#undef PART_OF
   }
 }
 #undef AREA
@@ -1145,10 +1226,10 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(512) braid_twoshot_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
-      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
+      u64 slot_bytes, u64 area_bytes, u8 *host, u64 host_bytes, u64 timeout_ns, u32 *status,      \
+      char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {             \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    twoshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base); \
+    twoshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, host, host_bytes, timeout_ns, status, base); \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(512) braid_rsfused_##opname##_##tname(              \
       const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
