@@ -501,7 +501,6 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 	if kind != cuda.FusedOneShot {
 		most, threads := f.gridFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks)
 		a.Blocks, a.Threads = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), most), threads
-		f.multiPath(&a, k)
 		// Vectors that a few rounds would carry run in at least minRounds
 		// (smaller areas, down to 1 KiB a block), so that pushes overlap.
 		if f.minRounds > 1 {
@@ -510,6 +509,7 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 				a.Area /= 2
 			}
 		}
+		f.multiPath(&a, k)
 	}
 	return a
 }
@@ -530,7 +530,11 @@ func (f *fused) multiPath(a *cuda.OneShot, k *Call) {
 	if f.host == 0 || share <= 0 || n <= 2 || a.Blocks < 1 {
 		return
 	}
-	nv := (f.slotBytes / a.Blocks &^ 15) / 2 &^ 15
+	area := f.slotBytes / a.Blocks
+	if a.Area > 0 {
+		area = min(area, a.Area)
+	}
+	nv := (area &^ 15) / 2 &^ 15
 	switch {
 	case a.Kind == cuda.FusedBcast && bytes > cuda.BcastDirectMax:
 		nv *= n - 1

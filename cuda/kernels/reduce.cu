@@ -715,6 +715,37 @@ __device__ __forceinline__ void ll_finish(Word<typename Traits<S>::T> &acc, u32 
   }
 }
 
+// ll_line is line j of source `from` in rank p's low-latency lines of a
+// parity (lines: where they start in a region).
+__device__ __forceinline__ uint4 *ll_line(char *const *base, u64 lines, u64 parity, u32 nranks, u32 p, u32 from, u64 j) {
+  return (uint4 *)(base[p] + lines + (parity * nranks + from) * ONESHOT_LL_SLOT) + j;
+}
+
+// ll_reduce combines one word of every rank in rank order, this rank's
+// own and every peer r's from line line(r) of this rank's lines once it
+// holds seq, into *acc (avg: divided by nranks): the one-shot's expression,
+// so every rank gets the same bits. It returns false, after recording the
+// peer, if one does not arrive within timeout_ns.
+template <typename S, typename Op, bool Avg, typename Line>
+__device__ __forceinline__ bool ll_reduce(u64 own, u32 rank, u32 nranks, u32 seq, Line line, u64 timeout_ns, u32 *status,
+                                          Word<typename Traits<S>::T> *acc) {
+  Word<typename Traits<S>::T> x;
+  for (u32 r = 0; r < nranks; r++) {
+    if (r == rank) {
+      x.u = own;
+    } else if (!ll_wait(line(r), seq, &x.u, timeout_ns, status, r)) {
+      return false;
+    }
+    if (r == 0) {
+      *acc = x;
+    } else {
+      ll_combine<S, Op>(*acc, x);
+    }
+  }
+  ll_finish<S, Avg>(*acc, nranks);
+  return true;
+}
+
 template <typename S, typename Op, bool Avg>
 __device__ __forceinline__ void oneshotll_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n,
                                                u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns,
@@ -729,28 +760,14 @@ __device__ __forceinline__ void oneshotll_body(const typename Traits<S>::T *in, 
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
     const u64 v = src[i];
     for (u32 p = 0; p < nranks; p++) {
-      if (p == rank) continue;
-      uint4 *l = (uint4 *)(base[p] + lines + (parity * nranks + rank) * ONESHOT_LL_SLOT) + i;
-      ll_store(l, v, seq);
+      if (p != rank) ll_store(ll_line(base, lines, parity, nranks, p, rank, i), v, seq);
     }
   }
   // 2. Wait for every peer's word and combine in rank order.
-  const char *own = base[rank] + lines + parity * nranks * ONESHOT_LL_SLOT;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
-    Word<T> acc, x;
-    for (u32 r = 0; r < nranks; r++) {
-      if (r == rank) {
-        x.u = src[i];
-      } else {
-        if (!ll_wait((const uint4 *)(own + r * ONESHOT_LL_SLOT) + i, seq, &x.u, timeout_ns, status, r)) return;
-      }
-      if (r == 0) {
-        acc = x;
-      } else {
-        ll_combine<S, Op>(acc, x);
-      }
-    }
-    ll_finish<S, Avg>(acc, nranks);
+    Word<T> acc;
+    auto line = [&](u32 r) { return ll_line(base, lines, parity, nranks, rank, r, i); };
+    if (!ll_reduce<S, Op, Avg>(src[i], rank, nranks, seq, line, timeout_ns, status, &acc)) return;
     ((u64 *)out)[i] = acc.u;
   }
 }
@@ -778,34 +795,22 @@ __device__ __forceinline__ void twoshotll_body(const typename Traits<S>::T *in, 
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 *src = (const u64 *)in;
   u64 *dst = (u64 *)out;
-#define LINE(p, from, phase, j) ((uint4 *)(base[p] + lines + (parity * nranks + (from)) * ONESHOT_LL_SLOT) + (phase) * half + (j))
   // 1. Word j of chunk q to rank q.
   for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += stride) {
     for (u32 q = 0; q < nranks; q++) {
       const u64 i = q * c + j;
-      if (q != rank && i < words) ll_store(LINE(q, rank, 0, j), src[i], seq);
+      if (q != rank && i < words) ll_store(ll_line(base, lines, parity, nranks, q, rank, j), src[i], seq);
     }
   }
   // 2. Combine this rank's chunk, write it, push it to every peer.
   for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c && rank * c + j < words; j += stride) {
     const u64 i = rank * c + j;
-    Word<T> acc, x;
-    for (u32 r = 0; r < nranks; r++) {
-      if (r == rank) {
-        x.u = src[i];
-      } else if (!ll_wait(LINE(rank, r, 0, j), seq, &x.u, timeout_ns, status, r)) {
-        return;
-      }
-      if (r == 0) {
-        acc = x;
-      } else {
-        ll_combine<S, Op>(acc, x);
-      }
-    }
-    ll_finish<S, Avg>(acc, nranks);
+    Word<T> acc;
+    auto line = [&](u32 r) { return ll_line(base, lines, parity, nranks, rank, r, j); };
+    if (!ll_reduce<S, Op, Avg>(src[i], rank, nranks, seq, line, timeout_ns, status, &acc)) return;
     dst[i] = acc.u;
     for (u32 p = 0; p < nranks; p++) {
-      if (p != rank) ll_store(LINE(p, rank, 1, j), acc.u, seq);
+      if (p != rank) ll_store(ll_line(base, lines, parity, nranks, p, rank, half + j), acc.u, seq);
     }
   }
   // 3. Every other chunk, from its rank.
@@ -814,11 +819,10 @@ __device__ __forceinline__ void twoshotll_body(const typename Traits<S>::T *in, 
       const u64 i = q * c + j;
       if (q == rank || i >= words) continue;
       u64 v;
-      if (!ll_wait(LINE(rank, q, 1, j), seq, &v, timeout_ns, status, q)) return;
+      if (!ll_wait(ll_line(base, lines, parity, nranks, rank, q, half + j), seq, &v, timeout_ns, status, q)) return;
       dst[i] = v;
     }
   }
-#undef LINE
 }
 
 // ---------------------------------------------------------------------------
