@@ -10,7 +10,7 @@
 // # Fused kernels
 //
 // When a Comm is made, every rank allocates a region of device memory
-// (cuda.OneShotRegionBytes: a flag per block and peer, then two parities
+// (cuda.OneShotRegionBytes: a flag per block and peer, up to 256 blocks, then two parities
 // of one slot per rank, Options.SlotBytes each, 64 MiB in all by default),
 // exports it and maps every peer's. A fused call is then one kernel launch
 // and no host round trip (cuda.LaunchOneShot): each block pushes its piece
@@ -37,6 +37,7 @@
 //     which combines it and pushes the result back to all (two flag
 //     exchanges a round);
 //   - broadcast (a scatter from the root, then an allgather among the
+//     others; the root, which reads nothing, streams a round ahead of the
 //     others), allgather and reduce-scatter (Call.Fuse).
 //
 // All but the one-shot are pipelined: block b owns area b of every slot,
@@ -59,10 +60,33 @@
 // largest two-shot in lines, and BRAID_GPU_LL_BLOCKS the grid of a call in
 // lines (default a thread per 8-byte word; 32, 64 and 128 blocks changed
 // nothing on four H200s). BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
-// cuda.DefaultFusedBlocks, and 128 for large vectors: see bigFused) and
+// cuda.DefaultFusedBlocks, and for large vectors 256 blocks of 256 threads
+// on 3 GPUs or more, 128 of 512 on 2 and for allgathers: see bigFused
+// and bigGrid), BRAID_GPU_THREADS their threads, and
 // BRAID_GPU_ROUNDS the fewest rounds a vector is cut into (default 1: on
 // H200s every extra round cost about 10 µs of flag exchanges and bought
 // no overlap); both are for tuning.
+//
+// # Multi-path
+//
+// On more than 2 GPUs the two-shot allreduce and the broadcast above
+// cuda.BcastDirectMax also move a share of every round through pinned host
+// memory, across PCIe, beside NVLink: seed 000's multi-path copy, done by
+// the kernel's own loads and stores. The host region (16 MiB,
+// cuda.HostRegionBytes) ends the mailbox file in /dev/shm, so every rank
+// maps the same pages, and every rank registers it with the driver; a
+// rank that cannot (or a /dev/shm too small for it) leaves the host path
+// out for all. A broadcast's root stores its host share once and every
+// other rank loads it; a two-shot rank stores, for every peer, that peer's
+// chunk's share, and its combined chunk's share once for all. Readers use
+// ld.cv, which takes nothing from caches. The share is
+// Options.HostShare, BRAID_GPU_HOST_SHARE (percent, 0 for none), or by
+// kind and size (DefaultHostShare: 8–11 % from 16 MiB for allreduces,
+// from 64 MiB for broadcasts). On four H200s it took a 1 GiB allreduce
+// from 343 to 372 GB/s busbw (NCCL 2.28.9: 354) and a broadcast from 342
+// to 378 (NCCL: 359): NVLink alone moved about 343 GB/s out of a GPU in
+// these kernels, and the bus adds 30–40 on top, as seed 000's copies found
+// for a lone pair (+11 %).
 //
 // # Programs: pushes, notices and events
 //
