@@ -571,7 +571,9 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
 		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
 	// The multi-path kernels take the host region after the area.
-	hostTail := append(append(append([]uint64{}, tail[:5]...), uint64(a.Host), uint64(a.hostBytes())), tail[5:]...)
+	hostTail := func() []uint64 {
+		return append(append(append(make([]uint64, 0, len(tail)+2), tail[:5]...), uint64(a.Host), uint64(a.hostBytes())), tail[5:]...)
+	}
 	bytes := uint64(a.Count * a.DType.Size())
 	switch a.Kind {
 	case FusedBcast:
@@ -579,7 +581,7 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 			return fmt.Errorf("cuda: fused broadcast: root %d of %d", a.Root, n)
 		}
 		return c.Launch(k.bcast, blocks, threads, 0, s,
-			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root))}, hostTail...)...)
+			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root))}, hostTail()...)...)
 	case FusedAllgather:
 		return c.Launch(k.gather, blocks, threads, 0, s,
 			append([]uint64{uint64(a.In), uint64(a.Out), bytes}, tail...)...)
@@ -595,9 +597,11 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	case FusedReduceScatter:
 		f = k.rsfused[a.DType][a.Op]
 	}
-	head := []uint64{uint64(a.In), uint64(a.Out), uint64(a.Count)}
 	if a.Kind == FusedTwoShot {
-		return c.Launch(f, blocks, threads, 0, s, append(head, hostTail...)...)
+		return c.Launch(f, blocks, threads, 0, s, append([]uint64{uint64(a.In), uint64(a.Out), uint64(a.Count)}, hostTail()...)...)
 	}
-	return c.Launch(f, blocks, threads, 0, s, append(head, tail...)...)
+	return c.Launch(f, blocks, threads, 0, s,
+		uint64(a.In), uint64(a.Out), uint64(a.Count), uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
+		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
+		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
 }

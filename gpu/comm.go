@@ -150,10 +150,11 @@ type Options struct {
 	// Blocks is the most blocks a pipelined fused kernel runs with; 0
 	// means BRAID_GPU_BLOCKS where set, else by kind and size.
 	Blocks int
-	// HostShare is the percentage of a fused broadcast's rounds (above
-	// cuda.BcastDirectMax, on more than 2 GPUs) that travels through
-	// pinned host memory beside NVLink (multi-path; at most 50). 0 means
-	// BRAID_GPU_HOST_SHARE where set, else DefaultHostShare; negative
+	// HostShare is the percentage of every round of a fused two-shot
+	// allreduce or broadcast (above cuda.BcastDirectMax) on more than 2
+	// GPUs that travels through pinned host memory beside NVLink
+	// (multi-path; at most 50). 0 means BRAID_GPU_HOST_SHARE where set
+	// (0 there: none), else by kind and size (DefaultHostShare); negative
 	// means none.
 	HostShare int
 	// PushMax is the largest reducing call, in bytes, whose data moves by

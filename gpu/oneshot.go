@@ -235,15 +235,18 @@ func (g *Comm) unregisterHost(f *fused) error {
 // DefaultHostShare is the percentage of a round of a fused kernel of kind
 // that goes through host memory, beside NVLink, when a call moves bytes
 // (the vector of an allreduce or a broadcast) on n > 2 GPUs and nothing
-// says otherwise. Four H200s, busbw at 64 MiB, 256 MiB and 1 GiB against
-// none: the two-shot allreduce with 8 % 311, 352, 367 GB/s against 298,
-// 332, 343, and in a later run with 11 % 312, 357, 371 against 8 %'s
-// 311, 352, 367 (there the region holds 9 %: 1632 bytes a block and
-// round next to NVLink's 16 KiB, cuda.HostFits, so 14 % ran as 11 %
-// did); the broadcast with 8 % 313, 353,
-// 366 and with 11 % 306, 359, 377 against 294, 332, 342. At 16 MiB the
-// host path bought nothing on four GPUs (allreduce; 6 % on three) or cost
-// 3-20 % (broadcast), and smaller calls have too few rounds for it.
+// says otherwise. Four H200s, busbw at 64 MiB, 256 MiB and 1 GiB:
+//
+//   - the two-shot allreduce: none 298, 332, 343 GB/s; 8 % 311, 352, 367;
+//     in a later run 11 % 312, 357, 371 against 8 %'s 311, 352, 367 (the
+//     region holds 9 % there, cuda.HostFits: 1,632 bytes a block and round
+//     beside NVLink's 16 KiB, so 14 % ran as 11 % did);
+//   - the broadcast: none 294, 332, 342; 8 % 313, 353, 366; 11 % 306, 359,
+//     377.
+//
+// At 16 MiB the host path bought nothing on four GPUs (allreduce; 6 % on
+// three) or cost 3–20 % (broadcast), and smaller calls have too few rounds
+// for it.
 func DefaultHostShare(kind cuda.FusedKind, bytes int) int {
 	switch {
 	case kind == cuda.FusedTwoShot && bytes >= 64<<20:
