@@ -292,7 +292,7 @@ func (g *Comm) mbBytes() int {
 
 // hostRegion is the host region in the mailbox file, or nil without one.
 func (g *Comm) hostRegion() []byte {
-	if g.hostShare < 0 || g.mb.mem == nil {
+	if g.hostShare < 0 || len(g.mb.mem) < mailboxSize(g.n)+cuda.HostRegionBytes {
 		return nil
 	}
 	return g.mb.mem[len(g.mb.mem)-cuda.HostRegionBytes:]
