@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -220,7 +221,24 @@ func (g *Comm) HostPath() string {
 	case f.hostShare > 0:
 		return fmt.Sprintf("%d %% of every round of two-shot allreduces and broadcasts above %d bytes", f.hostShare, cuda.BcastDirectMax)
 	}
-	return "by size (two-shot allreduces from 16 MiB: 8 %, from 64 MiB: 11 %; broadcasts from 64 MiB: 8 %, from 256 MiB: 11 %)"
+	return fmt.Sprintf("by size (two-shot allreduces %s; broadcasts %s)", sharesBySize(cuda.FusedTwoShot), sharesBySize(cuda.FusedBcast))
+}
+
+// sharesBySize describes DefaultHostShare for kind, as "from 16 MiB: 8 %,
+// from 64 MiB: 11 %", from 1 MiB to 1 GiB.
+func sharesBySize(kind cuda.FusedKind) string {
+	var parts []string
+	prev := 0
+	for b := 1 << 20; b <= 1<<30; b <<= 1 {
+		if s := DefaultHostShare(kind, b); s != prev {
+			parts = append(parts, fmt.Sprintf("from %d MiB: %d %%", b>>20, s))
+			prev = s
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // unregisterHost undoes the registration of the host region, if f has it.

@@ -58,6 +58,13 @@ func TestFusedChoice(t *testing.T) {
 		t.Errorf("1 GiB two-shot: %d rounds, %d threads, %d bytes through host; want 64, %d, 0", a.Rounds(), a.Threads, a.HostBytes, BigThreads)
 	}
 
+	if got, want := sharesBySize(cuda.FusedTwoShot), "from 16 MiB: 8 %, from 64 MiB: 11 %"; got != want {
+		t.Errorf("two-shot shares by size: %q, want %q", got, want)
+	}
+	if got, want := sharesBySize(cuda.FusedReduceScatter), "none"; got != want {
+		t.Errorf("reduce-scatter shares by size: %q, want %q", got, want)
+	}
+
 	// Multi-path: with a host region, the default shares by kind and size.
 	mp := &fused{slotBytes: DefaultSlotBytes(n), regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true, host: 1 << 40}
 	for _, c := range []struct {
