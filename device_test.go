@@ -255,7 +255,7 @@ func deviceRank(t *testing.T) {
 								cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, false})
 								// Stream-ordered calls: the fused one-shot kernel and programs
 								// whose sends then all wait for events.
-								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "ll2" || strings.HasPrefix(name, "direct-h") || name == "direct" || name == "pipe" || name == "segring") {
+								if coll == sched.Allreduce && (name == "gpu_oneshot" || name == "ll2" || name == "direct" || name == "direct-host" || name == "pipe" || name == "segring") {
 									cases = append(cases, deviceCase{coll, name, d, op, count, root, inPlace, true})
 								}
 							}
