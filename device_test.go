@@ -300,10 +300,15 @@ func deviceRank(t *testing.T) {
 			// The default choice, with slots of 4 KiB: fused kernels in
 			// many rounds (allreduce: one-shot to 1 KiB, two-shot above);
 			// pipe-host moves a third of every broadcast round through
-			// host memory.
+			// host memory. Broadcasts above cuda.BcastDirectMax cut their
+			// last full round in the most halvings (pipe) or none
+			// (pipe-host); the default (2) runs with the default algorithm.
 			algoName, opts.SlotBytes, opts.OneShotMax = "", 4<<10, 1<<10
 			if name == "pipe-host" {
 				defer setEnv("BRAID_GPU_HOST_SHARE", "33")()
+				defer setEnv("BRAID_GPU_BCAST_RAMP", "0")()
+			} else {
+				defer setEnv("BRAID_GPU_BCAST_RAMP", strconv.Itoa(cuda.MaxRamp))()
 			}
 		case "ll2":
 			// The one-shot as a two-shot in low-latency lines wherever it

@@ -29,6 +29,9 @@ func TestFusedRounds(t *testing.T) {
 							}
 							areaCap := []int{0, 1000, 4096}[(count+blocks)%3]
 							a := OneShot{Kind: kind, DType: d, Count: count, Regions: make([]DevicePtr, n), SlotBytes: slot, Blocks: blocks, Area: areaCap}
+							if kind == FusedBcast {
+								a.Ramp = (count + slot/256 + blocks) % (MaxRamp + 1)
+							}
 							// Multi-path: some bytes a block and round through host.
 							if hb := []int{0, 48, 1008}[(count+n+slot)%3]; hb > 0 {
 								a.Host, a.HostBytes = 1<<40, hb
@@ -120,9 +123,21 @@ func modelRounds(a OneShot) (int, error) {
 			hcap = a.HostBytes / 16 * 16
 		}
 		whole := m*span + hcap*blocks
-		for off := 0; rounds == 0 || off < items; off += whole {
+		// Full rounds from the front, then the last whole one (or the
+		// vector) in Ramp + 1 of halving size, cut at 16 bytes.
+		tail := min(items, whole)
+		head := items - tail
+		var cuts []int
+		for off := 0; off < head; off += whole {
+			cuts = append(cuts, off)
+		}
+		for j := 0; j <= a.Ramp; j++ {
+			cuts = append(cuts, head+(tail-tail>>j)&^15)
+		}
+		cuts = append(cuts, items)
+		for r := 0; r+1 < len(cuts); r++ {
 			rounds++
-			length := min(whole, items-min(off, items))
+			off, length := cuts[r], cuts[r+1]-cuts[r]
 			nl := min(length, m*span)
 			ps := ((nl+m-1)/m + 15) / 16 * 16
 			for b := range blocks {

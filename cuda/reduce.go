@@ -346,7 +346,16 @@ type OneShot struct {
 	// overlap the waits and reductions of the ones before. 0, or more than
 	// SlotBytes/Blocks, means SlotBytes/Blocks.
 	Area int
+	// Ramp, for a broadcast above BcastDirectMax on more than 2 GPUs, cuts
+	// its last full round (or the whole vector, if smaller) into Ramp + 1
+	// rounds of a half, a quarter, ... of it, the last two alike, so that
+	// the last exchange among the non-roots, which nothing overlaps, is
+	// short (0 to MaxRamp; every rank passes the same).
+	Ramp int
 }
+
+// MaxRamp is the largest OneShot.Ramp.
+const MaxRamp = 4
 
 // One-shot kernel limits, as kernels/reduce.cu lays out a region: flags
 // for OneShotMaxBlocks blocks and OneShotMaxRanks ranks, then the slots
@@ -493,10 +502,13 @@ func (a *OneShot) Rounds() int {
 		if n == 2 || a.Count*es <= BcastDirectMax {
 			return rounds(a.Count*es, area*blocks)
 		}
-		if area/2&^15 == 0 {
+		if area/2&^15 == 0 || a.Ramp < 0 || a.Ramp > MaxRamp {
 			return 0
 		}
-		return rounds(a.Count*es, area/2&^15*blocks*(n-1)+a.hostBytes()*blocks)
+		// Full rounds, then the last whole one, or the vector, in Ramp + 1.
+		whole := area/2&^15*blocks*(n-1) + a.hostBytes()*blocks
+		head := a.Count*es - min(a.Count*es, whole)
+		return (head+whole-1)/whole + a.Ramp + 1
 	}
 	return 0
 }
@@ -540,6 +552,8 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 		return fmt.Errorf("cuda: one-shot: op %v is not defined on %v", a.Op, a.DType)
 	case n < 1 || n > OneShotMaxRanks || a.Rank < 0 || a.Rank >= n:
 		return fmt.Errorf("cuda: one-shot: rank %d of %d (at most %d ranks)", a.Rank, n, OneShotMaxRanks)
+	case a.Ramp < 0 || a.Ramp > MaxRamp:
+		return fmt.Errorf("cuda: fused kernel %d: ramp %d (0 to %d)", a.Kind, a.Ramp, MaxRamp)
 	case a.Count < 0 || a.SlotBytes%256 != 0 || a.Kind.Slot(a.Count, a.DType.Size(), n) > a.SlotBytes || a.Rounds() == 0:
 		return fmt.Errorf("cuda: fused kernel %d: %d elements of %d bytes in slots of %d bytes and %d blocks", a.Kind, a.Count, a.DType.Size(), a.SlotBytes, a.Grid())
 	case a.Blocks < 0 || a.Blocks > OneShotMaxBlocks:
@@ -581,7 +595,7 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 			return fmt.Errorf("cuda: fused broadcast: root %d of %d", a.Root, n)
 		}
 		return c.Launch(k.bcast, blocks, threads, 0, s,
-			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root))}, hostTail()...)...)
+			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root)), uint64(uint32(a.Ramp))}, hostTail()...)...)
 	case FusedAllgather:
 		return c.Launch(k.gather, blocks, threads, 0, s,
 			append([]uint64{uint64(a.In), uint64(a.Out), bytes}, tail...)...)

@@ -29,6 +29,7 @@ type fused struct {
 	ll2Max    int              // the largest that runs in them as a two-shot (from llMax)
 	llBlocks  int              // the grid of a call in low-latency lines; 0: a thread per word
 	threads   int              // the block size of a pipelined kernel; 0: cuda's default (512)
+	ramp      int              // a broadcast's cuda.OneShot.Ramp; -1: by size (DefaultBcastRamp)
 	host      cuda.DevicePtr   // the host region (mapped pinned memory every rank sees) as mapped here; 0: none
 	hostShare int              // the percentage of a round that goes through host; 0: by kind and size (DefaultHostShare)
 	own       cuda.DevicePtr   // this rank's region
@@ -76,6 +77,10 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 	}
 	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_THREADS")); err == nil && v >= 32 && v <= 512 && v%32 == 0 {
 		f.threads = v
+	}
+	f.ramp = -1
+	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_BCAST_RAMP")); err == nil && v >= 0 && v <= cuda.MaxRamp {
+		f.ramp = v
 	}
 	var local error
 	var h cuda.IPCMemHandle
@@ -522,6 +527,12 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 	if kind != cuda.FusedOneShot {
 		most, threads := f.gridFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks)
 		a.Blocks, a.Threads = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), most), threads
+		if kind == cuda.FusedBcast {
+			a.Ramp = f.ramp
+			if a.Ramp < 0 {
+				a.Ramp = DefaultBcastRamp(k.Params.Count*k.DType.Size(), k.Params.NRanks)
+			}
+		}
 		// Vectors that a few rounds would carry run in at least minRounds
 		// (smaller areas, down to 1 KiB a block), so that pushes overlap.
 		if f.minRounds > 1 {
@@ -533,6 +544,20 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		f.multiPath(&a, k)
 	}
 	return a
+}
+
+// DefaultBcastRamp is the cuda.OneShot.Ramp of a broadcast of bytes on n
+// GPUs (BRAID_GPU_BCAST_RAMP sets another): 1, the last full round in two
+// halves, from 16 MiB to below 64 MiB on more than 2 GPUs, where a vector
+// of one round and a third (64 blocks of 12 MiB rounds on four GPUs) left
+// most of it to a last round that nothing overlaps; else 0. Four H200s,
+// 16 MiB: 197 against 180 GB/s (three: 207 against 187); every ramp lost
+// at 4 and 64 MiB (a round costs a few µs of flags), 2 lost to 1.
+func DefaultBcastRamp(bytes, n int) int {
+	if n <= 2 || bytes < 16<<20 || bytes >= 64<<20 {
+		return 0
+	}
+	return 1
 }
 
 // multiPath sends a share of a's data through the host region, beside
