@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +95,7 @@ func benchDevice(dev string, args []string) error {
 	slotF := fs.String("slot", "", "bytes of each slot of the region the fused kernels push into (default: 32M / n)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
+	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
 	var coll string
 	var rest []string
@@ -187,6 +189,17 @@ func benchDevice(dev string, args []string) error {
 		return fmt.Errorf("bench --device cuda: %w", err)
 	}
 	gpuID := cuda.Device(c.LocalRank() % ngpu)
+	if *cpuprof != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuprof, c.Rank()))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	nr := c.Size()
 	es := d.Size()
 	var sizes []int64
