@@ -1273,42 +1273,32 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
 }
 #undef AREA
 
-#define ONESHOT(opname, Op, Avg, tname, S)                                                         \
-  extern "C" __global__ void __launch_bounds__(512) braid_oneshot_##opname##_##tname(              \
-      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
-      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
-    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    oneshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base); \
-  }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512) braid_oneshotll_##opname##_##tname(            \
-      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
-      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
-    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    oneshotll_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
-  }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512) braid_twoshotll_##opname##_##tname(            \
-      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
-      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
-    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    twoshotll_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, timeout_ns, status, base); \
-  }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512) braid_twoshot_##opname##_##tname(              \
-      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 area_bytes, u8 *host, u64 host_bytes, u64 timeout_ns, u32 *status,      \
-      char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {             \
-    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    twoshot_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, host, host_bytes, timeout_ns, status, base); \
-  }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512) braid_rsfused_##opname##_##tname(              \
-      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,             \
-      u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2,   \
-      char *r3, char *r4, char *r5, char *r6, char *r7) {                                          \
-    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                        \
-    rsfused_body<S, Op, Avg>(in, out, n, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base); \
+// FUSED_KERNEL defines the kernel braid_<kind>_<opname>_<tname>, whose
+// parameters are those every fused kernel takes (HOST adds the multi-path
+// kernels' host region), as a call of body<S, Op, Avg> with the rest.
+#define HOST_PARAMS u8 *host, u64 host_bytes,
+#define NO_HOST_PARAMS
+#define FUSED_KERNEL(kind, body, opname, Op, Avg, tname, S, HOST, ...)                           \
+  extern "C" __global__ void __launch_bounds__(512) braid_##kind##_##opname##_##tname(            \
+      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,           \
+      u64 slot_bytes, u64 area_bytes, HOST u64 timeout_ns, u32 *status, char *r0, char *r1,      \
+      char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {                               \
+    char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                      \
+    body<S, Op, Avg>(__VA_ARGS__);                                                                \
   }
+#define FUSED_ARGS in, out, n, seq, rank, nranks, slot_bytes
+
+#define ONESHOT(opname, Op, Avg, tname, S)                                                                    \
+  FUSED_KERNEL(oneshot, oneshot_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, area_bytes,      \
+               timeout_ns, status, base)                                                                      \
+  FUSED_KERNEL(oneshotll, oneshotll_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, timeout_ns,  \
+               status, base)                                                                                  \
+  FUSED_KERNEL(twoshotll, twoshotll_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, timeout_ns,  \
+               status, base)                                                                                  \
+  FUSED_KERNEL(twoshot, twoshot_body, opname, Op, Avg, tname, S, HOST_PARAMS, FUSED_ARGS, area_bytes, host,   \
+               host_bytes, timeout_ns, status, base)                                                          \
+  FUSED_KERNEL(rsfused, rsfused_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, area_bytes,      \
+               timeout_ns, status, base)
 
 #define FLOAT_ONESHOT(tname, S)           \
   ONESHOT(sum, OpSum, false, tname, S)    \
