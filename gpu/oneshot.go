@@ -551,8 +551,8 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 // halves, from 16 MiB to below 64 MiB on more than 2 GPUs, where a vector
 // of one round and a third (64 blocks of 12 MiB rounds on four GPUs) left
 // most of it to a last round that nothing overlaps; else 0. Four H200s,
-// 16 MiB: 197 against 180 GB/s (three: 207 against 187); every ramp lost
-// at 4 and 64 MiB (a round costs a few µs of flags), 2 lost to 1.
+// 16 MiB: 216 against 192 GB/s (three: 263 against 216); every ramp lost
+// at 4 and 64 MiB (64 MiB: 309 against 318 with 1), and 2 lost to 1.
 func DefaultBcastRamp(bytes, n int) int {
 	if n <= 2 || bytes < 16<<20 || bytes >= 64<<20 {
 		return 0

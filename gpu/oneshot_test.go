@@ -58,6 +58,25 @@ func TestFusedChoice(t *testing.T) {
 		t.Errorf("1 GiB two-shot: %d rounds, %d threads, %d bytes through host; want 64, %d, 0", a.Rounds(), a.Threads, a.HostBytes, BigThreads)
 	}
 
+	// Broadcasts: the last full round in halves from 16 MiB to below 64
+	// MiB (f.ramp -1: by size), or as set. 16 MiB through 8 MiB slots
+	// and 64 blocks, in rounds of up to 12 MiB: 4 MiB, then the last
+	// 12 MiB in two halves.
+	f.ramp = -1
+	for _, c := range []struct {
+		bytes, ramp, rounds int
+	}{{4 << 20, 0, 1}, {16 << 20, 1, 3}, {32 << 20, 1, 4}, {64 << 20, 0, 0}} {
+		a := f.shot(call(sched.Bcast, "", c.bytes/4, true), 0)
+		if a.Ramp != c.ramp || (c.rounds > 0 && a.Rounds() != c.rounds) {
+			t.Errorf("%d-byte broadcast: ramp %d, %d rounds; want %d, %d", c.bytes, a.Ramp, a.Rounds(), c.ramp, c.rounds)
+		}
+	}
+	f.ramp = 3
+	if a := f.shot(call(sched.Bcast, "", 1<<10, true), 0); a.Ramp != 3 {
+		t.Errorf("broadcast with ramp 3 set: ramp %d", a.Ramp)
+	}
+	f.ramp = 0
+
 	if got, want := sharesBySize(cuda.FusedTwoShot), "from 16 MiB: 8 %, from 64 MiB: 11 %"; got != want {
 		t.Errorf("two-shot shares by size: %q, want %q", got, want)
 	}
