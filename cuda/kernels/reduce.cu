@@ -368,6 +368,12 @@ INT_KERNELS(u64, u64)
 // uses half g & 1 only, whatever the kernel, as with the slots.
 #define HOST_HALF (8 << 20)
 
+// host_area is this block's area number index in half g & 1 of the host
+// region, whose areas take bytes a block, each area's blocks in a row.
+__device__ __forceinline__ u8 *host_area(u8 *host, u32 g, u64 index, u64 bytes) {
+  return host + (u64)(g & 1) * HOST_HALF + (index * gridDim.x + blockIdx.x) * bytes;
+}
+
 __device__ __forceinline__ void st_release_sys(u32 *p, u32 v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -950,11 +956,9 @@ __device__ __forceinline__ void twoshot_body(const typename Traits<S>::T *in, ty
   // q (first phase), and that of rank q's combined chunk (second phase,
   // read by every peer), as pointers to element at.
   auto hostA = [&](u32 g, u32 p, u32 q, u64 at) {
-    return (T *)(host + (u64)(g & 1) * HOST_HALF + (((u64)p * nranks + q) * gridDim.x + blockIdx.x) * eh * sizeof(T)) - at;
+    return (T *)host_area(host, g, (u64)p * nranks + q, eh * sizeof(T)) - at;
   };
-  auto hostB = [&](u32 g, u32 q, u64 at) {
-    return (T *)(host + (u64)(g & 1) * HOST_HALF + (((u64)nranks * nranks + q) * gridDim.x + blockIdx.x) * eh * sizeof(T)) - at;
-  };
+  auto hostB = [&](u32 g, u32 q, u64 at) { return (T *)host_area(host, g, (u64)nranks * nranks + q, eh * sizeof(T)) - at; };
   // A(g): the pushes of round r (number g) of the sub-ranges [lo, hi)
   // and [hlo, hhi) of every chunk.
   auto push1 = [&](u32 g, u64 lo, u64 hi, u64 hlo, u64 hhi) {
@@ -1188,7 +1192,7 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
   };
   auto part_of = [&](u32 p) -> u64 { return p < root ? p : p - 1; };
   // This block's host area of parity g & 1, as a pointer to byte lo.
-  auto hostArea = [&](u32 g, u64 lo) { return host + (u64)(g & 1) * HOST_HALF + (u64)blockIdx.x * hb - lo; };
+  auto hostArea = [&](u32 g, u64 lo) { return host_area(host, g, 0, hb) - lo; };
   const u32 others = ALL_PEERS & ~(1u << root);
   if (rank == root) {
     for (u64 r = 0; r < rounds; r++) {
