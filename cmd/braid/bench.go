@@ -181,14 +181,11 @@ func benchCmd(args []string) error {
 		cfg.Op = 0
 	}
 	if *cpuprof != "" {
-		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuprof, c.Rank()))
+		stop, err := startCPUProfile(*cpuprof, c.Rank())
 		if err != nil {
 			return err
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	bar := c.Rank() == 0 && term.IsTerminal(int(os.Stderr.Fd()))
 	if bar {
@@ -349,4 +346,18 @@ func launchSelf(n int, cmd, args []string) error {
 		child = append(child, a)
 	}
 	return launchLocal(n, false, self, child)
+}
+
+// startCPUProfile writes this rank's CPU profile to path.RANK (--cpuprofile)
+// until stop is called.
+func startCPUProfile(path string, rank int) (stop func(), err error) {
+	f, err := os.Create(fmt.Sprintf("%s.%d", path, rank))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

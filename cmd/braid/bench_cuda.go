@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -190,15 +189,11 @@ func benchDevice(dev string, args []string) error {
 	}
 	gpuID := cuda.Device(c.LocalRank() % ngpu)
 	if *cpuprof != "" {
-		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuprof, c.Rank()))
+		stop, err := startCPUProfile(*cpuprof, c.Rank())
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	nr := c.Size()
 	es := d.Size()
