@@ -302,7 +302,8 @@ func deviceRank(t *testing.T) {
 			// pipe-host moves a third of every broadcast round through
 			// host memory. Broadcasts above cuda.BcastDirectMax cut their
 			// last full round in the most halvings (pipe) or none
-			// (pipe-host); the default (2) runs with the default algorithm.
+			// (pipe-host); the default (gpu.DefaultBcastRamp) runs with the
+			// default algorithm.
 			algoName, opts.SlotBytes, opts.OneShotMax = "", 4<<10, 1<<10
 			if name == "pipe-host" {
 				defer setEnv("BRAID_GPU_HOST_SHARE", "33")()
