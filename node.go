@@ -1,0 +1,162 @@
+package braid
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/reduce"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/transport/shmcoll"
+)
+
+// nodeAlgo is the planner's name of the collectives that run through the
+// host's shared area (transport/shmcoll) instead of a schedule: the ranks of
+// one host write their data once into the area and read each other's there.
+const nodeAlgo = "shm"
+
+// nodeColls are the collectives the shared area runs.
+func nodeSupports(coll sched.Collective) bool {
+	switch coll {
+	case sched.Allreduce, sched.Reduce, sched.Bcast, sched.Allgather, sched.ReduceScatter, sched.Barrier:
+		return true
+	}
+	return false
+}
+
+// The shared area's costs that the link model does not give: a
+// synchronisation (a flag line stored by one core and polled by the others)
+// and reading one flag line of every peer. Measured on the 16-core node
+// (docs/PERFORMANCE.md): an 8-byte allreduce of 16 ranks through the area
+// takes about 1.5 µs.
+const (
+	nodeSync    = 0.4e-6
+	nodeLineGet = 0.06e-6
+)
+
+// nodeCost is the model's time of coll through g's area: chunks of at most
+// g.Slot bytes, each with its synchronisations, copies (at the intra link's
+// bandwidth) and reductions (γ).
+func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
+	n := float64(p.NRanks)
+	beta, gamma := m.Links[cost.Intra].Beta, m.Gamma
+	sync := nodeSync + n*nodeLineGet
+	slot := g.Slot()
+	var bytes, per float64 // the data a chunk is counted on, and the chunks' limit
+	switch p.Coll {
+	case sched.Barrier:
+		return sync
+	case sched.ReduceScatter:
+		bytes, per = float64(p.Count*es)*n, float64(slot/p.NRanks*p.NRanks)
+	case sched.Allgather:
+		bytes, per = float64(p.Count*es), float64(slot)
+	default:
+		bytes, per = float64(p.Count*es), float64(slot)
+	}
+	chunks := math.Max(1, math.Ceil(bytes/per))
+	b := bytes / chunks // a chunk's bytes
+	var t float64
+	switch p.Coll {
+	case sched.Allreduce, sched.Reduce:
+		if b <= float64(g.FlatMax()) {
+			t = sync + b/beta + (n-1)*b*gamma + n*b/beta
+		} else {
+			t = 2*sync + b/beta + (n-1)*b/n*gamma + 2*b/beta
+		}
+	case sched.Bcast:
+		t = sync + b/beta
+	case sched.Allgather:
+		t = sync + b/beta + n*b/beta
+	case sched.ReduceScatter:
+		t = sync + b/beta + (n-1)*b/n*gamma
+	}
+	return t * chunks
+}
+
+// nodeCandidate returns the shared area as a candidate for p, if c has an
+// area and it runs p.
+func (c *Comm) nodeCandidate(p sched.Params, es int) (candidateNode, bool) {
+	if c.node == nil || !nodeSupports(p.Coll) || p.NRanks != c.node.Size() {
+		return candidateNode{}, false
+	}
+	if p.Coll == sched.ReduceScatter && c.node.Slot()/p.NRanks < es {
+		return candidateNode{}, false
+	}
+	return candidateNode{cost: nodeCost(c.node, p, es, c.w.model)}, true
+}
+
+type candidateNode struct{ cost float64 }
+
+// runNode runs an issued call through the shared area.
+func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
+	defer func() {
+		if x := recover(); x != nil {
+			e := &Error{Kind: Internal, Rank: c.rank, Call: k.name, Peer: -1, Err: fmt.Errorf("panic in call %d: %v", r.seq, x)}
+			c.w.fail(e)
+			rerr = e
+		}
+	}()
+	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: signature(k.p, k.d, k.op), Fail: c.errFn, Spin: c.w.spin, Name: k.name}
+	if _, ok := ctx.Deadline(); !ok {
+		cl.Timeout = c.w.opts.Timeout
+	}
+	if c.w.opts.Debug == "trace" {
+		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, nodeAlgo)
+	}
+	g := c.node
+	var err error
+	switch k.p.Coll {
+	case sched.Allreduce, sched.Reduce, sched.ReduceScatter:
+		var red shmcoll.Reducer
+		red, err = nodeReducer(k.d, k.op)
+		if err != nil {
+			break
+		}
+		switch k.p.Coll {
+		case sched.Allreduce:
+			err = g.Allreduce(&cl, k.in, k.out, red)
+		case sched.Reduce:
+			err = g.Reduce(&cl, k.in, k.out, red, k.p.Root)
+		default:
+			err = g.ReduceScatter(&cl, k.in, k.out, red)
+		}
+		if err == nil && k.op == Avg && (k.p.Coll != sched.Reduce || c.rank == k.p.Root) {
+			err = reduce.Divide(k.d, k.out, k.p.NRanks)
+		}
+	case sched.Bcast:
+		err = g.Bcast(&cl, k.out, k.p.Root)
+	case sched.Allgather:
+		err = g.Allgather(&cl, k.in, k.out)
+	case sched.Barrier:
+		err = g.Barrier(&cl)
+	default:
+		err = fmt.Errorf("the shared area does not run %v", k.p.Coll)
+	}
+	if err != nil {
+		return c.failWith(k.name, err)
+	}
+	return nil
+}
+
+// nodeReducers caches the reducers per (dtype, op): making one allocates.
+var nodeReducers = func() (t [32][16]*shmcoll.Reducer) {
+	for _, d := range dtype.All() {
+		for _, o := range dtype.AllOps() {
+			k, err1 := reduce.For(d, o)
+			k3, err2 := reduce.For3(d, o)
+			if err1 == nil && err2 == nil && int(d) < len(t) && int(o) < len(t[0]) {
+				t[d][o] = &shmcoll.Reducer{ElemSize: d.Size(), K: k, K3: k3}
+			}
+		}
+	}
+	return t
+}()
+
+func nodeReducer(d DType, op Op) (shmcoll.Reducer, error) {
+	if int(d) < len(nodeReducers) && int(op) < len(nodeReducers[0]) && nodeReducers[d][op] != nil {
+		return *nodeReducers[d][op], nil
+	}
+	return shmcoll.Reducer{}, fmt.Errorf("no reduction of %v by %v", d, op)
+}

@@ -1,0 +1,139 @@
+package braid_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/sched"
+)
+
+// nodeCollectives are the collectives the host's shared area runs
+// (algorithm "shm").
+var nodeCollectives = []sched.Collective{sched.Allreduce, sched.Reduce, sched.Bcast, sched.Allgather, sched.ReduceScatter, sched.Barrier}
+
+// nodeAlgo stands for the "shm" path in matrixCases, which asks an
+// algorithm which calls it supports: the shared area runs them all.
+type nodeAlgo struct{ coll sched.Collective }
+
+func (nodeAlgo) Name() string                                   { return "shm" }
+func (a nodeAlgo) Collective() sched.Collective                 { return a.coll }
+func (nodeAlgo) Supports(sched.Params) error                    { return nil }
+func (nodeAlgo) Program(p sched.Params, rank int) sched.Program { panic("shm has no schedule") }
+
+var _ algo.Algorithm = nodeAlgo{}
+
+// TestMatrixShm runs the matrix's cases through the shared area: every
+// dtype and op at the small counts, float32 at the large ones (many
+// chunks), in place and not, every root, on 1–9 ranks, and the small
+// counts on 16 and 17.
+func TestMatrixShm(t *testing.T) {
+	for _, coll := range nodeCollectives {
+		t.Run(coll.String(), func(t *testing.T) {
+			t.Parallel()
+			for n := 1; n <= 9; n++ {
+				runCases(t, coll, "shm", n, nil, matrixCases(coll, nodeAlgo{coll}, n))
+			}
+			for _, n := range []int{16, 17} {
+				var small []mcase
+				for _, k := range matrixCases(coll, nodeAlgo{coll}, n) {
+					if k.count <= 1000 {
+						small = append(small, k)
+					}
+				}
+				runCases(t, coll, "shm", n, nil, small)
+			}
+		})
+	}
+}
+
+// TestShmChosen checks that the planner takes the shared area for small
+// calls of ranks on one host, and that forcing it where it cannot run
+// says why.
+func TestShmChosen(t *testing.T) {
+	comms, err := braid.NewLocal(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	for _, coll := range []string{"allreduce", "bcast", "allgather", "reducescatter", "reduce", "barrier"} {
+		a, why, err := comms[0].Explain(coll, 2, braid.Float32, 0)
+		if err != nil || a != "shm" {
+			t.Errorf("%s of 8 bytes on 4 local ranks: %s (%s, %v), want shm", coll, a, why, err)
+		}
+	}
+	// Emulated hosts: no shared area, and forcing it is Unsupported.
+	hosted, err := braid.NewLocal(2, &braid.Options{LocalHosts: []string{"a", "b"}, Algo: "allreduce=shm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, c := range hosted {
+		go func() {
+			errs <- c.Allreduce(context.Background(), []float32{1}, make([]float32, 1), braid.Sum)
+		}()
+	}
+	// The first rank to plan reports Unsupported; the other may see that
+	// rank's abort first. Both name the cause.
+	for range 2 {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "unsupported: BRAID_ALGO forces shm: the shared area runs") {
+			t.Errorf("forcing shm across emulated hosts: %v, want Unsupported naming the shared area", err)
+		}
+	}
+}
+
+// TestShmMismatch: ranks that disagree about a call through the shared
+// area get Mismatch on every rank by their next call. Each rank here
+// broadcasts from itself: none reads another's data, so the call itself
+// cannot tell; the next one (a barrier) compares the ranks' running hashes
+// of their calls.
+func TestShmMismatch(t *testing.T) {
+	errs := onRanks(t, 3, &braid.Options{Algo: "bcast=shm,barrier=shm", Timeout: 5 * time.Second}, func(c *braid.Comm) error {
+		buf := []float32{float32(c.Rank())}
+		if err := c.Bcast(context.Background(), buf, c.Rank()); err != nil {
+			return err
+		}
+		return c.Barrier(context.Background())
+	})
+	for r, err := range errs {
+		var be *braid.Error
+		if !errors.As(err, &be) || be.Kind != braid.Mismatch {
+			t.Errorf("rank %d: %v, want Mismatch", r, err)
+		}
+	}
+}
+
+// TestShmTimeoutNamesPeer: a rank that never makes the call is named in
+// the others' timeout.
+func TestShmTimeoutNamesPeer(t *testing.T) {
+	comms, err := braid.NewLocal(3, &braid.Options{Algo: "allreduce=shm", Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, c := range comms[:2] {
+		go func() {
+			errs <- c.Allreduce(context.Background(), []float32{1}, make([]float32, 1), braid.Sum)
+		}()
+	}
+	// The first rank to time out names rank 2 and aborts the job; the
+	// other reports that cause.
+	for range 2 {
+		err := <-errs
+		var be *braid.Error
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "waiting for rank 2") {
+			t.Errorf("%v, want an error naming rank 2", err)
+		}
+	}
+	for _, c := range comms {
+		c.Close()
+	}
+}

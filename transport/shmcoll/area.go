@@ -1,0 +1,283 @@
+package shmcoll
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/braid-ccl/braid/transport"
+)
+
+// The area's file starts with a header page; the blocks follow.
+const (
+	hdrMagic   = 0
+	hdrRanks   = 8
+	hdrSlot    = 16
+	hdrSecret  = 24 // 16 bytes
+	hdrMapped  = 64 // own line: ranks that mapped the file
+	headerSize = 4096
+
+	areaMagic = 0x4c4c4f4344494152 // "RAIDCOLL"
+)
+
+// Options of a group.
+type Options struct {
+	Slot    int // bytes of a data slot; 0 means DefaultSlot
+	FlatMax int // largest one-phase allreduce chunk; 0 means DefaultFlatMax
+}
+
+// Check returns the options with defaults filled in, or an error naming
+// what is out of range.
+func (o Options) Check() (Options, error) { return o.resolve() }
+
+func (o Options) resolve() (Options, error) {
+	if o.Slot == 0 {
+		o.Slot = DefaultSlot
+	}
+	if o.FlatMax == 0 {
+		o.FlatMax = DefaultFlatMax
+	}
+	if o.Slot < minSlot || o.Slot > maxSlot || o.Slot%lineSize != 0 {
+		return o, fmt.Errorf("shmcoll: slot of %d bytes: want a multiple of %d from %d to %d", o.Slot, lineSize, minSlot, maxSlot)
+	}
+	o.FlatMax = min(max(o.FlatMax, 0), o.Slot)
+	return o, nil
+}
+
+func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
+	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, blocks: blocks, srcs: make([][]byte, n)}
+}
+
+// NewLocal returns the groups of n goroutine ranks of one process, sharing
+// one area in ordinary memory.
+func NewLocal(n int, o Options) ([]*Group, error) {
+	o, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 || n > maxRanks {
+		return nil, fmt.Errorf("shmcoll: %d ranks: want 1 to %d", n, maxRanks)
+	}
+	bs := BlockSize(o.Slot)
+	words := make([]uint64, n*bs/8)
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n*bs)
+	blocks := make([][]byte, n)
+	for q := range blocks {
+		blocks[q] = mem[q*bs : (q+1)*bs : (q+1)*bs]
+	}
+	gs := make([]*Group, n)
+	w := newWake()
+	for r := range gs {
+		gs[r] = newGroup(r, n, o, blocks)
+		gs[r].wake = w
+	}
+	return gs, nil
+}
+
+// Config says how the ranks of one host meet to map their area.
+type Config struct {
+	Rank, Ranks int          // this rank's index in the group, and the group's size
+	Store       transport.KV // the job's store
+	Key         string       // the store key for this group (unique in the job)
+	Secret      []byte       // the job's secret: a file made with another is refused
+	Dir         string       // where the file lives; "" means /dev/shm
+	Options
+}
+
+// ErrUnavailable wraps the reason a group could not be set up on some rank;
+// every rank then gets it, so that all go on without the area.
+var ErrUnavailable = errors.New("shmcoll: shared area unavailable")
+
+func secretHash(secret []byte) [16]byte {
+	h := sha256.Sum256(append([]byte("braid-shmcoll\x00"), secret...))
+	return [16]byte(h[:16])
+}
+
+// Join makes (rank 0) or maps (the others) the group's area. Every rank
+// publishes whether it succeeded, and every rank returns an error wrapping
+// ErrUnavailable if any did not, so that the ranks agree on using the
+// area. The file is unlinked once every rank has mapped it: nothing is left
+// behind, whatever happens later.
+func Join(ctx context.Context, cfg Config) (*Group, error) {
+	o, err := cfg.Options.resolve()
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.Ranks
+	if n < 1 || n > maxRanks || cfg.Rank < 0 || cfg.Rank >= n {
+		return nil, fmt.Errorf("shmcoll: rank %d of %d: want 0 ≤ rank < ranks ≤ %d", cfg.Rank, n, maxRanks)
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	size := headerSize + n*BlockSize(o.Slot)
+	var mem []byte
+	var path string
+	var mine error
+	if cfg.Rank == 0 {
+		mem, path, mine = create(dir, size, n, o.Slot, cfg.Secret)
+		v := "ok " + path
+		if mine != nil {
+			v = "err " + mine.Error()
+		}
+		if err := cfg.Store.Set(ctx, cfg.Key+"/file", []byte(v)); err != nil {
+			unmap(mem, path)
+			return nil, fmt.Errorf("shmcoll: publishing the area: %w", err)
+		}
+	} else {
+		v, err := cfg.Store.Get(ctx, cfg.Key+"/file")
+		if err != nil {
+			return nil, fmt.Errorf("shmcoll: waiting for rank 0's area: %w", err)
+		}
+		s := string(v)
+		switch {
+		case strings.HasPrefix(s, "ok "):
+			mem, mine = open(s[3:], size, n, o.Slot, cfg.Secret)
+		default:
+			mine = fmt.Errorf("rank 0: %s", strings.TrimPrefix(s, "err "))
+		}
+	}
+	status := "ok"
+	if mine != nil {
+		status = mine.Error()
+	}
+	if err := cfg.Store.Set(ctx, cfg.Key+"/r/"+strconv.Itoa(cfg.Rank), []byte(status)); err != nil {
+		unmap(mem, path)
+		return nil, fmt.Errorf("shmcoll: publishing rank %d's status: %w", cfg.Rank, err)
+	}
+	var bad []string
+	for q := range n {
+		v, err := cfg.Store.Get(ctx, cfg.Key+"/r/"+strconv.Itoa(q))
+		if err != nil {
+			unmap(mem, path)
+			return nil, fmt.Errorf("shmcoll: waiting for rank %d's status: %w", q, err)
+		}
+		if string(v) != "ok" {
+			bad = append(bad, fmt.Sprintf("rank %d: %s", q, v))
+		}
+	}
+	if len(bad) > 0 {
+		unmap(mem, path)
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(bad, "; "))
+	}
+	// Every rank mapped the file: the last to count unlinks it.
+	if atomic.AddUint64((*uint64)(unsafe.Pointer(&mem[hdrMapped])), 1) == uint64(n) {
+		path0 := path
+		if path0 == "" {
+			v, _ := cfg.Store.Get(ctx, cfg.Key+"/file")
+			path0 = strings.TrimPrefix(string(v), "ok ")
+		}
+		unix.Unlink(path0)
+	}
+	if cfg.Rank == 0 {
+		// Rank 0 made the file: it waits until every rank counted, so that
+		// the file is gone when Join returns anywhere.
+		t := time.Now()
+		var bo transport.Backoff
+		for atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[hdrMapped]))) < uint64(n) {
+			if ctx.Err() != nil || time.Since(t) > 10*time.Second {
+				unix.Unlink(path)
+				break
+			}
+			bo.Idle(ctx.Done())
+		}
+	}
+	bs := BlockSize(o.Slot)
+	blocks := make([][]byte, n)
+	for q := range blocks {
+		off := headerSize + q*bs
+		blocks[q] = mem[off : off+bs : off+bs]
+	}
+	g := newGroup(cfg.Rank, n, o, blocks)
+	g.release = func() error { return unix.Munmap(mem) }
+	return g, nil
+}
+
+// create makes, sizes (with its pages allocated, so that a full /dev/shm
+// fails here rather than as a bus error later) and maps the area's file.
+func create(dir string, size, n, slot int, secret []byte) ([]byte, string, error) {
+	var rnd [8]byte
+	if _, err := unix.Getrandom(rnd[:], 0); err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("braid-coll-%d-%x", os.Getpid(), rnd))
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("create %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	fail := func(what string, err error) ([]byte, string, error) {
+		unix.Unlink(path)
+		return nil, "", fmt.Errorf("%s %s (%d bytes): %w", what, path, size, err)
+	}
+	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) {
+			return fail("allocate", err)
+		}
+		if err := unix.Ftruncate(fd, int64(size)); err != nil {
+			return fail("size", err)
+		}
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("map", err)
+	}
+	*(*uint64)(unsafe.Pointer(&mem[hdrRanks])) = uint64(n)
+	*(*uint64)(unsafe.Pointer(&mem[hdrSlot])) = uint64(slot)
+	h := secretHash(secret)
+	copy(mem[hdrSecret:hdrSecret+16], h[:])
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[hdrMagic])), areaMagic)
+	return mem, path, nil
+}
+
+// open maps the area that rank 0 made and checks its header.
+func open(path string, size, n, slot int, secret []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Size != int64(size) {
+		return nil, fmt.Errorf("%s has %d bytes, want %d (ranks disagree on the group or its slot)", path, st.Size, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	ok := atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[hdrMagic]))) == areaMagic &&
+		*(*uint64)(unsafe.Pointer(&mem[hdrRanks])) == uint64(n) &&
+		*(*uint64)(unsafe.Pointer(&mem[hdrSlot])) == uint64(slot)
+	if !ok {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("%s is not an area of %d ranks with %d-byte slots", path, n, slot)
+	}
+	if [16]byte(mem[hdrSecret:hdrSecret+16]) != secretHash(secret) {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("%s was made with another job secret: %w", path, transport.ErrAuth)
+	}
+	return mem, nil
+}
+
+func unmap(mem []byte, path string) {
+	if path != "" {
+		unix.Unlink(path)
+	}
+	if mem != nil {
+		unix.Munmap(mem)
+	}
+}

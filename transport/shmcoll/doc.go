@@ -1,0 +1,55 @@
+// Package shmcoll runs the collectives of ranks that share one host through
+// one shared-memory area, without messages: each rank writes its
+// contribution once into its own part of the area, and the others read it
+// from there (the "written once, read by all" design of Open MPI's XHC and
+// MVAPICH's shared-memory collectives).
+//
+// # The area
+//
+// Every rank owns one block of the area. A block holds five flag lines (64
+// bytes each) and four data slots of Group.Slot bytes:
+//
+//	line 0, 1   in[0], in[1]: the chunk number whose input is in slot in[p],
+//	            the call's signature, its length, and up to 48 bytes inline
+//	line 2, 3   res[0], res[1]: the chunk number whose partial result is in res[p]
+//	line 4      done: the last chunk this rank finished reading
+//	slots       in[0], in[1], res[0], res[1]
+//
+// Only the owner writes its block. A collective moves its data in chunks of
+// at most Slot bytes; every rank numbers chunks 1, 2, 3... in the same order
+// (the order of the communicator's calls, which MPI's rules make the same
+// everywhere), and chunk f uses parity p = f mod 2. A writer publishes a
+// chunk by storing its number into the flag line after the data (an atomic
+// store; readers load it atomically, then read the data). Data of at most 48
+// bytes travels inside the flag line, so that an 8-byte allreduce costs each
+// reader one cache line per peer.
+//
+// Before a rank writes parity p for chunk f, every rank must have finished
+// reading chunk f−2, the last user of p. A rank that read every other rank's
+// input flag of chunk f−1 knows it without looking (a rank publishes chunk
+// f−1 only after finishing f−2); otherwise it reads the others' done lines.
+//
+// # Algorithms
+//
+//   - Allreduce: up to FlatMax bytes a chunk, every rank reduces every
+//     rank's input itself (one synchronisation); above, rank r reduces the
+//     r-th slice of every input into its res slot and every rank copies the
+//     slices out (a reduce-scatter and an allgather in shared memory, two
+//     synchronisations). Both combine the inputs in rank order 0, 1, ...,
+//     n−1, so every rank gets the same bits.
+//   - Reduce: the same, with only the root copying out.
+//   - Bcast: the root writes each chunk once; the others copy it out.
+//   - Allgather: every rank writes its block; every rank copies all blocks.
+//   - ReduceScatter: every rank writes the chunk's part of every block; rank
+//     r reduces the r-th parts in rank order.
+//   - Barrier: a chunk of no data.
+//
+// Every reader compares the writer's signature of the call with its own and
+// reports a mismatch (Group.Mismatch) instead of reading other arguments'
+// data. A wait that ends (context, deadline, failure of the communicator)
+// names the rank it waited for.
+//
+// The area is a file in /dev/shm made by the group's first rank (Create
+// and Open), unlinked as soon as every rank mapped it, or plain memory for
+// goroutine ranks (NewLocal).
+package shmcoll

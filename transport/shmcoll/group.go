@@ -1,0 +1,738 @@
+package shmcoll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/braid-ccl/braid/internal/reduce"
+	"github.com/braid-ccl/braid/transport"
+)
+
+// Layout of a block.
+const (
+	lineSize  = 64
+	inline    = lineSize - 16 // data bytes that travel inside a flag line
+	ring      = 8             // flag lines per kind: chunk f uses line f mod ring
+	lineDone  = 2 * ring      // the last chunk the owner finished, and its running hash
+	histLen   = 16
+	dataOff   = 2048 // the slots start here
+	slotIn    = 0
+	slotRes   = 1
+	minSlot   = 4 << 10
+	maxSlot   = 16 << 20
+	maxRanks  = 4096
+	flagSeq   = 0 // uint64
+	flagSig   = 8 // uint32
+	flagLen   = 12
+	flagBytes = 16
+)
+
+// DefaultSlot is the size of a data slot, the largest chunk a collective
+// moves at once: large enough that a chunk's two synchronisations cost
+// little beside its copies, small enough that every rank's four slots stay
+// in the caches.
+const DefaultSlot = 64 << 10
+
+// DefaultFlatMax is the largest chunk an allreduce or reduce combines in one
+// phase (every rank reads every input); larger chunks take two phases
+// (reduce-scatter, then allgather) so that each rank reads each byte once.
+const DefaultFlatMax = 2 << 10
+
+// BlockSize returns the bytes of one rank's block for the given slot size.
+func BlockSize(slot int) int { return dataOff + 4*slot }
+
+// Group is one rank's handle on the area of a group of ranks. Its
+// collectives must be entered in ticket order (see Ticket); a Group is not
+// safe for concurrent calls otherwise.
+type Group struct {
+	rank, n int
+	slot    int
+	flatMax int
+	blocks  [][]byte // blocks[q]: rank q's block, mapped here
+	srcs    [][]byte // scratch: one source per rank
+
+	f     uint64 // the last chunk this rank used
+	known uint64 // every rank has finished reading chunk known
+
+	// Every rank keeps a running hash of the signatures of its chunks and
+	// publishes it with its done line, so that ranks whose calls disagree
+	// find out even when neither read the other's flag (two roots of a
+	// broadcast, say): see verify.
+	hash    uint64
+	hist    [histLen]uint64 // hash after chunk f, at f mod histLen
+	partial bool            // the last call did not read every rank's input flag
+	wake    *wake           // goroutine ranks: woken whenever a rank publishes
+
+	tickets atomic.Uint64 // handed out by Ticket
+	served  atomic.Uint64 // the last ticket whose call ended
+	broken  atomic.Pointer[error]
+
+	release func() error
+}
+
+// Rank returns this rank's index in the group.
+func (g *Group) Rank() int { return g.rank }
+
+// Size returns the number of ranks in the group.
+func (g *Group) Size() int { return g.n }
+
+// Slot returns the size of a data slot: the largest chunk.
+func (g *Group) Slot() int { return g.slot }
+
+// FlatMax returns the largest chunk an allreduce reduces in one phase.
+func (g *Group) FlatMax() int { return g.flatMax }
+
+// Close unmaps the area (or forgets it, for goroutine ranks).
+func (g *Group) Close() error {
+	if g.release == nil {
+		return nil
+	}
+	r := g.release
+	g.release = nil
+	return r()
+}
+
+// Ticket returns the place of the next call in this rank's order. The
+// caller takes tickets in the order of the communicator's calls (under the
+// same lock as its sequence numbers), and passes each to the call.
+func (g *Group) Ticket() uint64 { return g.tickets.Add(1) }
+
+// Call is how one collective waits and what it carries.
+type Call struct {
+	Ctx    context.Context
+	Ticket uint64 // from Ticket
+	Sig    uint32 // the signature of the call's arguments; every rank's must match
+	// Fail, if not nil, reports a failure of the communicator noticed
+	// elsewhere; a waiting call ends with it.
+	Fail func() error
+	// Timeout, if not zero, ends a call that has waited this long without
+	// progress.
+	Timeout time.Duration
+	// Spin is how long a waiter polls before yielding (transport.Backoff).
+	Spin time.Duration
+	// Name names the call in errors ("allreduce").
+	Name string
+
+	bo      transport.Backoff
+	wake    *wake       // goroutine ranks: the group's wake-up
+	recheck func() bool // whether what the current wait awaits is there
+	timer   *time.Timer
+	polls   int
+	since   time.Time // when the current slow wait began
+	chunk0  uint64
+}
+
+// WaitError reports a wait that ended before the awaited rank arrived.
+type WaitError struct {
+	Peer  int    // the rank waited for
+	What  string // what was awaited
+	Chunk uint64 // the call's chunk, counted from 1
+	Err   error  // context.DeadlineExceeded, the context's error, or Fail's
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("waiting for rank %d (%s, chunk %d of the call): %v", e.Peer, e.What, e.Chunk, e.Err)
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// MismatchError reports a rank that made another call than this one.
+type MismatchError struct {
+	Peer      int
+	Sig, Want uint32
+	// Earlier is set when the disagreement was found in the running hashes
+	// of the calls before this one (Sig and Want are then zero).
+	Earlier bool
+	// Skipped is set when the peer finished the chunk without publishing
+	// what this call reads from it (a root that is not the root here).
+	Skipped bool
+}
+
+func (e *MismatchError) Error() string {
+	if e.Skipped {
+		return fmt.Sprintf("rank %d went past this call without sending what it needs from it: the ranks called with different collectives or roots", e.Peer)
+	}
+	if e.Earlier {
+		return fmt.Sprintf("rank %d made other calls than this rank before this one: the ranks called with different collectives, counts, dtypes, ops or roots", e.Peer)
+	}
+	return fmt.Sprintf("rank %d made a call with other arguments (signature %08x, here %08x): the ranks called with different collectives, counts, dtypes, ops or roots", e.Peer, e.Sig, e.Want)
+}
+
+// ErrBroken is returned by every call after one failed part-way: the ranks'
+// chunk numbers no longer agree.
+var ErrBroken = errors.New("shmcoll: an earlier call failed part-way; the group cannot be used")
+
+// Reducer is how a reducing collective combines elements.
+type Reducer struct {
+	ElemSize int
+	K        reduce.Kernel  // dst = dst op src
+	K3       reduce.Kernel3 // dst = a op b
+}
+
+// flag returns rank q's flag line of kind for chunk f.
+func (g *Group) flag(q, kind int, f uint64) []byte {
+	return g.line(q, kind*ring+int(f%ring))
+}
+
+func (g *Group) line(q, l int) []byte {
+	return g.blocks[q][l*lineSize : (l+1)*lineSize : (l+1)*lineSize]
+}
+
+func u64(b []byte) *uint64 { return (*uint64)(unsafe.Pointer(&b[0])) }
+func u32(b []byte) *uint32 { return (*uint32)(unsafe.Pointer(&b[0])) }
+
+func (g *Group) slotBuf(q, kind, p int) []byte {
+	off := dataOff + (2*kind+p)*g.slot
+	return g.blocks[q][off : off+g.slot : off+g.slot]
+}
+
+// enter waits for the call's turn and checks that the group is usable.
+func (g *Group) enter(c *Call) error {
+	if e := g.broken.Load(); e != nil {
+		return *e
+	}
+	for i := 0; g.served.Load() != c.Ticket-1; i++ {
+		if i&63 == 0 {
+			if err := c.Ctx.Err(); err != nil {
+				return err
+			}
+		}
+		runtime.Gosched()
+	}
+	if e := g.broken.Load(); e != nil {
+		g.served.Store(c.Ticket)
+		return *e
+	}
+	c.chunk0 = g.f
+	c.wake = g.wake
+	if g.partial {
+		// The last call did not see every rank's signature: compare the
+		// running hashes of the ranks that have finished it.
+		g.partial = false
+		return g.verify()
+	}
+	return nil
+}
+
+// verify compares the running hash of every rank that has finished a chunk
+// this rank remembers with this rank's own hash after that chunk.
+func (g *Group) verify() error {
+	for q := range g.n {
+		if q == g.rank {
+			continue
+		}
+		l := g.line(q, lineDone)
+		d := atomic.LoadUint64(u64(l))
+		if d == 0 || d > g.f || g.f-d >= histLen {
+			continue
+		}
+		h := atomic.LoadUint64(u64(l[8+8*(d&1):]))
+		if atomic.LoadUint64(u64(l)) != d {
+			continue // it moved on meanwhile
+		}
+		if h != g.hist[d%histLen] {
+			return &MismatchError{Peer: q, Earlier: true}
+		}
+	}
+	return nil
+}
+
+// leave ends the call's turn; a failed call breaks the group.
+func (g *Group) leave(c *Call, err error) error {
+	if err != nil {
+		e := ErrBroken
+		g.broken.CompareAndSwap(nil, &e)
+	}
+	g.served.Store(c.Ticket)
+	return err
+}
+
+// idle is one empty poll of a wait for rank q.
+func (c *Call) idle(q int, what string, chunk uint64) error {
+	c.polls++
+	if c.polls&63 == 0 {
+		var err error
+		if err = c.Ctx.Err(); err == nil && c.Fail != nil {
+			err = c.Fail()
+		}
+		if err == nil && c.Timeout > 0 {
+			now := time.Now()
+			if c.since.IsZero() {
+				c.since = now
+			} else if now.Sub(c.since) > c.Timeout {
+				err = context.DeadlineExceeded
+			}
+		}
+		if err != nil {
+			return &WaitError{Peer: q, What: what, Chunk: chunk, Err: err}
+		}
+	}
+	if c.wake != nil {
+		// Goroutine ranks: a waiter that spins or yields its thread keeps
+		// its processor from the rank it waits for. After a few turns it
+		// blocks until some rank of the group publishes something (the
+		// caller then polls again), or a millisecond passes.
+		if c.polls < 32 {
+			runtime.Gosched()
+			return nil
+		}
+		ch := c.wake.chan_()
+		if c.recheck != nil && c.recheck() {
+			return nil
+		}
+		if c.timer == nil {
+			c.timer = time.NewTimer(time.Millisecond)
+		} else {
+			c.timer.Reset(time.Millisecond)
+		}
+		select {
+		case <-ch:
+		case <-c.timer.C:
+		}
+		c.timer.Stop()
+		return nil
+	}
+	c.bo.Idle(nil)
+	return nil
+}
+
+// arrived resets the wait's clocks after progress.
+func (c *Call) arrived() {
+	if c.polls != 0 {
+		c.bo.Reset()
+		c.polls = 0
+		c.since = time.Time{}
+	}
+}
+
+// next takes the next chunk number.
+func (g *Group) next() uint64 {
+	g.f++
+	return g.f
+}
+
+// claim waits until every rank has finished the last chunk that used what
+// this rank writes for chunk f: chunk f−ring for data inside a flag line
+// (small), chunk f−2 for a slot.
+func (g *Group) claim(c *Call, f uint64, small bool) error {
+	back := uint64(2)
+	if small {
+		back = ring
+	}
+	if f <= back || g.known >= f-back {
+		return nil
+	}
+	// Ask for more than needed, so that the next claims find it known.
+	low := ^uint64(0)
+	for q := range g.n {
+		if q == g.rank {
+			continue
+		}
+		d := u64(g.line(q, lineDone))
+		v := atomic.LoadUint64(d)
+		if c.wake != nil {
+			c.recheck = func() bool { return atomic.LoadUint64(d) >= f-back }
+		}
+		for v < f-back {
+			if err := c.idle(q, "the end of an earlier chunk", f-c.chunk0); err != nil {
+				return err
+			}
+			v = atomic.LoadUint64(d)
+		}
+		c.arrived()
+		low = min(low, v)
+	}
+	g.known = max(g.known, low)
+	return nil
+}
+
+// sawAll records that this rank saw every rank's input of chunk f: each of
+// them had finished chunk f−1.
+func (g *Group) sawAll(f uint64) { g.known = max(g.known, f-1) }
+
+// finish publishes that this rank has read everything of chunk f, and the
+// running hash of its calls' signatures up to f.
+func (g *Group) finish(f uint64, sig uint32) {
+	h := (g.hash ^ uint64(sig)) * 0x9e3779b97f4a7c15
+	h ^= h >> 29
+	g.hash = h
+	g.hist[f%histLen] = h
+	// The hash of chunk f goes to word 1 + f mod 2, which a reader of
+	// chunk f−1's hash does not read; it checks that the chunk number did
+	// not move while it read.
+	l := g.line(g.rank, lineDone)
+	atomic.StoreUint64(u64(l[8+8*(f&1):]), h)
+	atomic.StoreUint64(u64(l), f)
+	if g.wake != nil {
+		g.wake.kick()
+	}
+}
+
+// buf returns where this rank writes nbytes of kind (slotIn or slotRes)
+// for chunk f: inside the flag line when they fit, else the slot.
+func (g *Group) buf(kind int, f uint64, nbytes int) []byte {
+	if nbytes <= inline {
+		return g.flag(g.rank, kind, f)[flagBytes : flagBytes+nbytes]
+	}
+	return g.slotBuf(g.rank, kind, int(f&1))[:nbytes]
+}
+
+// commit publishes what buf returned as chunk f.
+func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
+	l := g.flag(g.rank, kind, f)
+	atomic.StoreUint32(u32(l[flagSig:]), sig)
+	atomic.StoreUint32(u32(l[flagLen:]), uint32(nbytes))
+	atomic.StoreUint64(u64(l[flagSeq:]), f)
+	if g.wake != nil {
+		g.wake.kick()
+	}
+}
+
+// read waits for rank q's chunk f of kind and returns its data, which must
+// be nbytes long.
+func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
+	l := g.flag(q, kind, f)
+	seq := u64(l[flagSeq:])
+	v := atomic.LoadUint64(seq)
+	if v < f {
+		what := "its input"
+		if kind == slotRes {
+			what = "its share of the result"
+		}
+		done := u64(g.line(q, lineDone))
+		if c.wake != nil {
+			c.recheck = func() bool { return atomic.LoadUint64(seq) >= f || atomic.LoadUint64(done) >= f }
+		}
+		for i := 1; v < f; i++ {
+			if i&7 == 0 && atomic.LoadUint64(done) >= f {
+				// q finished chunk f; unless it published the flag before
+				// (it stores the flag first), it did not publish what this
+				// call reads from it: it made another call.
+				if v = atomic.LoadUint64(seq); v >= f {
+					break
+				}
+				return nil, &MismatchError{Peer: q, Skipped: true}
+			}
+			if err := c.idle(q, what, f-c.chunk0); err != nil {
+				return nil, err
+			}
+			v = atomic.LoadUint64(seq)
+		}
+		c.arrived()
+	}
+	sig := atomic.LoadUint32(u32(l[flagSig:]))
+	n := int(atomic.LoadUint32(u32(l[flagLen:])))
+	if v != f || sig != c.Sig || n != nbytes {
+		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
+	}
+	if n <= inline {
+		return l[flagBytes : flagBytes+n], nil
+	}
+	return g.slotBuf(q, kind, int(f&1))[:n], nil
+}
+
+// block returns the elements [lo, hi) of the q-th of n blocks of m elements.
+func block(m, n, q int) (lo, hi int) {
+	b, r := m/n, m%n
+	lo = q*b + min(q, r)
+	hi = lo + b
+	if q < r {
+		hi++
+	}
+	return lo, hi
+}
+
+// chunks returns the chunk size for total bytes of elements of es bytes
+// with at most limit bytes a chunk, and the number of chunks (at least one,
+// so that every rank takes the same chunk numbers even for no data).
+func chunks(total, es, limit int) (size, count int) {
+	size = max(es, limit/es*es)
+	if total == 0 {
+		return size, 1
+	}
+	return size, (total + size - 1) / size
+}
+
+// combine writes dst = srcs[0] op srcs[1] op ... in order.
+func combine(r Reducer, dst []byte, srcs [][]byte) {
+	if len(srcs) == 1 {
+		copy(dst, srcs[0])
+		return
+	}
+	r.K3(dst, srcs[0], srcs[1])
+	for _, s := range srcs[2:] {
+		r.K(dst, s)
+	}
+}
+
+// Allreduce combines in from every rank into out on every rank (in and out
+// may be the same buffer).
+func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
+	if err := g.enter(c); err != nil {
+		return err
+	}
+	defer func() { err = g.leave(c, err) }()
+	size, count := chunks(len(in), r.ElemSize, g.slot)
+	for i := range count {
+		off := i * size
+		b := min(size, len(in)-off)
+		if b <= g.flatMax {
+			err = g.reduceFlat(c, in[off:off+b], out[off:off+b], r, -1)
+		} else {
+			err = g.reduceTwo(c, in[off:off+b], out[off:off+b], r, -1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reduce combines in from every rank into out on root.
+func (g *Group) Reduce(c *Call, in, out []byte, r Reducer, root int) (err error) {
+	if err := g.enter(c); err != nil {
+		return err
+	}
+	defer func() { err = g.leave(c, err) }()
+	size, count := chunks(len(in), r.ElemSize, g.slot)
+	for i := range count {
+		off := i * size
+		b := min(size, len(in)-off)
+		var o []byte
+		if g.rank == root {
+			o = out[off : off+b]
+		}
+		if b <= g.flatMax {
+			err = g.reduceFlat(c, in[off:off+b], o, r, root)
+		} else {
+			err = g.reduceTwo(c, in[off:off+b], o, r, root)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reduceFlat is one chunk reduced by every reader of every input; root < 0
+// means every rank.
+func (g *Group) reduceFlat(c *Call, in, out []byte, r Reducer, root int) error {
+	f := g.next()
+	if err := g.claim(c, f, len(in) <= inline); err != nil {
+		return err
+	}
+	b := len(in)
+	copy(g.buf(slotIn, f, b), in)
+	g.commit(slotIn, f, c.Sig, b)
+	if root >= 0 && g.rank != root {
+		g.partial = true
+		g.finish(f, c.Sig)
+		return nil
+	}
+	srcs := g.srcs
+	for q := range g.n {
+		s, err := g.read(c, q, slotIn, f, b)
+		if err != nil {
+			return err
+		}
+		srcs[q] = s
+	}
+	g.sawAll(f)
+	combine(r, out, srcs)
+	g.finish(f, c.Sig)
+	return nil
+}
+
+// reduceTwo is one chunk reduced in two phases: rank q reduces the q-th
+// slice of every input, then the readers copy the slices out.
+func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root int) error {
+	f := g.next()
+	if err := g.claim(c, f, len(in) <= inline); err != nil {
+		return err
+	}
+	es := r.ElemSize
+	b := len(in)
+	copy(g.buf(slotIn, f, b), in)
+	g.commit(slotIn, f, c.Sig, b)
+	m := b / es
+	lo, hi := block(m, g.n, g.rank)
+	srcs := g.srcs
+	for q := range g.n {
+		s, err := g.read(c, q, slotIn, f, b)
+		if err != nil {
+			return err
+		}
+		srcs[q] = s[lo*es : hi*es]
+	}
+	g.sawAll(f)
+	mine := g.buf(slotRes, f, (hi-lo)*es)
+	combine(r, mine, srcs)
+	g.commit(slotRes, f, c.Sig, len(mine))
+	if root < 0 || g.rank == root {
+		for i := range g.n {
+			q := (g.rank + i) % g.n
+			qlo, qhi := block(m, g.n, q)
+			s, err := g.read(c, q, slotRes, f, (qhi-qlo)*es)
+			if err != nil {
+				return err
+			}
+			copy(out[qlo*es:qhi*es], s)
+		}
+	}
+	g.finish(f, c.Sig)
+	return nil
+}
+
+// Bcast copies root's buf to every rank's buf.
+func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
+	if err := g.enter(c); err != nil {
+		return err
+	}
+	defer func() { err = g.leave(c, err) }()
+	size, count := chunks(len(buf), 1, g.slot)
+	g.partial = g.n > 1
+	for i := range count {
+		off := i * size
+		b := min(size, len(buf)-off)
+		f := g.next()
+		if g.rank == root {
+			if err := g.claim(c, f, b <= inline); err != nil {
+				return err
+			}
+			copy(g.buf(slotIn, f, b), buf[off:off+b])
+			g.commit(slotIn, f, c.Sig, b)
+		} else {
+			s, err := g.read(c, root, slotIn, f, b)
+			if err != nil {
+				return err
+			}
+			copy(buf[off:off+b], s)
+		}
+		g.finish(f, c.Sig)
+	}
+	return nil
+}
+
+// Allgather copies every rank's in (blk bytes) to block q of every rank's
+// out. in may be this rank's block of out.
+func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
+	if err := g.enter(c); err != nil {
+		return err
+	}
+	defer func() { err = g.leave(c, err) }()
+	blk := len(in)
+	size, count := chunks(blk, 1, g.slot)
+	inPlace := blk > 0 && &in[0] == &out[g.rank*blk]
+	for i := range count {
+		off := i * size
+		b := min(size, blk-off)
+		f := g.next()
+		if err := g.claim(c, f, b <= inline); err != nil {
+			return err
+		}
+		copy(g.buf(slotIn, f, b), in[off:off+b])
+		g.commit(slotIn, f, c.Sig, b)
+		for k := range g.n {
+			q := (g.rank + k) % g.n
+			s, err := g.read(c, q, slotIn, f, b)
+			if err != nil {
+				return err
+			}
+			if q != g.rank || !inPlace {
+				copy(out[q*blk+off:q*blk+off+b], s)
+			}
+		}
+		g.sawAll(f)
+		g.finish(f, c.Sig)
+	}
+	return nil
+}
+
+// ReduceScatter combines block q of every rank's in into rank q's out (in
+// holds n blocks of len(out) bytes; out may be this rank's block of in).
+func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
+	if err := g.enter(c); err != nil {
+		return err
+	}
+	defer func() { err = g.leave(c, err) }()
+	es, blk := r.ElemSize, len(out)
+	if g.slot/g.n < es {
+		return fmt.Errorf("shmcoll: %d ranks do not fit an element of %d bytes each in a %d-byte slot", g.n, es, g.slot)
+	}
+	size, count := chunks(blk, es, g.slot/g.n)
+	srcs := g.srcs
+	for i := range count {
+		off := i * size
+		b := min(size, blk-off)
+		f := g.next()
+		if err := g.claim(c, f, g.n*b <= inline); err != nil {
+			return err
+		}
+		dst := g.buf(slotIn, f, g.n*b)
+		for q := range g.n {
+			copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
+		}
+		g.commit(slotIn, f, c.Sig, g.n*b)
+		for q := range g.n {
+			s, err := g.read(c, q, slotIn, f, g.n*b)
+			if err != nil {
+				return err
+			}
+			srcs[q] = s[g.rank*b : (g.rank+1)*b]
+		}
+		g.sawAll(f)
+		combine(r, out[off:off+b], srcs)
+		g.finish(f, c.Sig)
+	}
+	return nil
+}
+
+// Barrier returns once every rank has entered it.
+func (g *Group) Barrier(c *Call) (err error) {
+	if err := g.enter(c); err != nil {
+		return err
+	}
+	defer func() { err = g.leave(c, err) }()
+	f := g.next()
+	if err := g.claim(c, f, true); err != nil {
+		return err
+	}
+	g.commit(slotIn, f, c.Sig, 0)
+	for k := range g.n {
+		if _, err := g.read(c, (g.rank+k)%g.n, slotIn, f, 0); err != nil {
+			return err
+		}
+	}
+	g.sawAll(f)
+	g.finish(f, c.Sig)
+	// Every rank has finished every earlier chunk: compare the hashes.
+	return g.verify()
+}
+
+// wake lets goroutine ranks block until a rank of the group publishes a
+// flag: each publication closes the current channel and makes a new one.
+type wake struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newWake() *wake { return &wake{ch: make(chan struct{})} }
+
+func (w *wake) chan_() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+func (w *wake) kick() {
+	w.mu.Lock()
+	close(w.ch)
+	w.ch = make(chan struct{})
+	w.mu.Unlock()
+}

@@ -1,0 +1,334 @@
+package shmcoll
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/reduce"
+)
+
+func sumF64() Reducer {
+	k, _ := reduce.For(dtype.Float64, dtype.Sum)
+	k3, _ := reduce.For3(dtype.Float64, dtype.Sum)
+	return Reducer{ElemSize: 8, K: k, K3: k3}
+}
+
+func f64s(b []byte) []float64 {
+	v := make([]float64, len(b)/8)
+	for i := range v {
+		v[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return v
+}
+
+func bytesOf(v []float64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
+	}
+	return b
+}
+
+// val is rank r's element i: distinct per rank and element, exact in float64 sums.
+func val(r, i int) float64 { return float64(r*1000003+i%977) + 0.25 }
+
+// runAll runs fn on every rank of a fresh local group and fails on any error.
+func runAll(t *testing.T, n int, o Options, fn func(g *Group, c *Call) error) {
+	t.Helper()
+	gs, err := NewLocal(n, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(gs[r], &Call{Ctx: context.Background(), Timeout: 20 * time.Second})
+		}()
+	}
+	wg.Wait()
+	for r, e := range errs {
+		if e != nil {
+			t.Fatalf("rank %d: %v", r, e)
+		}
+	}
+}
+
+// TestCollectives checks every collective against a reference, for rank
+// counts with and without powers of two, sizes inside a flag line, one
+// phase, two phases and several chunks, in place and out of place, and
+// several calls back to back (so that both parities and the claim path
+// are used).
+func TestCollectives(t *testing.T) {
+	o := Options{Slot: 4096, FlatMax: 256}
+	counts := []int{0, 1, 5, 6, 31, 32, 33, 500, 513, 1500, 2049}
+	for _, n := range []int{1, 2, 3, 5, 8, 17} {
+		for _, inPlace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("n%d/inplace=%v", n, inPlace), func(t *testing.T) {
+				runAll(t, n, o, func(g *Group, c *Call) error {
+					r := g.Rank()
+					cs := counts
+					if n > 8 {
+						cs = []int{0, 1, 6, 33, 513, 1500}
+					}
+					for _, m := range cs {
+						c.Sig = uint32(m)
+						// allreduce
+						in := make([]float64, m)
+						for i := range in {
+							in[i] = val(r, i)
+						}
+						ib := bytesOf(in)
+						ob := make([]byte, len(ib))
+						if inPlace {
+							ob = ib
+						}
+						c.Ticket = g.Ticket()
+						if err := g.Allreduce(c, ib, ob, sumF64()); err != nil {
+							return fmt.Errorf("allreduce %d: %w", m, err)
+						}
+						for i, x := range f64s(ob) {
+							want := 0.0
+							for q := range n {
+								want += val(q, i)
+							}
+							if x != want {
+								return fmt.Errorf("allreduce %d: [%d] = %v, want %v", m, i, x, want)
+							}
+						}
+						// reduce to root n-1
+						root := n - 1
+						ib = bytesOf(in)
+						ob = make([]byte, len(ib))
+						c.Ticket = g.Ticket()
+						if err := g.Reduce(c, ib, ob, sumF64(), root); err != nil {
+							return fmt.Errorf("reduce %d: %w", m, err)
+						}
+						if r == root {
+							for i, x := range f64s(ob) {
+								want := 0.0
+								for q := range n {
+									want += val(q, i)
+								}
+								if x != want {
+									return fmt.Errorf("reduce %d: [%d] = %v, want %v", m, i, x, want)
+								}
+							}
+						}
+						// bcast from root 0
+						bb := make([]byte, 8*m)
+						if r == 0 {
+							bb = bytesOf(in)
+						}
+						c.Ticket = g.Ticket()
+						if err := g.Bcast(c, bb, 0); err != nil {
+							return fmt.Errorf("bcast %d: %w", m, err)
+						}
+						for i, x := range f64s(bb) {
+							if x != val(0, i) {
+								return fmt.Errorf("bcast %d: [%d] = %v, want %v", m, i, x, val(0, i))
+							}
+						}
+						// allgather
+						out := make([]byte, 8*m*n)
+						src := bytesOf(in)
+						if inPlace {
+							copy(out[r*8*m:], src)
+							src = out[r*8*m : (r+1)*8*m]
+						}
+						c.Ticket = g.Ticket()
+						if err := g.Allgather(c, src, out); err != nil {
+							return fmt.Errorf("allgather %d: %w", m, err)
+						}
+						for i, x := range f64s(out) {
+							if q, j := i/max(m, 1), i%max(m, 1); x != val(q, j) {
+								return fmt.Errorf("allgather %d: [%d] = %v, want %v", m, i, x, val(q, j))
+							}
+						}
+						// reduce-scatter: block q of rank r's input is val(r, q*m+i)
+						full := make([]float64, n*m)
+						for i := range full {
+							full[i] = val(r, i)
+						}
+						fb := bytesOf(full)
+						rb := make([]byte, 8*m)
+						if inPlace {
+							rb = fb[r*8*m : (r+1)*8*m]
+						}
+						c.Ticket = g.Ticket()
+						if err := g.ReduceScatter(c, fb, rb, sumF64()); err != nil {
+							return fmt.Errorf("reducescatter %d: %w", m, err)
+						}
+						for i, x := range f64s(rb) {
+							want := 0.0
+							for q := range n {
+								want += val(q, r*m+i)
+							}
+							if x != want {
+								return fmt.Errorf("reducescatter %d: [%d] = %v, want %v", m, i, x, want)
+							}
+						}
+						c.Ticket = g.Ticket()
+						if err := g.Barrier(c); err != nil {
+							return fmt.Errorf("barrier: %w", err)
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+// TestSameBits checks that every rank gets the same bits from an allreduce
+// whose sums round (the order of combination is fixed).
+func TestSameBits(t *testing.T) {
+	n, m := 7, 3000
+	results := make([][]byte, n)
+	runAll(t, n, Options{Slot: 8192, FlatMax: 512}, func(g *Group, c *Call) error {
+		in := make([]float64, m)
+		for i := range in {
+			in[i] = 1 / float64(g.Rank()*m+i+3)
+		}
+		ob := make([]byte, 8*m)
+		c.Ticket = g.Ticket()
+		if err := g.Allreduce(c, bytesOf(in), ob, sumF64()); err != nil {
+			return err
+		}
+		results[g.Rank()] = ob
+		return nil
+	})
+	for r := 1; r < n; r++ {
+		if string(results[r]) != string(results[0]) {
+			t.Fatalf("rank %d's result differs from rank 0's", r)
+		}
+	}
+}
+
+// TestMismatch: ranks whose calls carry different signatures all fail
+// with a MismatchError instead of reading each other's data.
+func TestMismatch(t *testing.T) {
+	gs, _ := NewLocal(3, Options{})
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: uint32(r), Timeout: 5 * time.Second}
+			errs[r] = gs[r].Barrier(c)
+		}()
+	}
+	wg.Wait()
+	for r, e := range errs {
+		var m *MismatchError
+		if !errors.As(e, &m) {
+			t.Errorf("rank %d: %v, want a MismatchError", r, e)
+		}
+	}
+}
+
+// TestTimeoutNamesPeer: a rank that never arrives is named by the others.
+func TestTimeoutNamesPeer(t *testing.T) {
+	gs, _ := NewLocal(3, Options{})
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Timeout: 50 * time.Millisecond}
+			errs[r] = gs[r].Allreduce(c, make([]byte, 64), make([]byte, 64), sumF64())
+		}()
+	}
+	wg.Wait()
+	for r, e := range errs {
+		var w *WaitError
+		if !errors.As(e, &w) || w.Peer != 2 || !errors.Is(e, context.DeadlineExceeded) {
+			t.Errorf("rank %d: %v, want a timeout waiting for rank 2", r, e)
+		}
+	}
+	// The group is broken afterwards.
+	c := &Call{Ctx: context.Background(), Ticket: gs[0].Ticket()}
+	if err := gs[0].Barrier(c); !errors.Is(err, ErrBroken) {
+		t.Errorf("after a failed call: %v, want ErrBroken", err)
+	}
+}
+
+// TestTicketOrder: calls entered from several goroutines run in ticket
+// order on every rank.
+func TestTicketOrder(t *testing.T) {
+	n, calls := 4, 20
+	runAll(t, n, Options{}, func(g *Group, c0 *Call) error {
+		tickets := make([]uint64, calls)
+		for i := range tickets {
+			tickets[i] = g.Ticket()
+		}
+		errs := make([]error, calls)
+		var wg sync.WaitGroup
+		for i := calls - 1; i >= 0; i-- { // started in reverse
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v := []float64{float64(i)}
+				b := bytesOf(v)
+				c := &Call{Ctx: context.Background(), Ticket: tickets[i], Sig: uint32(i), Timeout: 10 * time.Second}
+				if errs[i] = g.Allreduce(c, b, b, sumF64()); errs[i] == nil && f64s(b)[0] != float64(n*i) {
+					errs[i] = fmt.Errorf("call %d: got %v", i, f64s(b)[0])
+				}
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+}
+
+// TestEarlierMismatch: ranks that each broadcast from themselves read
+// nobody's flag; their next call finds the disagreement in the running
+// hashes. A rank that finds it first fails the job (as the communicator
+// does), which ends the others' waits with its error.
+func TestEarlierMismatch(t *testing.T) {
+	gs, _ := NewLocal(3, Options{})
+	errs := make([]error, 3)
+	var failed atomic.Pointer[error]
+	fail := func() error {
+		if e := failed.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: uint32(100 + r), Timeout: 5 * time.Second, Fail: fail}
+			if err := gs[r].Bcast(c, make([]byte, 8), r); err != nil {
+				errs[r] = fmt.Errorf("bcast: %w", err)
+				return
+			}
+			c = &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: 7, Timeout: 5 * time.Second, Fail: fail}
+			errs[r] = gs[r].Barrier(c)
+			if errs[r] != nil {
+				failed.CompareAndSwap(nil, &errs[r])
+			}
+		}()
+	}
+	wg.Wait()
+	for r, e := range errs {
+		var m *MismatchError
+		if !errors.As(e, &m) || !m.Earlier {
+			t.Errorf("rank %d: %v, want a MismatchError about earlier calls", r, e)
+		}
+	}
+}
