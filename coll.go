@@ -122,13 +122,22 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		}
 		cand = append(cand, candidate(a, p, es, model))
 	}
+	if nc, ok := c.nodeCandidate(p, es); ok {
+		cand = append(cand, plan.Candidate{Name: nodeAlgo, Params: p, Cost: nc.cost})
+	}
 	if len(cand) == 0 {
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
 	}
 	var d plan.Decision
 	forced, forcedSeg := false, false
-	if ch, ok := c.force.perCol[p.Coll]; ok {
+	if ch, ok := c.force.perCol[p.Coll]; ok && ch.Algo == nodeAlgo {
+		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo }) {
+			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
+				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, c.Size(), c.nhosts)}
+		}
+		d, forced = plan.Decision{Algo: nodeAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if ok {
 		forcedSeg = ch.Segment > 0
 		a, err := algo.Lookup(p.Coll, ch.Algo)
 		if err != nil {
@@ -139,7 +148,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v%s", ch, err, c.treesNote(a, fp))}
 		}
 		d, forced = plan.Decision{Algo: ch.Algo, Params: tuned(a, fp, es, model), Reason: "forced by BRAID_ALGO=" + ch.String()}, true
-	} else if ch := c.force.any; ch.Algo != "" && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
+	} else if ch := c.force.any; ch.Algo == nodeAlgo && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo }) {
+		d, forced = plan.Decision{Algo: nodeAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if ch.Algo != "" && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
 		forcedSeg = ch.Segment > 0
 		a, _ := algo.Lookup(p.Coll, ch.Algo)
 		fp := ch.Apply(p, es)
@@ -153,6 +164,14 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == d.Algo }) {
 			d = plan.Default{}.Plan(req, cand)
 		}
+	}
+	if d.Algo == nodeAlgo {
+		pl := &planned{algo: nodeAlgo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+		if c.rank == 0 {
+			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s)",
+				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, nodeAlgo, pl.reason)
+		}
+		return pl, nil
 	}
 	a, err := algo.Lookup(p.Coll, d.Algo)
 	if err != nil {
@@ -239,6 +258,14 @@ func (c *Comm) issue(k *call) (run, error) {
 	if err != nil {
 		return run{}, err
 	}
+	if pl.algo == nodeAlgo {
+		// The shared area runs calls in the order of their tickets, which
+		// must be the order of their sequence numbers.
+		c.nodeMu.Lock()
+		r := run{pl: pl, seq: c.seq.Add(1), ticket: c.node.Ticket()}
+		c.nodeMu.Unlock()
+		return r, nil
+	}
 	if !pl.adapting.Load() {
 		return run{pl: pl, prog: pl.prog.Load(), seq: c.seq.Add(1), seg: pl.p.Segment, radix: pl.p.Radix}, nil
 	}
@@ -269,10 +296,11 @@ func (c *Comm) issue(k *call) (run, error) {
 
 // run is an issued call.
 type run struct {
-	pl    *planned
-	prog  *sched.Program
-	seq   uint32
-	trial bool // the call ends a MIAD trial; seq+1 is the trial's agreement
+	pl     *planned
+	prog   *sched.Program
+	seq    uint32
+	trial  bool   // the call ends a MIAD trial; seq+1 is the trial's agreement
+	ticket uint64 // the call's turn in the shared area (nodeAlgo)
 
 	// The program's tuning parameters: they enter the call's signature,
 	// so that ranks that planned differently report Mismatch.
@@ -296,6 +324,9 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 // runIssued executes an issued call, and the MIAD agreement it carries.
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.p.Segment, k.p.Radix = r.seg, r.radix
+	if r.ticket != 0 {
+		return c.runNode(ctx, k, r)
+	}
 	if !r.trial {
 		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)
 	}

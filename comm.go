@@ -18,6 +18,7 @@ import (
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // world is what every communicator of one process in one job shares: the
@@ -240,6 +241,9 @@ type Comm struct {
 	p2pRecv map[[2]int]uint32 // (peer, tag) -> messages received
 
 	root bool // owns the world (created by Init or NewLocal)
+
+	node   *shmcoll.Group // the host's shared area, when every rank is on this host
+	nodeMu sync.Mutex     // orders sequence numbers and the area's tickets
 
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
 	errFn  func() error             // c.w.err, likewise

@@ -7,6 +7,7 @@ import (
 
 	"github.com/braid-ccl/braid/exec"
 	"github.com/braid-ccl/braid/transport"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // ErrorKind classifies an *Error.
@@ -104,6 +105,15 @@ func classify(rank int, call string, err error) *Error {
 		return &Error{Kind: be.Kind, Rank: rank, Call: call, Peer: be.Peer, Err: err}
 	}
 	e := &Error{Rank: rank, Call: call, Peer: -1, Err: err}
+	var we *shmcoll.WaitError
+	if errors.As(err, &we) {
+		e.Peer = we.Peer
+	}
+	var me *shmcoll.MismatchError
+	if errors.As(err, &me) {
+		e.Kind, e.Peer = Mismatch, me.Peer
+		return e
+	}
 	var se *exec.StepError
 	if errors.As(err, &se) && se.Step.Kind != 0 {
 		switch se.Step.Kind {

@@ -2,16 +2,19 @@ package braid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
 	"github.com/braid-ccl/braid/bootstrap"
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/shm"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 	"github.com/braid-ccl/braid/transport/tcp"
 )
 
@@ -54,6 +57,9 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		w.hosts[0] = host
 		c := newComm(w, jobComm(info.JobID), 0, []int{0})
 		c.root = true
+		if g, err := shmcoll.NewLocal(1, shmcoll.Options{Slot: o.SharedSlot}); err == nil {
+			c.node = g[0]
+		}
 		return c, nil
 	}
 	if ctx == nil {
@@ -146,7 +152,24 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
 	c.root = true
+	if len(remote) == 0 {
+		// Every rank is on this host: the collectives may run through one
+		// shared area (transport/shmcoll). Every rank learns whether every
+		// rank could map it, so that all use it or none.
+		g, err := shmcoll.Join(ctx, shmcoll.Config{Rank: info.Rank, Ranks: info.Size, Store: store,
+			Key: prefix + "/shmcoll", Secret: info.Secret, Options: shmcoll.Options{Slot: o.SharedSlot}})
+		switch {
+		case err == nil:
+			c.node = g
+			w.closers = append(w.closers, g.Close)
+		case errors.Is(err, shmcoll.ErrUnavailable):
+			w.debugf("info", "no shared area for the collectives (%v): they run as schedules over shm", err)
+		default:
+			return fail(err)
+		}
+	}
 	w.setSpin(c.LocalSize())
+	setProcs(w, o, c.LocalSize())
 	w.collectiveClose = true
 	if info.Rank == 0 {
 		w.debugf("info", "job %s: %d ranks on %d hosts via %s; %d local ranks (shm), %d remote (tcp)",
@@ -167,4 +190,20 @@ func jobComm(job string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(job))
 	return h.Sum32()
+}
+
+// setProcs lowers GOMAXPROCS to this host's share of cores per rank (see
+// Options.KeepGOMAXPROCS).
+func setProcs(w *world, o Options, localRanks int) {
+	if o.KeepGOMAXPROCS || localRanks < 2 || os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	want := max(1, runtime.NumCPU()/localRanks)
+	if cur := runtime.GOMAXPROCS(0); want < cur {
+		runtime.GOMAXPROCS(want)
+		if w.rank == 0 {
+			w.debugf("info", "GOMAXPROCS %d -> %d: %d ranks share this host's %d cores (Options.KeepGOMAXPROCS or the GOMAXPROCS variable keep another figure)",
+				cur, want, localRanks, runtime.NumCPU())
+		}
+	}
 }

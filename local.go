@@ -7,6 +7,7 @@ import (
 
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/inproc"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // NewLocal returns a job of n ranks that are goroutines of this process,
@@ -40,6 +41,14 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		}
 		copy(hosts, o.LocalHosts)
 	}
+	// Goroutine ranks of one host share an area in memory.
+	var groups []*shmcoll.Group
+	if o.LocalHosts == nil {
+		groups, err = shmcoll.NewLocal(n, shmcoll.Options{Slot: o.SharedSlot})
+		if err != nil {
+			return nil, &Error{Kind: Internal, Rank: -1, Call: "newlocal", Peer: -1, Err: err}
+		}
+	}
 	for r := range n {
 		w := &world{rank: r, size: n, opts: o, model: o.model(), hosts: hosts,
 			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
@@ -55,6 +64,9 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		}
 		comms[r] = newComm(w, 1, r, identity(n))
 		comms[r].root = true
+		if groups != nil {
+			comms[r].node = groups[r]
+		}
 	}
 	return comms, nil
 }

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/topo"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // Options configures a communicator. The zero value (or nil) means "let
@@ -92,6 +94,27 @@ type Options struct {
 	// topology. A communicator from Split packs its trees among the
 	// devices of its members.
 	Devices []int
+
+	// KeepGOMAXPROCS leaves the Go runtime's GOMAXPROCS as it is. By
+	// default Init lowers it, when the GOMAXPROCS environment variable is
+	// not set and the job has several ranks on this host, to the host's
+	// cores divided by its ranks (at least 1): a rank per core then keeps
+	// to its core, while with Go's default every rank may run as many
+	// threads as the host has cores, and the scheduler's idle threads,
+	// woken whenever a waiting rank sleeps or wakes, take the cores that
+	// the other ranks spin on (16 ranks on 16 cores: 8-byte allreduce of
+	// recursive doubling 26–226 µs with Go's default, 5–40 µs with one
+	// thread each; docs/PERFORMANCE.md). torchrun sets OMP_NUM_THREADS=1
+	// for the same reason. Set GOMAXPROCS in the environment to choose
+	// another figure.
+	KeepGOMAXPROCS bool
+
+	// SharedSlot is the size of a data slot of the host's shared area
+	// (the "shm" collectives, transport/shmcoll): the largest chunk a
+	// collective moves through it at once. Every rank of the job must use
+	// the same figure. BRAID_SHM_SLOT (a size such as 64K); 0 means
+	// shmcoll.DefaultSlot.
+	SharedSlot int
 }
 
 // DefaultTimeout is the timeout of a call when neither the context nor
@@ -133,6 +156,20 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	}
 	if r.Timeout <= 0 {
 		r.Timeout = DefaultTimeout
+	}
+	if r.SharedSlot == 0 {
+		if s := getenv("BRAID_SHM_SLOT"); s != "" {
+			v, err := size.Parse(s)
+			if err != nil {
+				return r, fmt.Errorf("BRAID_SHM_SLOT=%q: %v", s, err)
+			}
+			r.SharedSlot = int(v)
+		}
+	}
+	if r.SharedSlot != 0 {
+		if _, err := (shmcoll.Options{Slot: r.SharedSlot}).Check(); err != nil {
+			return r, fmt.Errorf("BRAID_SHM_SLOT / Options.SharedSlot: %v", err)
+		}
 	}
 	if r.Debug == "" {
 		r.Debug = getenv("BRAID_DEBUG")
