@@ -256,7 +256,19 @@ func exchangeTime(p sched.Params, m cost.Model, flows []flow, scale float64) flo
 	for _, l := range exchangeRound(p, m, flows, scale) {
 		t = max(t, l.alpha+l.w)
 	}
-	return t
+	return t + float64(max(fanOut(p.NRanks, flows)-1, 0))*m.Overhead
+}
+
+// fanOut returns the most messages one rank sends or receives in flows.
+func fanOut(n int, flows []flow) int {
+	out, in := make([]int, n), make([]int, n)
+	most := 0
+	for _, f := range flows {
+		out[f.from]++
+		in[f.to]++
+		most = max(most, out[f.from], in[f.to])
+	}
+	return most
 }
 
 // exchangeRound returns, for every latency α of a link class the round

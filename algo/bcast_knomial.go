@@ -66,7 +66,7 @@ func (knomialBcast) Cost(p sched.Params, es int, m cost.Model) float64 {
 	}
 	l := m.Flat(p)
 	levels, children := knomialShape(p.NRanks, knomialRadix(p))
-	return float64(levels)*l.Alpha + float64(children)*bytesOf(p.Count, es)/l.Beta
+	return float64(levels)*l.Alpha + float64(children)*(bytesOf(p.Count, es)/l.Beta+m.Overhead)
 }
 
 // Tune sets Params.Radix, if 0, to the k that minimises Cost.
@@ -75,7 +75,7 @@ func (knomialBcast) Tune(p sched.Params, es int, m cost.Model) sched.Params {
 		return p
 	}
 	l := m.Flat(p)
-	p.Radix = tuneRadix(p.NRanks, l.Alpha, bytesOf(p.Count, es)/l.Beta)
+	p.Radix = tuneRadix(p.NRanks, l.Alpha, bytesOf(p.Count, es)/l.Beta+m.Overhead)
 	return p
 }
 

@@ -36,5 +36,5 @@ func (linearBcast) Cost(p sched.Params, es int, m cost.Model) float64 {
 		return 0
 	}
 	l := m.Flat(p)
-	return l.Alpha + float64(p.NRanks-1)*bytesOf(p.Count, es)/l.Beta
+	return l.Alpha + float64(p.NRanks-1)*(bytesOf(p.Count, es)/l.Beta+m.Overhead)
 }

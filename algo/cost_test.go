@@ -501,8 +501,16 @@ func TestKnomialTune(t *testing.T) {
 		}
 		m := cost.Default()
 		for _, n := range []int{5, 9, 16} {
-			if r := tu.Tune(sched.Params{Coll: coll, NRanks: n, Count: 1}, 4, m).Radix; r != n {
-				t.Errorf("%v n=%d, 4 bytes: radix %d, want the flat tree %d", coll, n, r, n)
+			// Without per-message overhead, small messages take the flat
+			// tree (fewest levels of α); with it, a root that posts a
+			// message per child takes fewer children at 16 ranks.
+			flat := m
+			flat.Overhead = 0
+			if r := tu.Tune(sched.Params{Coll: coll, NRanks: n, Count: 1}, 4, flat).Radix; r != n {
+				t.Errorf("%v n=%d, 4 bytes, no overhead: radix %d, want the flat tree %d", coll, n, r, n)
+			}
+			if r := tu.Tune(sched.Params{Coll: coll, NRanks: 16, Count: 1}, 4, m).Radix; r >= 16 || r < 2 {
+				t.Errorf("%v n=16, 4 bytes, overhead %g s: radix %d, want a tree of several levels", coll, m.Overhead, r)
 			}
 			// Large messages: no more copies through the root than the
 			// binomial tree's ⌈log2 n⌉ (the least any tree can have).

@@ -69,5 +69,5 @@ func linearRootCost(p sched.Params, es int, m cost.Model) float64 {
 		return 0
 	}
 	l := m.Flat(p)
-	return l.Alpha + float64(p.NRanks-1)*bytesOf(p.Count, es)/l.Beta
+	return l.Alpha + float64(p.NRanks-1)*(bytesOf(p.Count, es)/l.Beta+m.Overhead)
 }

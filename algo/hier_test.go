@@ -320,6 +320,7 @@ func TestHierBcastLeaders(t *testing.T) {
 // forms in the comments hold.
 func TestCosters(t *testing.T) {
 	m := cost.Default()
+	m.Overhead = 0 // the closed forms below leave out the per-message overhead
 	two := sched.NewLayout([]string{"a", "a", "a", "a", "b", "b", "b", "b"}, nil)
 	for _, la := range layoutAlgos {
 		a := mustLookup(t, la.coll, la.name)
@@ -374,6 +375,12 @@ func TestCosters(t *testing.T) {
 	p = sched.Params{Coll: sched.Allgather, NRanks: n, Count: count}
 	near("direct allgather", mustLookup(t, sched.Allgather, "direct").(Coster).Cost(p, es, m),
 		l.Alpha+(n-1)*mb/l.Beta)
+	// With the per-message overhead, a rank that sends to its n−1 peers in
+	// one step pays n−2 overheads beyond the step's first message.
+	mo := m
+	mo.Overhead = 0.5e-6
+	near("direct allgather with overhead", mustLookup(t, sched.Allgather, "direct").(Coster).Cost(p, es, mo),
+		l.Alpha+(n-1)*mb/l.Beta+(n-2)*mo.Overhead)
 	// The chain: 1049 segments of 1000 elements, the last of 576; it queues
 	// behind the one before it: (s + n − 3)(α + C/β) + α + C_s/β.
 	p = sched.Params{Coll: sched.Bcast, NRanks: n, Count: count, Segment: 1000}

@@ -68,7 +68,7 @@ func (knomialReduce) Cost(p sched.Params, es int, m cost.Model) float64 {
 	l := m.Flat(p)
 	mb := bytesOf(p.Count, es)
 	levels, children := knomialShape(p.NRanks, knomialRadix(p))
-	return float64(levels)*l.Alpha + float64(children)*(mb/l.Beta+mb*m.Gamma)
+	return float64(levels)*l.Alpha + float64(children)*(mb/l.Beta+mb*m.Gamma+m.Overhead)
 }
 
 // Tune sets Params.Radix, if 0, to the k that minimises Cost.
@@ -78,6 +78,6 @@ func (knomialReduce) Tune(p sched.Params, es int, m cost.Model) sched.Params {
 	}
 	l := m.Flat(p)
 	mb := bytesOf(p.Count, es)
-	p.Radix = tuneRadix(p.NRanks, l.Alpha, mb/l.Beta+mb*m.Gamma)
+	p.Radix = tuneRadix(p.NRanks, l.Alpha, mb/l.Beta+mb*m.Gamma+m.Overhead)
 	return p
 }

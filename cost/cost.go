@@ -70,6 +70,13 @@ type Model struct {
 	Links [numClasses]Link
 	// Gamma is the seconds to reduce one byte of an operand into another.
 	Gamma float64
+	// Overhead is the seconds a rank spends on each message it sends or
+	// receives beyond the first of a step (LogP's o): the posting, polling
+	// and matching that α counts once per step. An algorithm whose step
+	// sends to many peers (direct exchanges, wide trees, linear roots)
+	// pays it per peer, which at 16 ranks and more outweighs its saving in
+	// steps.
+	Overhead float64
 }
 
 // Default returns figures measured on this project's 2-core development VM
@@ -83,8 +90,15 @@ func Default() Model {
 	m.Links[Cross] = Link{Alpha: 1.5e-6, Beta: 6e9}
 	m.Links[Inter] = Link{Alpha: 25e-6, Beta: 1.25e9}
 	m.Gamma = 1 / 10e9
+	m.Overhead = DefaultOverhead
 	return m
 }
+
+// DefaultOverhead is Model.Overhead unless a tuning table says otherwise:
+// on the 16-core node, an 8-byte allreduce that exchanges with every peer
+// at once (direct) took about 0.7 µs more per peer than recursive doubling's
+// step with one peer (docs/PERFORMANCE.md).
+const DefaultOverhead = 0.5e-6
 
 // Link returns the figures of class c.
 func (m Model) Link(c Class) Link { return m.Links[c] }
@@ -98,6 +112,9 @@ func (m Model) Valid() error {
 	}
 	if m.Gamma < 0 || math.IsNaN(m.Gamma) || math.IsInf(m.Gamma, 0) {
 		return fmt.Errorf("cost: γ=%g s/B is not valid", m.Gamma)
+	}
+	if m.Overhead < 0 || math.IsNaN(m.Overhead) || math.IsInf(m.Overhead, 0) {
+		return fmt.Errorf("cost: per-message overhead o=%g s is not valid", m.Overhead)
 	}
 	return nil
 }
