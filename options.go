@@ -206,6 +206,23 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	return r, nil
 }
 
+// Validate returns the error that NewLocal and Init would return for o
+// and the environment's BRAID_* knobs, an *Error of kind InvalidArgument
+// naming the field or variable, without creating anything: a launcher can
+// check a job's configuration before it starts the ranks. (Devices is
+// checked against the job's size, which only NewLocal and Init know.)
+func (o *Options) Validate() error {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	c.Log = io.Discard // a cached table's warning is for the ranks to give
+	if _, err := c.resolve(os.Getenv); err != nil {
+		return &Error{Kind: InvalidArgument, Rank: -1, Call: "validate", Peer: -1, Err: err}
+	}
+	return nil
+}
+
 // parseTimeout reads BRAID_TIMEOUT: a Go duration ("30s", "2m", "1h30m")
 // or a number of seconds ("90", "2.5"), positive and finite. There is no
 // value for "no timeout": a call that never returns is what the timeout

@@ -204,3 +204,21 @@ func TestCachedTableIgnoredAloud(t *testing.T) {
 		t.Error("a bad table named in Options.Tuning was accepted")
 	}
 }
+
+// TestValidate: Validate reports what NewLocal and Init would, without
+// creating anything.
+func TestValidate(t *testing.T) {
+	t.Setenv("BRAID_TUNING", "none")
+	t.Setenv("BRAID_ALGO", "rign")
+	err := (&Options{}).Validate()
+	if KindOf(err) != InvalidArgument || !strings.Contains(err.Error(), `BRAID_ALGO="rign"`) {
+		t.Errorf("Validate with BRAID_ALGO=rign: %v", err)
+	}
+	if err := (&Options{Algo: "ring"}).Validate(); err != nil {
+		t.Errorf("Validate with Options.Algo=ring over BRAID_ALGO=rign: %v", err)
+	}
+	t.Setenv("BRAID_ALGO", "")
+	if err := (*Options)(nil).Validate(); err != nil {
+		t.Errorf("Validate(nil): %v", err)
+	}
+}
