@@ -164,11 +164,22 @@ func benchCmd(args []string) error {
 	if err := bench.CheckSizes(cfg, max(*n, 1)); err != nil {
 		return usageError{err.Error()}
 	}
+	var ignored string // BRAID_ALGO, unset for the runs
+	if algos != nil {
+		if ignored = os.Getenv("BRAID_ALGO"); ignored != "" {
+			// A forced algorithm would override every run (and the
+			// ranks -n starts inherit its absence).
+			os.Unsetenv("BRAID_ALGO")
+		}
+	}
 	if launch {
 		// The arguments are good, and so is the environment: launch
 		// ourselves on n ranks without -n.
 		if err := (&braid.Options{Algo: *algoF, Transport: *transportF}).Validate(); err != nil {
 			return err
+		}
+		if ignored != "" {
+			fmt.Fprintf(os.Stderr, "braid bench: ignoring BRAID_ALGO=%s: each run chooses its algorithm\n", ignored)
 		}
 		return launchSelf(*n, []string{"bench"}, args)
 	}
@@ -176,16 +187,11 @@ func benchCmd(args []string) error {
 	ctx := context.Background()
 	opts := &braid.Options{Algo: *algoF, Transport: *transportF}
 	var forcer *bench.Forcer
-	var ignored string // BRAID_ALGO, unset for the runs
 	if algos != nil {
 		if forcer, err = bench.NewForcer(""); err != nil {
 			return err
 		}
 		opts.Planner = forcer
-		if ignored = os.Getenv("BRAID_ALGO"); ignored != "" {
-			// A forced algorithm would override every run.
-			os.Unsetenv("BRAID_ALGO")
-		}
 		for _, a := range algos {
 			if ch, _ := plan.ParseChoice(a); ch.Segment > 0 || ch.Radix > 0 {
 				// MIAD would move a segment given as a parameter.
