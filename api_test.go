@@ -548,23 +548,18 @@ func TestForcedAlgo(t *testing.T) {
 }
 
 func TestForcedUnknownAlgo(t *testing.T) {
-	opts := &braid.Options{Algo: "allreduce=nosuch"}
-	c := localComms(t, 2, opts)[0]
-	if _, _, err := c.Explain("allreduce", 4, braid.Float32, 0); err == nil || !strings.Contains(err.Error(), "nosuch") {
-		t.Errorf("Explain with an unknown forced algorithm: %v", err)
-	}
-	errs := onRanks(t, 2, opts, func(c *braid.Comm) error {
-		b := []float32{1}
-		return c.Allreduce(apiCtx(t), b, b, braid.Sum)
-	})
-	for r, err := range errs {
-		if err == nil {
-			t.Errorf("rank %d: allreduce with an unknown forced algorithm succeeded", r)
+	// Unknown names are refused when the communicator is created, naming
+	// the entry and the names there are, never left to the first call or
+	// ignored.
+	for _, tc := range []struct{ algo, want string }{
+		{"allreduce=nosuch", `no allreduce algorithm named "nosuch" (have `},
+		{"nosuch", `no collective has an algorithm named "nosuch" (algorithms: `},
+		{"allscatter=ring", `unknown collective "allscatter"`},
+	} {
+		comms, err := braid.NewLocal(2, &braid.Options{Algo: tc.algo})
+		if braid.KindOf(err) != braid.InvalidArgument || comms != nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Algo %q: %v, want invalid argument with %q", tc.algo, err, tc.want)
 		}
-	}
-	// A forced entry for an unknown collective is refused up front.
-	if _, err := braid.NewLocal(2, &braid.Options{Algo: "allscatter=ring"}); braid.KindOf(err) != braid.InvalidArgument {
-		t.Errorf("Algo for an unknown collective: %v, want invalid argument", err)
 	}
 }
 

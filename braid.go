@@ -8,37 +8,42 @@ import (
 	"github.com/braid-ccl/braid/internal/dtype"
 )
 
-// DType is the element type of a buffer.
+// DType is the element type of a buffer. Its zero value is invalid. It
+// has the methods String (the lower-case name, "float32"), Size (bytes
+// per element), IsFloat and Valid.
 type DType = dtype.DType
 
-// Op is a reduction operator.
+// Op is a reduction operator. Its zero value is invalid. It has the
+// methods String (the lower-case name, "sum") and Valid.
 type Op = dtype.Op
 
-// The element types.
+// The element types; a buffer's Go type gives its DType (see Raw for
+// untyped memory).
 const (
-	Float32  = dtype.Float32
-	Float64  = dtype.Float64
-	Float16  = dtype.Float16
-	BFloat16 = dtype.BFloat16
-	Int8     = dtype.Int8
-	Uint8    = dtype.Uint8
-	Int32    = dtype.Int32
-	Uint32   = dtype.Uint32
-	Int64    = dtype.Int64
-	Uint64   = dtype.Uint64
+	Float32  DType = 1  // IEEE 754 binary32, []float32
+	Float64  DType = 2  // IEEE 754 binary64, []float64
+	Float16  DType = 3  // IEEE 754 binary16, []Half
+	BFloat16 DType = 4  // bfloat16 (float32's upper 16 bits), []BF16
+	Int8     DType = 5  // []int8
+	Uint8    DType = 6  // []uint8 (and []byte)
+	Int32    DType = 7  // []int32
+	Uint32   DType = 8  // []uint32
+	Int64    DType = 9  // []int64
+	Uint64   DType = 10 // []uint64
 )
 
-// The reduction operators. Avg is defined for floating-point types and the
-// bitwise operators for integer types.
+// The reduction operators. Every rank gets the same bits. Avg is defined
+// for floating-point types only and the bitwise operators for integer
+// types only; a call that combines others fails with InvalidArgument.
 const (
-	Sum  = dtype.Sum
-	Prod = dtype.Prod
-	Min  = dtype.Min
-	Max  = dtype.Max
-	Avg  = dtype.Avg
-	BAnd = dtype.BAnd
-	BOr  = dtype.BOr
-	BXor = dtype.BXor
+	Sum  Op = 1 // the sum
+	Prod Op = 2 // the product
+	Min  Op = 3 // the least value
+	Max  Op = 4 // the greatest value
+	Avg  Op = 5 // the sum divided by the number of ranks (floating point)
+	BAnd Op = 6 // bitwise and (integers)
+	BOr  Op = 7 // bitwise or (integers)
+	BXor Op = 8 // bitwise exclusive or (integers)
 )
 
 // Half is an IEEE 754 binary16 value stored as its bits; a []Half buffer has

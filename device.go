@@ -61,12 +61,12 @@ type DeviceOptions struct {
 	LLMax int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce or broadcast on more than 2 GPUs that travels through
-	// pinned host memory, across PCIe, beside NVLink (seed 000's
-	// multi-path copy, inside the kernel; at most 50). 0 means
-	// BRAID_GPU_HOST_SHARE where set, else by kind and size
-	// (gpu.DefaultHostShare: on four H200s 8–11 % of allreduces from
-	// 16 MiB, 8–11 % of broadcasts from 64 MiB); negative never. The host region
-	// takes 16 MiB of /dev/shm, pinned.
+	// pinned host memory, across PCIe, beside NVLink (the multi-path copy
+	// of Temuçin's MASc thesis, Queen's University 2021, inside the kernel;
+	// at most 50). 0 means BRAID_GPU_HOST_SHARE where set, else by kind and
+	// size (gpu.DefaultHostShare: on four H200s 8–11 % of allreduces from
+	// 16 MiB, 8–11 % of broadcasts from 64 MiB); negative never. The host
+	// region takes 16 MiB of /dev/shm, pinned.
 	HostShare int
 	// SlotBytes is the size of each of the 2·Size() slots of the region
 	// that every rank registers when the DeviceComm is made: the memory
@@ -75,10 +75,10 @@ type DeviceOptions struct {
 	// raised to OneShotMax.
 	SlotBytes int
 	// Groups[r] is the group of rank r's GPU (a socket, an NVLink clique)
-	// for the hierarchical algorithms, "hierpipe" (seed 000's 3-stage
-	// pipelined allreduce) and "hier": they reduce within groups, then
-	// across. Nil puts every GPU in one group; otherwise it has Size()
-	// entries.
+	// for the hierarchical algorithms, "hierpipe" (the 3-stage pipelined
+	// allreduce of Temuçin's MASc thesis, Queen's University 2021) and
+	// "hier": they reduce within groups, then across. Nil puts every GPU in
+	// one group; otherwise it has Size() entries.
 	Groups []int
 	// Segment is the bytes one message of a pipelined algorithm carries
 	// (the ring's "segring", the broadcast chain); 0 chooses by size (see

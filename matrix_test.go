@@ -214,11 +214,11 @@ var treeDependent = map[string]bool{
 }
 
 // matrixTopology returns the topology of a job of n ranks of a
-// tree-dependent algorithm: a DGX-1 V100 (seed 002's machine, 8 GPUs) up
-// to 8 ranks, whose NVLinks span every prefix of its GPUs but with uneven
-// trees (one tree for 5 GPUs, 4 for the whole machine); two of them for 9,
-// where the ninth rank is on the second node and the trees cross the
-// network through PCIe switches, CPUs and NICs.
+// tree-dependent algorithm: a DGX-1 V100 (8 GPUs, the machine of Blink,
+// MLSys 2020) up to 8 ranks, whose NVLinks span every prefix of its GPUs
+// but with uneven trees (one tree for 5 GPUs, 4 for the whole machine); two
+// of them for 9, where the ninth rank is on the second node and the trees
+// cross the network through PCIe switches, CPUs and NICs.
 func matrixTopology(t *testing.T, n int) *topo.Topology {
 	if n <= 8 {
 		return topo.DGX1V100()

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/sched"
@@ -15,16 +16,10 @@ import (
 // nodeAlgo is the planner's name of the collectives that run through the
 // host's shared area (transport/shmcoll) instead of a schedule: the ranks of
 // one host write their data once into the area and read each other's there.
-const nodeAlgo = "shm"
+const nodeAlgo = choice.Shared
 
-// nodeColls are the collectives the shared area runs.
-func nodeSupports(coll sched.Collective) bool {
-	switch coll {
-	case sched.Allreduce, sched.Reduce, sched.Bcast, sched.Allgather, sched.ReduceScatter, sched.Barrier:
-		return true
-	}
-	return false
-}
+// nodeSupports reports whether the shared area runs coll.
+func nodeSupports(coll sched.Collective) bool { return choice.SharedRuns(coll) }
 
 // The shared area's costs that the link model does not give: a
 // synchronisation (a flag line stored by one core and polled by the others)

@@ -5,17 +5,22 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/topo"
+	"github.com/braid-ccl/braid/transport/shm"
 	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
@@ -31,29 +36,38 @@ type Options struct {
 	// one; "allreduce=recdouble,bcast=binomial" forces per collective (an
 	// explicit entry the collective cannot run is an error). A name may
 	// carry parameters: "bcast=chain:seg=256K", "reduce=knomial:k=4".
-	// BRAID_ALGO.
+	// BRAID_ALGO. NewLocal and Init fail with InvalidArgument, naming the
+	// entry, on an unknown collective or algorithm (a bare name must be
+	// some collective's), a parameter the algorithm does not take, or a
+	// second entry for the same collectives.
 	Algo string
 
 	// Tuning names a tuning table file (written by braid tune; format in
 	// package plan) whose entries override the cost model and whose link
 	// figures feed it. "" reads BRAID_TUNING, then the file braid tune
 	// caches by default (DefaultTuningFile) if it exists; "none" uses
-	// neither.
+	// neither. A table with a malformed line, or one that names an
+	// algorithm or parameter Braid does not have, makes NewLocal and Init
+	// fail with InvalidArgument naming FILE:LINE; a bad cached table is
+	// ignored with a message on Log.
 	Tuning string
 
 	// DisableMIAD switches off MIAD, the adaptation of pipelined
 	// algorithms' segment over the first calls of a size (plan.MIAD).
-	// BRAID_MIAD=off.
+	// BRAID_MIAD=off (or 0, false; on, 1, true or unset keep it on).
 	DisableMIAD bool
 
 	// Timeout bounds every call that has no earlier deadline in its
 	// context; a call that runs past it fails with Timeout and aborts the
-	// communicator. BRAID_TIMEOUT (a Go duration or seconds); default 30 s.
+	// communicator. BRAID_TIMEOUT (a Go duration such as "30s" or "5m", or
+	// a number of seconds); default 30 s. A negative Timeout, or a
+	// BRAID_TIMEOUT that is not a positive duration, is InvalidArgument:
+	// there is no "no timeout".
 	Timeout time.Duration
 
-	// Debug is "", "info" (log the topology and each new plan with its
-	// reason, from rank 0) or "trace" (also every call, from every rank).
-	// BRAID_DEBUG.
+	// Debug is "" (or "none"), "info" (log the topology and each new plan
+	// with its reason, from rank 0) or "trace" (also every call, from
+	// every rank), in any case. BRAID_DEBUG.
 	Debug string
 
 	// Log receives debug output; default os.Stderr.
@@ -64,7 +78,7 @@ type Options struct {
 
 	// Host overrides the host identity used to group ranks (ranks with the
 	// same host share memory). BRAID_HOST. Useful to test multi-host paths
-	// on one machine.
+	// on one machine. It may not contain blanks or control characters.
 	Host string
 
 	// LocalHosts, for NewLocal only, names the host of each rank (length
@@ -121,41 +135,48 @@ type Options struct {
 // Options nor BRAID_TIMEOUT set one.
 const DefaultTimeout = 30 * time.Second
 
-// resolve fills zero fields from the environment and defaults.
+// resolve fills zero fields from the environment and defaults, and checks
+// every value, from a field or a variable: a bad one is an error that
+// names the field or variable, the value, and what it may be.
 func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	var r Options
 	if o != nil {
 		r = *o
 	}
-	if r.Transport == "" {
-		r.Transport = getenv("BRAID_TRANSPORT")
+	// from fills *v from the variable env if it is empty, and returns the
+	// name to quote in errors.
+	from := func(field, env string, v *string) string {
+		if *v != "" {
+			return "Options." + field
+		}
+		*v = getenv(env)
+		return env
 	}
+	src := from("Transport", "BRAID_TRANSPORT", &r.Transport)
 	switch r.Transport {
 	case "", "auto", "shm", "tcp", "inproc":
 	default:
-		return r, fmt.Errorf("unknown transport %q (want shm, tcp or empty for automatic)", r.Transport)
+		return r, fmt.Errorf("%s=%q: want shm or tcp, or auto (the default: shm within a host, tcp across)", src, r.Transport)
 	}
-	if r.Algo == "" {
-		r.Algo = getenv("BRAID_ALGO")
-	}
+	src = from("Algo", "BRAID_ALGO", &r.Algo)
 	if _, err := parseAlgo(r.Algo); err != nil {
-		return r, err
+		return r, fmt.Errorf("%s=%q: %w", src, r.Algo, err)
 	}
-	if r.Timeout == 0 {
+	switch {
+	case r.Timeout < 0:
+		return r, fmt.Errorf("Options.Timeout %v: want a positive duration (0 takes BRAID_TIMEOUT, else %v)", r.Timeout, DefaultTimeout)
+	case r.Timeout == 0:
+		r.Timeout = DefaultTimeout
 		if s := getenv("BRAID_TIMEOUT"); s != "" {
-			d, err := time.ParseDuration(s)
+			d, err := parseTimeout(s)
 			if err != nil {
-				var secs float64
-				if _, err2 := fmt.Sscanf(s, "%g", &secs); err2 != nil || secs <= 0 {
-					return r, fmt.Errorf("BRAID_TIMEOUT=%q: want a duration such as 30s or a number of seconds", s)
-				}
-				d = time.Duration(secs * float64(time.Second))
+				return r, fmt.Errorf("BRAID_TIMEOUT=%q: %v", s, err)
 			}
 			r.Timeout = d
 		}
 	}
-	if r.Timeout <= 0 {
-		r.Timeout = DefaultTimeout
+	if r.SharedSlot < 0 {
+		return r, fmt.Errorf("Options.SharedSlot %d: want a size in bytes (0 takes BRAID_SHM_SLOT, else %d)", r.SharedSlot, shmcoll.DefaultSlot)
 	}
 	if r.SharedSlot == 0 {
 		if s := getenv("BRAID_SHM_SLOT"); s != "" {
@@ -171,41 +192,46 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 			return r, fmt.Errorf("BRAID_SHM_SLOT / Options.SharedSlot: %v", err)
 		}
 	}
-	if r.Debug == "" {
-		r.Debug = getenv("BRAID_DEBUG")
-	}
+	src = from("Debug", "BRAID_DEBUG", &r.Debug)
 	switch strings.ToLower(r.Debug) {
 	case "", "none", "warn":
 		r.Debug = ""
 	case "info", "trace":
 		r.Debug = strings.ToLower(r.Debug)
 	default:
-		return r, fmt.Errorf("BRAID_DEBUG=%q: want info or trace", r.Debug)
+		return r, fmt.Errorf("%s=%q: want info (plans and their reasons), trace (also every call) or none", src, r.Debug)
 	}
 	if r.Log == nil {
 		r.Log = os.Stderr
 	}
-	if r.Tuning == "" {
-		r.Tuning = getenv("BRAID_TUNING")
-	}
+	src = from("Tuning", "BRAID_TUNING", &r.Tuning)
 	if r.Planner == nil {
-		def, err := TuningPlanner(r.Tuning)
-		// A cached table that cannot be read is ignored; a named one is
-		// an error.
-		if err != nil && r.Tuning != "" {
-			return r, err
+		def, err := tuningPlanner(r.Tuning)
+		switch {
+		case err != nil && r.Tuning != "":
+			return r, fmt.Errorf("%s: %w", src, err)
+		case err != nil:
+			// The table braid tune cached is not the job's to refuse,
+			// but it is not ignored without a word either.
+			fmt.Fprintf(r.Log, "braid: ignoring %v (run braid tune again, or set BRAID_TUNING=none)\n", err)
 		}
 		r.Planner = def
 	}
-	switch strings.ToLower(getenv("BRAID_MIAD")) {
+	switch v := getenv("BRAID_MIAD"); strings.ToLower(v) {
 	case "", "on", "1", "true":
 	case "off", "0", "false":
 		r.DisableMIAD = true
 	default:
-		return r, fmt.Errorf("BRAID_MIAD=%q: want on or off", getenv("BRAID_MIAD"))
+		return r, fmt.Errorf("BRAID_MIAD=%q: want off (keep pipelined algorithms' segment as planned) or on (the default: adapt it)", v)
 	}
-	if r.Host == "" {
-		r.Host = getenv("BRAID_HOST")
+	switch v := getenv(shm.EnvCMA); v {
+	case "", "0", "1":
+	default:
+		return r, fmt.Errorf("%s=%q: want 0 (copy through the shared segment) or 1 (the default: single copy with process_vm_readv)", shm.EnvCMA, v)
+	}
+	src = from("Host", "BRAID_HOST", &r.Host)
+	if i := strings.IndexFunc(r.Host, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }); i >= 0 {
+		return r, fmt.Errorf("%s=%q: want a host name, without blanks or control characters", src, r.Host)
 	}
 	if r.Topology == nil {
 		if spec := getenv("BRAID_TOPO"); spec != "" {
@@ -218,6 +244,46 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	}
 	r.Devices = slices.Clone(r.Devices)
 	return r, nil
+}
+
+// Validate returns the error that NewLocal and Init would return for o
+// and the environment's BRAID_* knobs, an *Error of kind InvalidArgument
+// naming the field or variable, without creating anything: a launcher can
+// check a job's configuration before it starts the ranks. (Devices is
+// checked against the job's size, which only NewLocal and Init know.)
+func (o *Options) Validate() error {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	c.Log = io.Discard // a cached table's warning is for the ranks to give
+	if _, err := c.resolve(os.Getenv); err != nil {
+		return &Error{Kind: InvalidArgument, Rank: -1, Call: "validate", Peer: -1, Err: err}
+	}
+	return nil
+}
+
+// parseTimeout reads BRAID_TIMEOUT: a Go duration ("30s", "2m", "1h30m")
+// or a number of seconds ("90", "2.5"), positive and finite. There is no
+// value for "no timeout": a call that never returns is what the timeout
+// exists to prevent; a long job gives a long one ("24h").
+func parseTimeout(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, err2 := strconv.ParseFloat(s, 64)
+		if err2 != nil {
+			return 0, fmt.Errorf("want a duration such as 30s, 5m or 90 (seconds)")
+		}
+		if !(secs*float64(time.Second) < math.MaxInt64) || math.IsNaN(secs) {
+			return 0, fmt.Errorf("want a duration such as 30s, 5m or 90 (seconds), at most %v", time.Duration(math.MaxInt64))
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("want a positive duration such as 30s, 5m or 90 (seconds); there is no \"no timeout\", give a long one (24h) instead")
+	}
+	return d, nil
 }
 
 // DefaultTuningFile is where braid tune writes its table unless told
@@ -235,12 +301,27 @@ func DefaultTuningFile() string {
 // TuningPlanner returns the default planner with the tuning table tuning
 // names: a file, "none" for no table, or "" for BRAID_TUNING, then the
 // file braid tune caches (DefaultTuningFile) if it exists. It fails if the
-// table cannot be read; Init and NewLocal then plan without the cached
-// table, but fail on a table named explicitly.
+// table cannot be read, or has a line that is not well formed or names an
+// algorithm or parameter Braid does not have (the error says FILE:LINE);
+// Init and NewLocal then plan without the cached table (saying so on
+// Options.Log), but fail on a table named explicitly.
 func TuningPlanner(tuning string) (plan.Default, error) {
+	src := ""
 	if tuning == "" {
-		tuning = os.Getenv("BRAID_TUNING")
+		if tuning = os.Getenv("BRAID_TUNING"); tuning != "" {
+			src = "BRAID_TUNING: "
+		}
 	}
+	def, err := tuningPlanner(tuning)
+	if err != nil {
+		return def, fmt.Errorf("%s%w", src, err)
+	}
+	return def, nil
+}
+
+// tuningPlanner is TuningPlanner for a name already taken from the
+// environment: "" is the cached table.
+func tuningPlanner(tuning string) (plan.Default, error) {
 	switch tuning {
 	case "none":
 		return plan.Default{}, nil
@@ -249,20 +330,30 @@ func TuningPlanner(tuning string) (plan.Default, error) {
 		if path == "" {
 			return plan.Default{}, nil
 		}
-		t, err := plan.LoadTable(path)
+		t, err := loadTable(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return plan.Default{}, nil
 		}
 		if err != nil {
-			return plan.Default{}, fmt.Errorf("tuning table %s: %w", path, err)
+			return plan.Default{}, fmt.Errorf("the cached %w", err)
 		}
 		return plan.Default{Table: t}, nil
 	}
-	t, err := plan.LoadTable(tuning)
+	t, err := loadTable(tuning)
 	if err != nil {
-		return plan.Default{}, fmt.Errorf("BRAID_TUNING: %w", err)
+		return plan.Default{}, err
 	}
 	return plan.Default{Table: t}, nil
+}
+
+// loadTable reads the tuning table in path and checks its choices
+// against the algorithms.
+func loadTable(path string) (*plan.Table, error) {
+	t, err := plan.LoadTable(path)
+	if err == nil {
+		err = choice.CheckTable(t)
+	}
+	return t, err
 }
 
 // model returns the link figures the planner costs algorithms with.
@@ -281,32 +372,9 @@ type algoForce struct {
 	perCol map[sched.Collective]plan.Choice // explicit per collective
 }
 
+// parseAlgo reads Options.Algo (choice.ParseAlgo), checking every name
+// and parameter.
 func parseAlgo(s string) (algoForce, error) {
-	f := algoForce{perCol: map[sched.Collective]plan.Choice{}}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(part, "=")
-		if !ok || strings.Contains(k, ":") {
-			// "ring" or "chain:seg=256K": no collective named.
-			ch, err := plan.ParseChoice(part)
-			if err != nil {
-				return f, fmt.Errorf("BRAID_ALGO entry %q: %v", part, err)
-			}
-			f.any = ch
-			continue
-		}
-		c, err := sched.ParseCollective(k)
-		if err != nil {
-			return f, fmt.Errorf("BRAID_ALGO entry %q: %v", part, err)
-		}
-		ch, err := plan.ParseChoice(v)
-		if err != nil {
-			return f, fmt.Errorf("BRAID_ALGO entry %q: %v", part, err)
-		}
-		f.perCol[c] = ch
-	}
-	return f, nil
+	bare, perCol, err := choice.ParseAlgo(s)
+	return algoForce{any: bare, perCol: perCol}, err
 }

@@ -136,10 +136,10 @@ func TestTopologyPlansTreepack(t *testing.T) {
 }
 
 // TestTopologyDevicesAndSplit places 4 ranks on GPUs 1, 4, 5 and 6 of a
-// DGX-1 V100, which no NVLink ring spans (seed 002 §5.2.1), and splits 8
-// ranks on a whole DGX-1 into two communicators of the GPUs of one parity,
-// in reverse order: each packs its trees among its members' GPUs, and
-// the forced tree-packing collectives give the right results.
+// DGX-1 V100, which no NVLink ring spans (Blink, MLSys 2020, §5.2.1), and
+// splits 8 ranks on a whole DGX-1 into two communicators of the GPUs of one
+// parity, in reverse order: each packs its trees among its members' GPUs,
+// and the forced tree-packing collectives give the right results.
 func TestTopologyDevicesAndSplit(t *testing.T) {
 	t.Setenv("BRAID_TOPO", "")
 	dgx := topo.DGX1V100()

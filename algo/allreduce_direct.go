@@ -8,15 +8,16 @@ import (
 func init() { Register(directAllreduce{base{"direct", sched.Allreduce}}) }
 
 // directAllreduce is a direct reduce-scatter followed by a direct allgather
-// (see reducescatter "direct" and allgather "direct"): the count is cut into
-// n blocks as evenly as possible; every rank sends block j of its input to
-// rank j, which adds the n−1 blocks it receives to its own in rank order,
-// and then sends the sum to every other rank. Each sum is made by one rank,
-// so every rank gets the same bits. Over shared memory the large messages
-// go by single copy, so this is seed 004's intra-node reduction, where
-// local rank i reduces chunk i of every peer's buffer. Large blocks travel
-// in segments of Params.Segment elements (DirectSegment when 0), so that
-// the owner adds one segment while the next arrives.
+// (see reducescatter "direct" and allgather "direct"): the count is cut
+// into n blocks as evenly as possible; every rank sends block j of its
+// input to rank j, which adds the n−1 blocks it receives to its own in rank
+// order, and then sends the sum to every other rank. Each sum is made by
+// one rank, so every rank gets the same bits. Over shared memory the large
+// messages go by single copy, so this is the intra-node reduction of Ramesh
+// et al. (HotI 2023), where local rank i reduces chunk i of every peer's
+// buffer. Large blocks travel in segments of Params.Segment elements
+// (DirectSegment when 0), so that the owner adds one segment while the next
+// arrives.
 //
 // Cost, for M bytes on n ranks of one host joined by (α, β), blocks of
 // B = M/n bytes in s segments:

@@ -11,9 +11,10 @@ import (
 
 func init() { Register(hierAllreduce{base{"hier", sched.Allreduce}}) }
 
-// hierAllreduce is the three-phase hierarchical allreduce (seed 001 §5.3,
-// Hierarchical-RSA) in the form of seed 004, where every rank of a host
-// takes part in the reduction instead of one leader doing it all:
+// hierAllreduce is the three-phase hierarchical allreduce (Alizadeh et al.,
+// EuroMPI/USA 2022, §5.3, Hierarchical-RSA) in the form of Ramesh et al.
+// (HotI 2023), where every rank of a host takes part in the reduction
+// instead of one leader doing it all:
 //
 //  1. Within each host, a direct reduce-scatter: the vector is cut into K
 //     chunks, K the largest number of ranks on one host; chunk k belongs to

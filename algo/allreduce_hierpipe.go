@@ -12,19 +12,20 @@ import (
 func init() { Register(hierPipeAllreduce{base{"hierpipe", sched.Allreduce}}) }
 
 // hierPipeAllreduce is the three-stage hierarchical pipelined allreduce of
-// seed 000 (§5.3.3, Algorithm 5.1), generalised from its four GPUs on two
-// sockets to any grouping of the ranks: the groups are the hosts of
-// Params.Layout (a socket or an NVLink clique where the caller numbers
-// those as hosts), and each group's leader is its lowest rank.
+// Temuçin's MASc thesis (Queen's University 2021, §5.3.3, Algorithm 5.1),
+// generalised from its four GPUs on two sockets to any grouping of the
+// ranks: the groups are the hosts of Params.Layout (a socket or an NVLink
+// clique where the caller numbers those as hosts), and each group's leader
+// is its lowest rank.
 //
-// The vector is cut into pieces of Params.Segment elements (the seed's
+// The vector is cut into pieces of Params.Segment elements (the thesis's
 // chunks; its Table 5.1 uses 2 to 16 of them) and every piece goes through
 // three stages of its own:
 //
 //  1. every other member of a group sends the piece to the group's
 //     leader, which adds them to its own in rank order;
 //  2. the leaders allreduce the piece: with two leaders they exchange
-//     their sums and add (the seed's step 2); with more, either each
+//     their sums and add (the thesis's step 2); with more, either each
 //     leader sends its sum to every other one and each adds them all in
 //     leader order (direct), or they run a ring reduce-scatter and
 //     allgather of the piece (ring), whichever the model predicts faster;

@@ -293,11 +293,11 @@ func TestHierpipeCost(t *testing.T) {
 	}
 }
 
-// mistModel is seed 000's Mist node in the model's terms, with each socket
-// a group: GPUs of a socket joined by NVLink at about 130 GB/s, the
-// sockets by the X-bus at about 56 GB/s (the "network" between groups),
-// about 10 µs per CUDA IPC message, and a GPU reduction kernel at about
-// 300 GB/s.
+// mistModel is the Mist node of Temuçin's MASc thesis (Queen's University
+// 2021) in the model's terms, with each socket a group: GPUs of a socket
+// joined by NVLink at about 130 GB/s, the sockets by the X-bus at about 56
+// GB/s (the "network" between groups), about 10 µs per CUDA IPC message,
+// and a GPU reduction kernel at about 300 GB/s.
 func mistModel() cost.Model {
 	var m cost.Model
 	m.Links[cost.Intra] = cost.Link{Alpha: 10e-6, Beta: 130e9}
@@ -309,7 +309,7 @@ func mistModel() cost.Model {
 
 // TestHierpipeTune checks that Tune takes the number of pieces that
 // minimises Cost (against a search of every count of pieces), keeps a
-// segment already set, and on seed 000's machine (two sockets of two GPUs)
+// segment already set, and on the thesis's machine (two sockets of two GPUs)
 // chooses more pieces for larger messages, one or two for the smallest of
 // Table 5.1 and at least eight for 1 GiB (the table: 2 to 16). The
 // choices are logged beside the table's.

@@ -9,19 +9,21 @@ import (
 
 func init() { Register(chainBcast{base{"chain", sched.Bcast}}) }
 
-// chainBcast is the pipelined chain broadcast of seed 003 §4.2: the ranks
-// form a chain from the root (root, root+1, ...), the vector is cut into
-// segments, and every rank forwards segment j to its successor as soon as
-// it has it, so that every link of the chain carries data at once.
-// Params.Segment sets the segment C in elements; 0 means ChainSegment.
+// chainBcast is the pipelined chain broadcast of Xin, Xie and Li (Computer
+// Systems & Applications 2020) §4.2: the ranks form a chain from the root
+// (root, root+1, ...), the vector is cut into segments, and every rank
+// forwards segment j to its successor as soon as it has it, so that every
+// link of the chain carries data at once. Params.Segment sets the segment C
+// in elements; 0 means ChainSegment.
 //
 // Cost, for an M-byte vector on n ≥ 2 ranks in s = ⌈M/C⌉ segments of C
-// bytes (seed 003 eq. 5, with the segment count made whole):
+// bytes (Xin, Xie and Li, Computer Systems & Applications 2020, eq. 5, with
+// the segment count made whole):
 //
 //	T = (s + n − 2)(α + C/β)
 //
 // the root sends s segments one after another, and the last one reaches the
-// end of the chain n − 2 links later. Where C divides M this is the seed's
+// end of the chain n − 2 links later. Where C divides M this is the paper's
 // (M/C + n − 2)(α + C/β), minimised by C* = sqrt(M·α·β / (n − 2)); Tune
 // finds the whole number of elements that minimises T itself, which lies
 // next to C*. With n = 2 there is nothing to overlap and one segment is
@@ -100,7 +102,7 @@ func chainCost(l cost.Link, n, count, segment, es int) float64 {
 // Tune sets Params.Segment, if 0, to the segment that minimises Cost: of
 // the segments that cut the vector into s pieces, the shortest,
 // ⌈Count/s⌉, is the best, so it searches s (see minimize) with the
-// seed's continuous T = (s + n − 2)(α + M/(sβ)) as the lower bound.
+// paper's continuous T = (s + n − 2)(α + M/(sβ)) as the lower bound.
 func (chainBcast) Tune(p sched.Params, es int, m cost.Model) sched.Params {
 	if p.Segment != 0 {
 		return p

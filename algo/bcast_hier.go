@@ -21,7 +21,8 @@ func init() { Register(hierBcast{base{"hier", sched.Bcast}}) }
 //     small vectors.
 //   - pipelined: a chain over the leaders and a chain within each host, the
 //     vector cut into segments that every rank forwards as soon as it has
-//     them (seed 003's pipelined chain, two levels deep, so the fill is
+//     them (the pipelined chain of Xin, Xie and Li, Computer Systems &
+//     Applications 2020, two levels deep, so the fill is
 //     H − 1 + L − 1 hops instead of n − 1). For large vectors.
 //
 // Params.Segment ≥ Count picks the first, a smaller one the second with

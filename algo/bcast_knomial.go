@@ -9,12 +9,13 @@ import (
 
 func init() { Register(knomialBcast{base{"knomial", sched.Bcast}}) }
 
-// knomialBcast broadcasts along a k-nomial tree rooted at the root (seed
-// 003 §3.1), k = Params.Radix (KnomialRadix when 0). With v the rank's
-// distance from the root written in base k, v receives from v with its
-// lowest non-zero digit cleared and sends to v + j·k^i for every k^i below
-// that digit's place and j = 1 … k−1 (while below n), largest k^i first.
-// k = 2 is the binomial tree ("binomial"), k ≥ n the flat one ("linear").
+// knomialBcast broadcasts along a k-nomial tree rooted at the root (Xin,
+// Xie and Li, Computer Systems & Applications 2020, §3.1), k = Params.Radix
+// (KnomialRadix when 0). With v the rank's distance from the root written
+// in base k, v receives from v with its lowest non-zero digit cleared and
+// sends to v + j·k^i for every k^i below that digit's place and j = 1 … k−1
+// (while below n), largest k^i first. k = 2 is the binomial tree
+// ("binomial"), k ≥ n the flat one ("linear").
 //
 // Cost, for M bytes on n ranks, with L = ⌈log_k n⌉ the tree's levels and D
 // the root's children (k−1 on every level but the top one, which has
@@ -26,11 +27,12 @@ func init() { Register(knomialBcast{base{"knomial", sched.Bcast}}) }
 // latencies overlap, but their bytes leave one after another; each subtree
 // is done by the time the root's last send is, so the root's D sends and
 // one α per level make the time. When n is a power of k, D = (k−1)·L and
-// T = L·(α + (k−1)·M/β). (Seed 003 eq. 3 gives ⌈log_k n⌉(α + M/β), as if
-// a rank sent to its k−1 children of a level in the time of one; by that,
-// k = n, a flat tree, would always be best, against its own eq. 1.) Small
-// messages favour a large k (fewer levels of α), large ones k = 2 (fewer
-// copies of M through the root); Tune picks the k that minimises T.
+// T = L·(α + (k−1)·M/β). (Xin, Xie and Li, Computer Systems & Applications
+// 2020, eq. 3 gives ⌈log_k n⌉(α + M/β), as if a rank sent to its k−1
+// children of a level in the time of one; by that, k = n, a flat tree,
+// would always be best, against its own eq. 1.) Small messages favour a
+// large k (fewer levels of α), large ones k = 2 (fewer copies of M through
+// the root); Tune picks the k that minimises T.
 type knomialBcast struct{ base }
 
 // KnomialRadix is the degree of the k-nomial trees when Params.Radix is 0

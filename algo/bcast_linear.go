@@ -11,8 +11,9 @@ func init() { Register(linearBcast{base{"linear", sched.Bcast}}) }
 //
 // Cost: α + (n−1)·M/β: the n−1 sends go to distinct ranks and wait for
 // nothing, so their latencies overlap, but their bytes leave the root one
-// after another. (Seed 003 eq. 1 charges (n−1)(α + M/β), as if each send
-// waited for the one before.) It is "knomial" with k = n.
+// after another. (Xin, Xie and Li, Computer Systems & Applications 2020,
+// eq. 1 charges (n−1)(α + M/β), as if each send waited for the one before.)
+// It is "knomial" with k = n.
 type linearBcast struct{ base }
 
 func (linearBcast) Program(p sched.Params, r int) sched.Program {

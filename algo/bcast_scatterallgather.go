@@ -7,22 +7,23 @@ import (
 
 func init() { Register(scatterAllgatherBcast{base{"scatterallgather", sched.Bcast}}) }
 
-// scatterAllgatherBcast is van de Geijn's broadcast for long messages
-// (seed 003 §3.1; Thakur, Rabenseifner and Gropp 2005, §4.2): the vector
-// is cut into n blocks as evenly as possible (some empty when Count < n),
-// block v belonging to the rank at distance v from the root; a binomial
-// scatter gives every rank v the blocks of its subtree, v to
-// v + lowbit(v) − 1, and a ring allgather then passes the blocks on, in
-// step s rank v sending block v−s to v+1. A rank neither sends a block to
-// a rank that has it from the scatter nor receives one it has, so the
-// root receives nothing.
+// scatterAllgatherBcast is van de Geijn's broadcast for long messages (Xin,
+// Xie and Li, Computer Systems & Applications 2020, §3.1; Thakur,
+// Rabenseifner and Gropp 2005, §4.2): the vector is cut into n blocks as
+// evenly as possible (some empty when Count < n), block v belonging to the
+// rank at distance v from the root; a binomial scatter gives every rank v the
+// blocks of its subtree, v to v + lowbit(v) − 1, and a ring allgather then
+// passes the blocks on, in step s rank v sending block v−s to v+1. A rank
+// neither sends a block to a rank that has it from the scatter nor receives
+// one it has, so the root receives nothing.
 //
-// Cost, for M bytes on n ranks (seed 003 eq. 4):
+// Cost, for M bytes on n ranks (Xin, Xie and Li, Computer Systems &
+// Applications 2020, eq. 4):
 //
 //	T = (⌈log2 n⌉ + n − 1)·α + 2·(n−1)/n·M/β
 //
 // the scatter's ⌈log2 n⌉ rounds move (n−1)/n·M out of the root, and the
-// ring's n−1 steps move a block each over every link. (The seed's first
+// ring's n−1 steps move a block each over every link. (The paper's first
 // line writes the ring's term as (n−1)(t_s + M/B·1/B); its second line,
 // the one here, is right.) Against the binomial tree's ⌈log2 n⌉·M/β it
 // trades α·(n−1) for bandwidth.

@@ -7,14 +7,15 @@ import (
 
 func init() { Register(topoChainBcast{base{"topochain", sched.Bcast}}) }
 
-// topoChainBcast is the topology-aware pipelined chain broadcast of seed 003
-// §4.3 (TA-PC): the pipelined chain of "chain", with the ranks put in an
-// order that follows the machine instead of rank order. The chain starts at
-// the root, goes through the rest of the root's NUMA node, then the root's
-// other NUMA nodes, then every other host in turn (from the root's host
-// onwards, cyclically), each host's ranks grouped by NUMA node. So the chain
-// crosses each host boundary once and each NUMA boundary once (rank order
-// on interleaved hosts, A B A B, would cross a host boundary at every hop),
+// topoChainBcast is the topology-aware pipelined chain broadcast of Xin,
+// Xie and Li (Computer Systems & Applications 2020) §4.3 (TA-PC): the
+// pipelined chain of "chain", with the ranks put in an order that follows
+// the machine instead of rank order. The chain starts at the root, goes
+// through the rest of the root's NUMA node, then the root's other NUMA
+// nodes, then every other host in turn (from the root's host onwards,
+// cyclically), each host's ranks grouped by NUMA node. So the chain crosses
+// each host boundary once and each NUMA boundary once (rank order on
+// interleaved hosts, A B A B, would cross a host boundary at every hop),
 // every link between two hosts carries the stream once, and every host but
 // the first and last uses its network link in both directions at once, in
 // from the previous host and out to the next: §4.3's point that a chain
@@ -31,7 +32,7 @@ func init() { Register(topoChainBcast{base{"topochain", sched.Bcast}}) }
 //
 //	T = Σ_i (α_i + C/β_i) + (s − 1)·max_i (α_i + C/β_i)
 //
-// which for one class of link is seed 003's (M/C + n − 2)(α + C/β),
+// which for one class of link is the paper's (M/C + n − 2)(α + C/β),
 // minimised near C* = √(M·α·β/(n − 2)); with several classes, b the
 // slowest hop, the optimum is near √(M·α_b / (Σ_i 1/β_i − 1/β_b)).
 type topoChainBcast struct{ base }

@@ -189,7 +189,8 @@ var costCases = []costCase{
 	{coll: sched.Bcast, name: "binomial", want: func(n, count, es, _ int, a, b, _ float64) float64 {
 		return log2c(n) * (a + float64(count*es)/b)
 	}},
-	// Seed 003 eq. 5, T = (M/C + n − 2)(α + C/β), with C dividing M.
+	// Eq. 5 of Xin, Xie and Li (Computer Systems & Applications 2020):
+	// T = (M/C + n − 2)(α + C/β), with C dividing M.
 	{coll: sched.Bcast, name: "chain", segment: func(n, count int) int { return count / 16 },
 		want: func(n, count, es, seg int, a, b, _ float64) float64 {
 			M, C := float64(count*es), float64(seg*es)
@@ -202,7 +203,7 @@ var costCases = []costCase{
 			s := math.Ceil(float64(count) / float64(seg))
 			return (s + float64(n) - 2) * (a + C/b)
 		}},
-	// Seed 003 eq. 4.
+	// Eq. 4 of Xin, Xie and Li (Computer Systems & Applications 2020).
 	{coll: sched.Bcast, name: "scatterallgather", want: func(n, count, es, _ int, a, b, _ float64) float64 {
 		M, N := float64(count*es), float64(n)
 		return (log2c(n)+N-1)*a + 2*(N-1)/N*M/b
@@ -374,7 +375,7 @@ func tunerOf(t *testing.T, c sched.Collective, name string) (algo.Algorithm, alg
 // TestChainTune checks the pipelined chain's segment: Tune's is the whole
 // number of elements that minimises T = (⌈M/C⌉ + n − 2)(α + C/β) (against
 // every segment for small counts, against its neighbours for large ones),
-// it lies next to the seed's C* = sqrt(M·α·β/(n−2)), and with two ranks it
+// it lies next to the paper's C* = sqrt(M·α·β/(n−2)), and with two ranks it
 // is the whole vector.
 func TestChainTune(t *testing.T) {
 	a, tu, k := tunerOf(t, sched.Bcast, "chain")

@@ -27,23 +27,24 @@
 //
 // The "direct" algorithms exchange blocks with every peer at once (one step
 // of latency; over shared memory, messages above the eager limit are read
-// single-copy from the peer's buffer, so the direct reduce-scatter is seed
-// 004's "local rank i reduces chunk i of every peer"). "twostep" is the
-// shared-memory allreduce for small messages: a leader reduces, then sends
-// the result to all. "hier" uses sched.Params.Layout: a direct
-// reduce-scatter within each host, an allreduce of each chunk among its
-// owners across hosts, a direct allgather within each host (broadcast: the
-// root to each host's leader, then within hosts). "hierpipe" is seed
-// 000's 3-stage hierarchical pipelined allreduce (Algorithm 5.1) over the
+// single-copy from the peer's buffer, so the direct reduce-scatter is the
+// "local rank i reduces chunk i of every peer" of Ramesh et al., HotI
+// 2023). "twostep" is the shared-memory allreduce for small messages: a
+// leader reduces, then sends the result to all. "hier" uses
+// sched.Params.Layout: a direct reduce-scatter within each host, an
+// allreduce of each chunk among its owners across hosts, a direct allgather
+// within each host (broadcast: the root to each host's leader, then within
+// hosts). "hierpipe" is the 3-stage hierarchical pipelined allreduce of
+// Temuçin's MASc thesis (Queen's University 2021, Algorithm 5.1) over the
 // groups of sched.Params.Layout: pieces of Params.Segment elements each go
-// through a reduction to the group's leader, an allreduce among the
-// leaders and a broadcast from the leader, so that the stages of
-// successive pieces overlap; Tune picks the number of pieces (Table 5.1's
-// role). "topochain" is the
-// pipelined chain ordered so that it crosses each host and NUMA boundary
-// once (seed 003 §4.3). "treepack" splits the data among the weighted
-// spanning trees of sched.Params.Trees, a packing of the machine's links
-// (Blink, seed 002): it supports only params that carry trees.
+// through a reduction to the group's leader, an allreduce among the leaders
+// and a broadcast from the leader, so that the stages of successive pieces
+// overlap; Tune picks the number of pieces (Table 5.1's role). "topochain"
+// is the pipelined chain ordered so that it crosses each host and NUMA
+// boundary once (Xin, Xie and Li, Computer Systems & Applications 2020,
+// §4.3). "treepack" splits the data among the weighted spanning trees of
+// sched.Params.Trees, a packing of the machine's links (Blink, MLSys 2020):
+// it supports only params that carry trees.
 //
 // Every program is right for any number of ranks n ≥ 1 and any count ≥ 0,
 // in place or not. Each step depends only on the steps that touched the

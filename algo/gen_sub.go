@@ -439,8 +439,9 @@ func treeSegments(count, seg int) int {
 //
 //	T = max((s − 1)·P + R(C_s), (s − 2)·P + R(C) + max_c (α_c + C_s/ρ_c))
 //
-// For a chain on one class of link (ρ = β) and C_s = C this is seed 003's
-// (M/C + n − 2)(α + C/β). These are the bottlenecks of sim's network of
+// For a chain on one class of link (ρ = β) and C_s = C this is the
+// (M/C + n − 2)(α + C/β) of Xin, Xie and Li (Computer Systems &
+// Applications 2020). These are the bottlenecks of sim's network of
 // cost.Model with RankPorts and SharedNIC.
 func treeTime(p sched.Params, t bcastTree, es, seg int, m cost.Model) float64 {
 	if p.NRanks == 1 || p.Count == 0 {
@@ -524,8 +525,9 @@ func waterFill(capacity float64, caps, rates []float64) []float64 {
 
 // bestSegment returns the segment, in elements of es bytes, that minimises
 // treeTime for t under m, searched over powers of √2 up to the count: the
-// chain's optimum, which for one class of link is near seed 003's
-// C* = √(M·α·β/(n−2)).
+// chain's optimum, which for one class of link is near the
+// C* = √(M·α·β/(n−2)) of Xin, Xie and Li (Computer Systems & Applications
+// 2020).
 func bestSegment(p sched.Params, t bcastTree, es int, m cost.Model) int {
 	best, bestT := max(1, p.Count), treeTime(p, t, es, p.Count, m)
 	for x := 1.0; x < float64(p.Count); x *= math.Sqrt2 {

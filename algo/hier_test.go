@@ -397,9 +397,10 @@ func TestCosters(t *testing.T) {
 		pipe(s, l.Alpha+3*b/(s*l.Beta), 3*b*m.Gamma/s)+ring+l.Alpha+3*b/l.Beta)
 }
 
-// TestTuneSegment checks that Tune finds the chain's optimal segment of
-// seed 003 (within the search grid's factor √2) on one class of link, and
-// that the tuned schedule is no slower, in the model, than the untuned one.
+// TestTuneSegment checks that Tune finds the optimal segment of the chain
+// of Xin, Xie and Li (Computer Systems & Applications 2020), within the
+// search grid's factor √2, on one class of link, and that the tuned
+// schedule is no slower, in the model, than the untuned one.
 func TestTuneSegment(t *testing.T) {
 	m := cost.Default()
 	a := mustLookup(t, sched.Bcast, "topochain")

@@ -13,11 +13,11 @@ func init() { Register(directReduceScatterAlgo{base{"direct", sched.ReduceScatte
 // arrive in, so the result has the same bits on every run. One round of
 // latency instead of the ring's n−1. Over shared memory, messages above the
 // transport's eager limit are read by the receiver straight from the
-// sender's buffer (process_vm_readv), so this is seed 004's single-copy
-// reduction: local rank i reduces chunk i of every peer. Blocks travel in
-// segments of Params.Segment elements (DirectSegment when 0), two per peer
-// posted ahead, so that the receiver adds a segment while the next arrive
-// and its scratch stays at 2(n−1) segments.
+// sender's buffer (process_vm_readv), so this is the single-copy reduction
+// of Ramesh et al. (HotI 2023): local rank i reduces chunk i of every peer.
+// Blocks travel in segments of Params.Segment elements (DirectSegment when
+// 0), two per peer posted ahead, so that the receiver adds a segment while
+// the next arrive and its scratch stays at 2(n−1) segments.
 //
 // Cost, for M bytes of output per rank on n ranks of one host joined by
 // (α, β), in s segments:

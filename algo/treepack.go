@@ -8,10 +8,10 @@ import (
 	"github.com/braid-ccl/braid/sched"
 )
 
-// The tree-packing algorithms of Blink (seed 002 §3-4): the data is split
-// among the weighted spanning trees of Params.Trees, in proportion to their
-// weights (contiguous ranges, sched.Trees.Split), and every tree carries
-// its range at once with the others.
+// The tree-packing algorithms of Blink (MLSys 2020, §3-4): the data is
+// split among the weighted spanning trees of Params.Trees, in proportion to
+// their weights (contiguous ranges, sched.Trees.Split), and every tree
+// carries its range at once with the others.
 //
 //   - Broadcast: each tree's range flows from the root down the tree; a
 //     rank receives each piece from its parent and forwards it to its
@@ -22,8 +22,8 @@ import (
 //     rooted at Params.Root.
 //   - Allreduce: each tree reduces its range toward its own root, as for
 //     Reduce, and the root broadcasts the result back down the same edges
-//     (seed 002 §3.3). Every sum is computed once, at one rank, so every
-//     rank gets the same bits.
+//     (Blink, MLSys 2020, §3.3). Every sum is computed once, at one rank,
+//     so every rank gets the same bits.
 //
 // Each tree's range is cut into the same number s of pieces, so that a
 // tree's pieces are in proportion to its weight and the trees, each going
@@ -37,9 +37,9 @@ import (
 // slots and added in order.
 //
 // Every message goes on a channel (sched.Step.Channel) of the link it
-// crosses: one per tree on that link, except that trees crossing a link
-// at the same depth share a channel, whose messages then go in turn
-// (seed 002 §4.2.2, stream reuse).
+// crosses: one per tree on that link, except that trees crossing a link at
+// the same depth share a channel, whose messages then go in turn (Blink,
+// MLSys 2020, §4.2.2, stream reuse).
 //
 // Cost, with s pieces per tree, piece i of c_i bytes (tree i's range over
 // s), the slowest link (α, β), reduction γ per byte, per round and rank v

@@ -105,10 +105,10 @@ func checkTreepack(t *testing.T, a algo.Algorithm, p sched.Params) {
 	}
 }
 
-// dgx1Allocations are allocations of seed 002 (Figure 1's GPU numbers):
-// fully NVLinked groups, the 6-GPU case of Figure 4, the irregular
-// 1,4,5,6 of §5.2.1 that no NVLink ring spans, 2,3,6,7 (one ring), and the
-// whole machine.
+// dgx1Allocations are allocations of Blink (MLSys 2020; Figure 1's GPU
+// numbers): fully NVLinked groups, the 6-GPU case of Figure 4, the
+// irregular 1,4,5,6 of §5.2.1 that no NVLink ring spans, 2,3,6,7 (one
+// ring), and the whole machine.
 var dgx1Allocations = [][]int{{0, 1, 4}, {0, 1, 2, 3}, {1, 4, 5, 6}, {2, 3, 6, 7}, {0, 1, 2, 4, 5}, {0, 1, 2, 3, 4, 6}, {0, 1, 2, 3, 4, 5, 6}, {0, 1, 2, 3, 4, 5, 6, 7}}
 
 func devicesOf(tp *topo.Topology, gpus []int) []int {
@@ -141,7 +141,7 @@ func packed(t *testing.T, tp *topo.Topology, gpus []int, coll sched.Collective, 
 }
 
 // TestTreepackDGX1 checks the schedules of Blink's packings on DGX-1
-// allocations (seed 002 §5.2) for every count of the matrix.
+// allocations (Blink, MLSys 2020, §5.2) for every count of the matrix.
 func TestTreepackDGX1(t *testing.T) {
 	for _, tp := range []*topo.Topology{topo.DGX1P100(), topo.DGX1V100()} {
 		for _, coll := range treepackColls {
@@ -211,9 +211,10 @@ func TestTreepackSupports(t *testing.T) {
 	}
 }
 
-// TestTreepackChannels checks stream reuse (seed 002 §4.2.2, Figure 13):
-// two trees that leave the root over the same link share its channel,
-// while a tree that crosses the link at another depth gets its own.
+// TestTreepackChannels checks stream reuse (Blink, MLSys 2020, §4.2.2,
+// Figure 13): two trees that leave the root over the same link share its
+// channel, while a tree that crosses the link at another depth gets its
+// own.
 func TestTreepackChannels(t *testing.T) {
 	trees := &sched.Trees{Tree: []sched.Tree{
 		{Root: 0, Parent: []int{-1, 0, 1, 2}, Weight: 1}, // 0→1→2→3
@@ -241,8 +242,9 @@ func TestTreepackChannels(t *testing.T) {
 }
 
 // TestTreepackCostChain checks Cost on one chain, a pipelined chain
-// broadcast: T = (s + n − 2)(α + C/β), the chain's closed form (seed 003
-// eq. 5), for segments that divide the count.
+// broadcast: T = (s + n − 2)(α + C/β), the chain's closed form (eq. 5 of
+// Xin, Xie and Li, Computer Systems & Applications 2020), for segments that
+// divide the count.
 func TestTreepackCostChain(t *testing.T) {
 	for _, m := range models {
 		l := m.Links[cost.Intra]

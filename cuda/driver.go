@@ -8,12 +8,14 @@ import (
 )
 
 // driverLibs are the names under which the driver library is looked for,
-// in order: BRAID_CUDA_LIB if set, the loader's search path, then the places
-// the NVIDIA container runtime and distributions put it.
+// in order: the loader's search path, then the places the NVIDIA container
+// runtime and distributions put it; BRAID_CUDA_LIB, if set, names the only
+// one (a path that does not load is an error, not a fall back to another
+// driver).
 func driverLibs() []string {
 	names := []string{"libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/aarch64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"}
 	if p := os.Getenv("BRAID_CUDA_LIB"); p != "" {
-		names = append([]string{p}, names...)
+		return []string{p}
 	}
 	return names
 }
@@ -151,6 +153,9 @@ func Available() bool { return Init() == nil }
 
 func loadDriver() error {
 	h, err := openLib(driverLibs())
+	if err != nil && os.Getenv("BRAID_CUDA_LIB") != "" {
+		return fmt.Errorf("%w: BRAID_CUDA_LIB: %v", ErrNoDriver, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoDriver, err)
 	}

@@ -54,13 +54,13 @@ func SplitMultiPath(n int, hostShare float64, chunks int) (MultiPathSplit, error
 }
 
 // MultiPathCopier copies buffers from one GPU to another over two paths at
-// once (Algorithm 4.1 of seed 000): the direct peer copy (NVLink where
-// there is one) and a host-staged path, device to pinned host memory to
-// device, split in chunks that each have a stream on either side so that
-// the device-to-host copy of one chunk overlaps the host-to-device copy of
-// another. On links where the host path adds bandwidth to the peer path,
-// the aggregate exceeds the peer path alone. MultiPathTable says which
-// split to use at which size.
+// once (Algorithm 4.1 of Temuçin's MASc thesis, Queen's University 2021):
+// the direct peer copy (NVLink where there is one) and a host-staged path,
+// device to pinned host memory to device, split in chunks that each have a
+// stream on either side so that the device-to-host copy of one chunk
+// overlaps the host-to-device copy of another. On links where the host path
+// adds bandwidth to the peer path, the aggregate exceeds the peer path
+// alone. MultiPathTable says which split to use at which size.
 //
 // The pinned staging buffer and the streams and events are allocated once,
 // by NewMultiPathCopier, and reused by every Copy. A copier serves one

@@ -20,9 +20,9 @@ const MaxMultiPathChunks = 1024
 // MultiPathTable says how MultiPathCopier.Copy should split a copy of a
 // given size: which fraction of the bytes to stage through host memory and
 // in how many chunks, or the peer copy alone where staging does not help
-// (Table 4.1 of seed 000 is such a table). braid tune --device cuda
-// measures one for a pair of GPUs and writes it. The format is text, one
-// size range a line:
+// (Table 4.1 of Temuçin's MASc thesis, Queen's University 2021, is such a
+// table). braid tune --device cuda measures one for a pair of GPUs and
+// writes it. The format is text, one size range a line:
 //
 //	# comments start with #
 //	size=0-64M direct

@@ -25,7 +25,7 @@ var nvml struct {
 func nvmlLibs() []string {
 	names := []string{"libnvidia-ml.so.1", "/usr/local/nvidia/lib64/libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}
 	if p := os.Getenv("BRAID_NVML_LIB"); p != "" {
-		names = append([]string{p}, names...)
+		return []string{p} // the only one: no silent fall back to another
 	}
 	return names
 }
@@ -33,6 +33,9 @@ func nvmlLibs() []string {
 func loadNVML() error {
 	nvml.once.Do(func() {
 		h, err := openLib(nvmlLibs())
+		if err != nil && os.Getenv("BRAID_NVML_LIB") != "" {
+			err = fmt.Errorf("BRAID_NVML_LIB: %v", err)
+		}
 		if err != nil {
 			nvml.err = fmt.Errorf("%w: %v", ErrNoNVML, err)
 			return

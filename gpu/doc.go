@@ -84,8 +84,8 @@
 //
 // On more than 2 GPUs the two-shot allreduce and the broadcast above
 // cuda.BcastDirectMax also move a share of every round through pinned host
-// memory, across PCIe, beside NVLink: seed 000's multi-path copy, done by
-// the kernel's own loads and stores. The host region (16 MiB,
+// memory, across PCIe, beside NVLink: the multi-path copy of Temuçin's MASc
+// thesis (Queen's University 2021), done by the kernel's own loads and stores. The host region (16 MiB,
 // cuda.HostRegionBytes) ends the mailbox file in /dev/shm, so every rank
 // maps the same pages, and every rank registers it with the driver; a
 // rank that cannot (or a /dev/shm too small for it) leaves the host path
@@ -98,7 +98,7 @@
 // from 64 MiB for broadcasts). On four H200s it took a 1 GiB allreduce
 // from 343 to 372 GB/s busbw (NCCL 2.28.9: 354) and a broadcast from 342
 // to 378 (NCCL: 359): NVLink alone moved about 343 GB/s out of a GPU in
-// these kernels, and the bus adds 30–40 on top, as seed 000's copies found
+// these kernels, and the bus adds 30–40 on top, as the thesis's copies found
 // for a lone pair (+11 %).
 //
 // # Programs: pushes, notices and events

@@ -561,7 +561,8 @@ func DefaultBcastRamp(bytes, n int) int {
 }
 
 // multiPath sends a share of a's data through the host region, beside
-// NVLink (seed 000's multi-path copy, inside the kernel), where a is a
+// NVLink (the multi-path copy of Temuçin's MASc thesis, Queen's University
+// 2021, inside the kernel), where a is a
 // broadcast above cuda.BcastDirectMax or a two-shot allreduce on more than
 // 2 GPUs and the Comm has the region: HostBytes is f.hostShare percent
 // (DefaultHostShare where 0) of what a block sends a round, NVLink and

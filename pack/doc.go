@@ -1,7 +1,7 @@
 // Package pack packs spanning trees into a machine's links, after Blink
-// (seed 002, §3): it finds how to split a broadcast or an allreduce among
-// weighted trees so that together they use the links at the best rate
-// the topology allows, with few trees.
+// (Blink, MLSys 2020, §3): it finds how to split a broadcast or an
+// allreduce among weighted trees so that together they use the links at the
+// best rate the topology allows, with few trees.
 //
 // A Graph has one vertex per rank and edges that consume capacitated
 // resources (link directions); FromTopology builds one from a topo

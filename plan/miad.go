@@ -1,10 +1,10 @@
 package plan
 
 // MIAD chooses the segment (chunk) of a pipelined algorithm over the first
-// calls of a repeated size, as Blink does (seed 002 §4.2.1): start small,
-// grow the segment multiplicatively while the measured throughput rises,
-// and once it falls, step back additively from the overshoot until the
-// throughput stops improving; then keep the best segment seen.
+// calls of a repeated size, as Blink does (MLSys 2020, §4.2.1): start
+// small, grow the segment multiplicatively while the measured throughput
+// rises, and once it falls, step back additively from the overshoot until
+// the throughput stops improving; then keep the best segment seen.
 //
 // MIAD is a pure state machine: the caller runs each trial with Segment(),
 // measures throughput (any unit where larger is better, agreed by every

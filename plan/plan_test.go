@@ -155,11 +155,31 @@ func TestTableErrors(t *testing.T) {
 		{"link intra alpha=1 beta=1GB/s", "unit"},
 		{"link warp alpha=1us beta=1GB/s", "unknown link class"},
 		{"gamma fast", "rate"},
+		{"gamma 1GB/s\ngamma 2GB/s", "t:2: gamma given twice"},
+		{"link intra alpha=1us beta=1GB/s\nlink intra alpha=2us beta=1GB/s", "t:2: link intra given twice"},
+		{"allreduce ranks=2 hosts=1 size=0-16K ring\nallreduce ranks=2 hosts=1 size=8K-1M recdouble", "t:2: sizes 8K-1M overlap line 1's 0-16K"},
+		{"allreduce ranks=* hosts=1 size=1M- ring\n\nallreduce ranks=* hosts=1 size=0- recdouble", "t:3: sizes 0- overlap line 1's 1M-"},
+		{"allreduce ranks=2 hosts=1 size=0-16K ring\nallreduce ranks=2 hosts=1 size=0-16K ring", "t:2: sizes 0-16K overlap"},
 	} {
 		_, err := plan.ParseTable(strings.NewReader(tc.src), "t")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.src, err, tc.want)
 		}
+	}
+}
+
+// TestTableNoOverlap: entries that only touch, or differ in collective,
+// rank or host count (wildcards included), do not overlap.
+func TestTableNoOverlap(t *testing.T) {
+	src := `allreduce ranks=2 hosts=1 size=0-16K ring
+allreduce ranks=2 hosts=1 size=16K- recdouble
+allreduce ranks=* hosts=1 size=0- segring
+allreduce ranks=2 hosts=* size=0- segring
+bcast ranks=2 hosts=1 size=0- chain
+allreduce ranks=4 hosts=1 size=0- ring
+`
+	if tab, err := plan.ParseTable(strings.NewReader(src), "t"); err != nil || len(tab.Entries) != 6 {
+		t.Fatalf("ParseTable: %v", err)
 	}
 }
 

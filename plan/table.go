@@ -34,7 +34,12 @@ import (
 // are counts or * for any. When several entries match a call, the one with
 // exact rank and host counts wins over wildcards, then the first in the
 // file. The choice is an algorithm name with optional parameters, as
-// BRAID_ALGO takes them (see ParseChoice).
+// BRAID_ALGO takes them (see ParseChoice). Two entries for the same
+// collective and counts whose sizes overlap, or a link class or gamma given
+// twice, are errors; so is any malformed line (ParseTable's errors say
+// FILE:LINE). This package reads the syntax only: whether the algorithms
+// exist, and take the parameters given, is checked where the algorithms
+// are known (Init and NewLocal check every table they load).
 type Table struct {
 	Source  string      // where it was read from, for log messages
 	Model   *cost.Model // measured link figures; nil if the file has none
@@ -57,6 +62,22 @@ func (e *Entry) Matches(c sched.Collective, ranks, hosts int, size int64) bool {
 		size >= e.Min && (e.Max == 0 || size < e.Max)
 }
 
+// overlaps reports whether e and o are for the same collective, rank and
+// host counts (wildcards equal only wildcards) and share a size.
+func (e *Entry) overlaps(o *Entry) bool {
+	return e.Coll == o.Coll && e.Ranks == o.Ranks && e.Hosts == o.Hosts &&
+		(o.Max == 0 || e.Min < o.Max) && (e.Max == 0 || o.Min < e.Max)
+}
+
+// sizeRange writes e's sizes as a table line does: "16K-2M", "2M-".
+func (e *Entry) sizeRange() string {
+	hi := ""
+	if e.Max > 0 {
+		hi = FormatSize(e.Max)
+	}
+	return FormatSize(e.Min) + "-" + hi
+}
+
 // String writes e as a table line.
 func (e *Entry) String() string {
 	count := func(v int) string {
@@ -65,12 +86,7 @@ func (e *Entry) String() string {
 		}
 		return strconv.Itoa(v)
 	}
-	hi := ""
-	if e.Max > 0 {
-		hi = FormatSize(e.Max)
-	}
-	s := fmt.Sprintf("%v ranks=%s hosts=%s size=%s-%s %s", e.Coll, count(e.Ranks), count(e.Hosts), FormatSize(e.Min), hi, e.Choice)
-	return s
+	return fmt.Sprintf("%v ranks=%s hosts=%s size=%s %s", e.Coll, count(e.Ranks), count(e.Hosts), e.sizeRange(), e.Choice)
 }
 
 // Lookup returns the entry for the call, or nil. A nil table has none.
@@ -142,10 +158,16 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 			if !l.Valid() {
 				return fmt.Errorf("link %v: alpha=%g s beta=%g B/s is not a valid link", c, l.Alpha, l.Beta)
 			}
+			if haveLink[c] {
+				return fmt.Errorf("link %v given twice", c)
+			}
 			model.Links[c], haveLink[c], any = l, true, true
 		case "gamma":
 			if len(f) != 2 {
 				return fmt.Errorf("want \"gamma RATE\" (bytes reduced per second, e.g. 10GB/s)")
+			}
+			if haveGamma {
+				return fmt.Errorf("gamma given twice")
 			}
 			rate, err := parseRate(f[1])
 			if err != nil {
@@ -158,6 +180,12 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 				return err
 			}
 			e.Line = line
+			for i := range t.Entries {
+				if o := &t.Entries[i]; o.overlaps(&e) {
+					return fmt.Errorf("sizes %s overlap line %d's %s for the same collective, ranks and hosts (the first would always win)",
+						e.sizeRange(), o.Line, o.sizeRange())
+				}
+			}
 			t.Entries = append(t.Entries, e)
 		}
 		return nil

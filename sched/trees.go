@@ -6,7 +6,7 @@ import (
 )
 
 // Trees is a set of weighted spanning trees over the ranks of a call, for
-// the tree-packing algorithms (algo's "treepack", after Blink, seed 002
+// the tree-packing algorithms (algo's "treepack", after Blink, MLSys 2020
 // §3): the data is split among the trees in proportion to their weights,
 // and each tree carries its part from its root to every rank (broadcast),
 // toward its root (reduce), or both (allreduce: reduced up the tree, then

@@ -105,8 +105,8 @@ func TestBinomialBcastClosedForm(t *testing.T) {
 }
 
 // TestChainBcastClosedForm: the pipelined chain broadcast takes
-// (M/C + n − 2)(α + C/β) for segments of C bytes (seed 003 §3; algo's
-// "chain").
+// (M/C + n − 2)(α + C/β) for segments of C bytes (Xin, Xie and Li, Computer
+// Systems & Applications 2020, §3; algo's "chain").
 func TestChainBcastClosedForm(t *testing.T) {
 	m := cost.Default()
 	for _, n := range []int{3, 4, 7, 8} {

@@ -21,7 +21,7 @@ const (
 	qpi96GBps   = 19.2  // one QPI or UPI link at 9.6 GT/s
 	upi104GBps  = 20.8  // one UPI link at 10.4 GT/s
 	upi16GBps   = 32    // one UPI link at 16 GT/s
-	xbusGBps    = 64    // POWER9 X-Bus between the sockets of an AC922 (seed 000 §4.4)
+	xbusGBps    = 64    // POWER9 X-Bus between the sockets of an AC922 (Temuçin, MASc thesis, Queen's University 2021, §4.4)
 	edrGBps     = 12.5  // InfiniBand EDR or Omni-Path, 100 Gb/s
 	ndrGBps     = 50    // InfiniBand NDR, 400 Gb/s
 
@@ -66,11 +66,11 @@ func (b builder) other(host string, k Kind, prefix string, index, numa int) int 
 
 // dgx1 builds a DGX-1: two Broadwell sockets joined by two QPI links, four
 // PCIe switches (two per socket) with two GPUs and one EDR InfiniBand NIC
-// each (GPUs 2k and 2k+1 and NIC k on switch k, as nvidia-smi topo -m
-// shows on the machine), and the hybrid cube-mesh of NVLinks of Blink's
-// Figure 1 (seed 002): GPUs 0-3 and 4-7 each fully connected, plus the
-// links 0-4, 1-5, 2-6 and 3-7. On the V100 model every GPU has six
-// NVLinks, so the pairs 0-3, 0-4, 1-2, 1-5, 2-3, 4-7, 5-6 and 6-7 have two.
+// each (GPUs 2k and 2k+1 and NIC k on switch k, as nvidia-smi topo -m shows
+// on the machine), and the hybrid cube-mesh of NVLinks of Figure 1 of Blink
+// (MLSys 2020): GPUs 0-3 and 4-7 each fully connected, plus the links 0-4,
+// 1-5, 2-6 and 3-7. On the V100 model every GPU has six NVLinks, so the
+// pairs 0-3, 0-4, 1-2, 1-5, 2-3, 4-7, 5-6 and 6-7 have two.
 func dgx1(name, host, model string, nvGBps float64, doubled bool) *Topology {
 	t := &Topology{Name: name}
 	b := builder{t}
@@ -198,12 +198,13 @@ func HGXH200() *Topology {
 	}.build()
 }
 
-// Mist returns a node of SciNet's Mist (seed 000 §4.4.1, Figures 4.2 and
-// 5.1): an IBM AC922 with two POWER9 sockets joined by the X-Bus (64 GB/s)
-// and four V100 GPUs, two per socket. The GPUs of a socket are joined by
-// three NVLink 2 links (75 GB/s per direction), and each GPU has three
-// more to its own CPU: there is no PCIe path between GPUs. One EDR
-// InfiniBand NIC hangs off socket 0 by PCIe 4.0.
+// Mist returns a node of SciNet's Mist (Temuçin, MASc thesis, Queen's
+// University 2021, §4.4.1, Figures 4.2 and 5.1): an IBM AC922 with two
+// POWER9 sockets joined by the X-Bus (64 GB/s) and four V100 GPUs, two per
+// socket. The GPUs of a socket are joined by three NVLink 2 links (75 GB/s
+// per direction), and each GPU has three more to its own CPU: there is no
+// PCIe path between GPUs. One EDR InfiniBand NIC hangs off socket 0 by PCIe
+// 4.0.
 func Mist() *Topology {
 	const host = "mist"
 	t := &Topology{Name: "mist"}
@@ -223,11 +224,12 @@ func Mist() *Topology {
 	return t
 }
 
-// Cedar returns a GPU node of Compute Canada's Cedar (seed 000 §4.4.1,
-// Figure 4.2): a Dell C4140 with two Cascade Lake sockets joined by two UPI
-// links at 9.6 GT/s and four V100 GPUs, fully connected by two NVLink 2
-// links per pair (50 GB/s per direction), two GPUs on each socket's PCIe
-// 3.0 root ports, and one 100 Gb/s Omni-Path NIC on socket 0.
+// Cedar returns a GPU node of Compute Canada's Cedar (Temuçin, MASc thesis,
+// Queen's University 2021, §4.4.1, Figure 4.2): a Dell C4140 with two
+// Cascade Lake sockets joined by two UPI links at 9.6 GT/s and four V100
+// GPUs, fully connected by two NVLink 2 links per pair (50 GB/s per
+// direction), two GPUs on each socket's PCIe 3.0 root ports, and one 100
+// Gb/s Omni-Path NIC on socket 0.
 func Cedar() *Topology {
 	const host = "cedar"
 	t := &Topology{Name: "cedar"}

@@ -103,11 +103,12 @@ func TestSwitched(t *testing.T) {
 	}
 }
 
-// TestSeed000Nodes checks Mist and Cedar against seed 000 §4.4.1: Mist's
-// GPU pairs of a socket share three NVLinks and each GPU has three to its
-// CPU, the sockets share the X-Bus; Cedar's four GPUs are fully connected
-// by two NVLinks a pair and reach their CPU over PCIe.
-func TestSeed000Nodes(t *testing.T) {
+// TestMistCedarNodes checks Mist and Cedar against Temuçin's thesis
+// (Queen's University 2021) §4.4.1: Mist's GPU pairs of a socket share
+// three NVLinks and each GPU has three to its CPU, the sockets share the
+// X-Bus; Cedar's four GPUs are fully connected by two NVLinks a pair and
+// reach their CPU over PCIe.
+func TestMistCedarNodes(t *testing.T) {
 	m := topo.Mist()
 	g := m.GPUs()
 	if m.Lanes(g[0], g[1], topo.NVLink) != 3 || m.Lanes(g[2], g[3], topo.NVLink) != 3 || m.Lanes(g[0], g[2], topo.NVLink) != 0 {

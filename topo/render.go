@@ -29,7 +29,8 @@ func (t *Topology) String() string {
 }
 
 // WriteText writes a description of t for people: a summary line, the
-// devices of each host, the links (a duplex pair on one line, "<->"), and
+// devices of each host, the links (a duplex pair on one line, "<->", and
+// counted once in the summary), and
 // for topologies with GPUs the matrix of GPU paths that nvidia-smi topo -m
 // prints (PathLabel).
 func (t *Topology) WriteText(w io.Writer) error {
@@ -41,7 +42,10 @@ func (t *Topology) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, ", %s", plural(n[k], k.String()))
 		}
 	}
-	fmt.Fprintf(&b, "; %s\n", plural(len(t.Links), "link"))
+	// The links as listed below: a duplex pair is one line, one link.
+	listed := 0
+	t.pairs(func(Link, bool) { listed++ })
+	fmt.Fprintf(&b, "; %s\n", plural(listed, "link"))
 	groups := append(t.Hosts(), "")
 	for _, h := range groups {
 		var lines []string

@@ -3,6 +3,7 @@ package topo_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,5 +82,23 @@ func TestDOT(t *testing.T) {
 	both := strings.Count(out, "dir=both")
 	if edges-both+2*both != len(c.Links) {
 		t.Errorf("%d edges (%d duplex) for %d links", edges, both, len(c.Links))
+	}
+}
+
+// TestTextLinkCount: the summary counts the links as the text lists them,
+// a duplex pair once (it said "3 links" above two lines).
+func TestTextLinkCount(t *testing.T) {
+	for _, name := range []string{"dgx1-v100", "mist", "2xdgx1-p100"} {
+		tp, err := topo.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := tp.String()
+		head, rest, _ := strings.Cut(text, "\nlinks\n")
+		body, _, _ := strings.Cut(rest, "gpu paths\n")
+		lines := strings.Count(body, "\n")
+		if want := fmt.Sprintf("; %d links\n", lines); !strings.HasSuffix(head[:strings.Index(head, "\n")+1], want) {
+			t.Errorf("%s: summary %q, but %d links listed", name, head[:strings.Index(head, "\n")], lines)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/internal/bench"
 	"github.com/braid-ccl/braid/internal/benchplot"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
@@ -35,7 +36,8 @@ with the planner's own choice as "auto"; --algos LIST times the ones listed
 --imbalance MIF injects, before each call, compute of a random length in
 [0, MIF × α] on every rank, α the size's balanced latency (measured first;
 the smallest of the runs), and reports the latency of the calls alone, as
-the PAP-aware paper does (seed 001 §6.1).
+"Efficient Process Arrival Pattern Aware Collective Communication for Deep
+Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1) does.
 --device cuda times GPU buffers instead (braid bench --device cuda -h).
 
 examples:
@@ -56,14 +58,14 @@ func benchCmd(args []string) error {
 	n := fs.Int("n", 0, "start N local ranks (as braid run -n N would)")
 	minS := fs.String("min-size", "4", "smallest size (bytes; K, M, G suffixes)")
 	maxS := fs.String("max-size", "64M", "largest size")
-	iters := fs.Int("iters", 0, "timed iterations per size (0: as many as fit in about 0.25 s)")
-	warmup := fs.Int("warmup", 0, "warm-up iterations per size (0: 50 small, 5 medium, 2 large)")
+	iters := fs.Int("iters", 0, "timed iterations per size (0: as many as fit in --budget)")
+	warmup := fs.Int("warmup", 0, "warm-up iterations per size (0: 50 small, 5 medium, 2 large; -1: none)")
 	chk := fs.Bool("check", false, "verify every result before timing (the table's correct column)")
 	algoF := fs.String("algo", "", "force an algorithm (as BRAID_ALGO)")
 	transportF := fs.String("transport", "", "shm or tcp between processes (as BRAID_TRANSPORT)")
 	dt := fs.String("dtype", "float32", "element type")
-	opF := fs.String("op", "sum", "reduction operator")
-	root := fs.Int("root", 0, "root rank of rooted collectives")
+	opF := fs.String("op", "sum", "reduction operator (of allreduce, reduce and reducescatter; the others ignore it)")
+	root := fs.Int("root", 0, "root rank of rooted collectives (bcast, reduce, gather, scatter; the others ignore it)")
 	inplace := fs.Bool("inplace", false, "in-place calls")
 	format := fs.String("format", "table", "table, csv or json")
 	imb := fs.Float64("imbalance", 0, "inject random compute before each call, up to MIF × the call's balanced latency")
@@ -76,44 +78,20 @@ func benchCmd(args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of --imbalance's random compute")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchUsage); fs.PrintDefaults() }
 
-	// Flags may come before or after the collective: the first argument
+	// Flags may come before or after the collective: the one argument
 	// that is neither a flag nor a flag's value names it.
-	var coll string
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			if coll == "" {
-				coll = a
-				continue
-			}
-			rest = append(rest, a)
-			continue
-		}
-		rest = append(rest, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		if f := fs.Lookup(name); f != nil && i+1 < len(args) {
-			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
-				continue
-			}
-			i++
-			rest = append(rest, args[i])
-		}
+	words, flags := splitArgs(fs, args)
+	if done, err := parseFlags(fs, flags); done {
+		return err
 	}
-	if err := fs.Parse(rest); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 && coll == "" {
-		coll = fs.Arg(0)
-	}
-	if coll == "" {
+	if len(words) == 0 {
 		fs.Usage()
 		return usageError{"bench: which collective? (allreduce, bcast, ...)"}
 	}
-	col, err := sched.ParseCollective(coll)
+	if len(words) > 1 {
+		return usageError{fmt.Sprintf("bench: unexpected argument %s (after the collective %s; flags start with -)", words[1], words[0])}
+	}
+	col, err := sched.ParseCollective(words[0])
 	if err != nil {
 		return usageError{"bench: " + err.Error()}
 	}
@@ -122,36 +100,98 @@ func benchCmd(args []string) error {
 		return err
 	}
 	d, op, lo, hi := ba.d, ba.op, ba.lo, ba.hi
+	set := given(fs)
+	launch := set["n"]
+	if err := checkRanks("bench", set["n"], *n); err != nil {
+		return err
+	}
 	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
 		return usageError{fmt.Sprintf("bench: --imbalance %v: want a factor ≥ 0", *imb)}
+	}
+	if *iters < 0 {
+		return usageError{fmt.Sprintf("bench: --iters %d: want a count ≥ 1 (or 0: as many as fit in --budget)", *iters)}
+	}
+	if *warmup < -1 {
+		return usageError{fmt.Sprintf("bench: --warmup %d: want a count ≥ 1 (0: by size; -1: none)", *warmup)}
+	}
+	if *reps < 1 {
+		return usageError{fmt.Sprintf("bench: --reps %d: want at least 1", *reps)}
+	}
+	if *budget <= 0 {
+		return usageError{fmt.Sprintf("bench: --budget %v: want a positive duration", *budget)}
+	}
+	if *root < 0 {
+		return usageError{fmt.Sprintf("bench: --root %d: want a rank of the job (≥ 0)", *root)}
+	}
+	if set["n"] && *root >= *n {
+		return usageError{fmt.Sprintf("bench: --root %d: want a rank of the job (0 to %d with -n %d)", *root, *n-1, *n)}
+	}
+	switch *format {
+	case "table", "csv", "json":
+	default:
+		return usageError{fmt.Sprintf("bench: --format %q: want table, csv or json", *format)}
+	}
+	switch *transportF {
+	case "", "auto", "shm", "tcp":
+	default:
+		return usageError{fmt.Sprintf("bench: --transport %q: want shm or tcp (default: shm within a host, tcp across)", *transportF)}
+	}
+	if *algoF != "" {
+		if _, _, err := choice.ParseAlgo(*algoF); err != nil {
+			return usageError{fmt.Sprintf("bench: --algo %q: %v", *algoF, err)}
+		}
 	}
 	if *plotF != "" {
 		if ext := strings.ToLower(filepath.Ext(*plotF)); ext != ".png" && ext != ".svg" {
 			return usageError{fmt.Sprintf("bench: --plot %s: want a .png or .svg file", *plotF)}
+		}
+		if err := checkWritable("bench: --plot", *plotF); err != nil {
+			return err
 		}
 	}
 	algos, err := benchAlgos(col, *allAlgos, *algosF, *algoF)
 	if err != nil {
 		return err
 	}
-	if *n > 0 && os.Getenv("BRAID_RANK") == "" {
-		// The arguments are good: launch ourselves on n ranks without -n.
+	cfg := bench.Config{Coll: col, MinSize: lo, MaxSize: hi, Iters: *iters, Warmup: *warmup,
+		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Imbalance: *imb, Seed: *seed,
+		Algos: algos, Budget: *budget}
+	if !col.Reduces() {
+		cfg.Op = 0
+	}
+	// The sizes must hold whole elements: on the ranks -n starts, or on
+	// one rank at least (bench.Run checks again on the job's).
+	if err := bench.CheckSizes(cfg, max(*n, 1)); err != nil {
+		return usageError{err.Error()}
+	}
+	var ignored string // BRAID_ALGO, unset for the runs
+	if algos != nil {
+		if ignored = os.Getenv("BRAID_ALGO"); ignored != "" {
+			// A forced algorithm would override every run (and the
+			// ranks -n starts inherit its absence).
+			os.Unsetenv("BRAID_ALGO")
+		}
+	}
+	if launch {
+		// The arguments are good, and so is the environment: launch
+		// ourselves on n ranks without -n.
+		if err := (&braid.Options{Algo: *algoF, Transport: *transportF}).Validate(); err != nil {
+			return err
+		}
+		if ignored != "" {
+			fmt.Fprintf(os.Stderr, "braid bench: ignoring BRAID_ALGO=%s: each run chooses its algorithm\n", ignored)
+		}
 		return launchSelf(*n, []string{"bench"}, args)
 	}
 
 	ctx := context.Background()
 	opts := &braid.Options{Algo: *algoF, Transport: *transportF}
 	var forcer *bench.Forcer
-	var ignored string // BRAID_ALGO, unset for the runs
 	if algos != nil {
 		if forcer, err = bench.NewForcer(""); err != nil {
 			return err
 		}
 		opts.Planner = forcer
-		if ignored = os.Getenv("BRAID_ALGO"); ignored != "" {
-			// A forced algorithm would override every run.
-			os.Unsetenv("BRAID_ALGO")
-		}
 		for _, a := range algos {
 			if ch, _ := plan.ParseChoice(a); ch.Segment > 0 || ch.Radix > 0 {
 				// MIAD would move a segment given as a parameter.
@@ -168,18 +208,10 @@ func benchCmd(args []string) error {
 	if ignored != "" && c.Rank() == 0 {
 		fmt.Fprintf(os.Stderr, "braid bench: ignoring BRAID_ALGO=%s: each run chooses its algorithm\n", ignored)
 	}
-	if *root < 0 || *root >= c.Size() {
+	if *root >= c.Size() {
 		return usageError{fmt.Sprintf("bench: --root %d out of range for %d ranks", *root, c.Size())}
 	}
-	cfg := bench.Config{Coll: col, MinSize: lo, MaxSize: hi, Iters: *iters, Warmup: *warmup,
-		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Imbalance: *imb, Seed: *seed,
-		Algos: algos, Forcer: forcer, Budget: *budget}
-	if *reps < 1 || *budget <= 0 {
-		return usageError{"bench: --reps must be at least 1 and --budget positive"}
-	}
-	if !col.Reduces() {
-		cfg.Op = 0
-	}
+	cfg.Forcer = forcer
 	if *cpuprof != "" {
 		stop, err := startCPUProfile(*cpuprof, c.Rank())
 		if err != nil {
@@ -221,7 +253,7 @@ func benchCmd(args []string) error {
 	}
 	bad := 0
 	for _, r := range rows {
-		if r.Correct == "no" {
+		if r.Correct == bench.Wrong {
 			bad++
 		}
 	}

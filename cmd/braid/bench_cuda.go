@@ -96,29 +96,31 @@ func benchDevice(dev string, args []string) error {
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
-	var coll string
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if !strings.HasPrefix(a, "-") && coll == "" {
-			coll = a
-			continue
-		}
-		rest = append(rest, a)
-		name := strings.TrimLeft(a, "-")
-		if f := fs.Lookup(name); f != nil && !strings.Contains(name, "=") && i+1 < len(args) {
-			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !bf.IsBoolFlag() {
-				i++
-				rest = append(rest, args[i])
-			}
-		}
+	words, flags := splitArgs(fs, args)
+	if done, err := parseFlags(fs, flags); done {
+		return err
 	}
-	if err := fs.Parse(rest); err != nil {
-		return usageError{err.Error()}
-	}
-	if coll == "" {
+	if len(words) == 0 {
 		fs.Usage()
 		return usageError{"bench: which collective? (allreduce, bcast, allgather, reducescatter)"}
+	}
+	if len(words) > 1 {
+		return usageError{fmt.Sprintf("bench: unexpected argument %s (after the collective %s; flags start with -)", words[1], words[0])}
+	}
+	coll := words[0]
+	set := given(fs)
+	if err := checkRanks("bench", set["n"], *n); err != nil {
+		return err
+	}
+	switch {
+	case *target <= 0:
+		return usageError{fmt.Sprintf("bench: --target %v: want a positive duration", *target)}
+	case *trials < 1:
+		return usageError{fmt.Sprintf("bench: --trials %d: want at least 1", *trials)}
+	case *root < 0 || set["n"] && *root >= *n:
+		return usageError{fmt.Sprintf("bench: --root %d: want a rank of the job", *root)}
+	case *algoF != "" && *algosF != "":
+		return usageError{"bench: --algo forces one algorithm and --algos times several: give one"}
 	}
 	col, err := sched.ParseCollective(coll)
 	if err != nil {
@@ -171,9 +173,9 @@ func benchDevice(dev string, args []string) error {
 		algos = []string{*algoF}
 	}
 	if *format != "table" && *format != "json" {
-		return usageError{"bench: --format: table or json"}
+		return usageError{fmt.Sprintf("bench: --format %q: want table or json", *format)}
 	}
-	if *n > 0 && os.Getenv("BRAID_RANK") == "" {
+	if set["n"] {
 		return launchSelf(*n, []string{"bench", "--device", "cuda"}, args)
 	}
 
@@ -183,6 +185,9 @@ func benchDevice(dev string, args []string) error {
 		return err
 	}
 	defer c.Close()
+	if *root >= c.Size() {
+		return usageError{fmt.Sprintf("bench: --root %d out of range for %d ranks", *root, c.Size())}
+	}
 	ngpu, err := cuda.DeviceCount()
 	if err != nil {
 		return fmt.Errorf("bench --device cuda: %w", err)
@@ -205,6 +210,9 @@ func benchDevice(dev string, args []string) error {
 		} else {
 			s *= 4
 		}
+	}
+	if len(sizes) == 0 {
+		return usageError{fmt.Sprintf("bench: --max-size %s is smaller than one %v element (%d B)", *maxS, d, es)}
 	}
 	// One buffer pair for the largest size.
 	comms := map[string]*braid.DeviceComm{}
@@ -246,6 +254,7 @@ func benchDevice(dev string, args []string) error {
 		fmt.Printf("# braid bench --device cuda %v, %d ranks on %s, %v %v, %s calls; time = slowest rank, best of %d loops\n", col, nr, name, d, op, mode, *trials)
 		fmt.Printf("%10s %12s %-12s %12s %10s %10s %8s\n", "size", "count", "algo", "time(us)", "algbw", "busbw", "correct")
 	}
+	wrong := 0 // sizes and algorithms checked and found wrong
 	for _, size := range sizes {
 		// count: elements per rank as sched.Params counts them.
 		total := int(size) / es
@@ -264,9 +273,9 @@ func benchDevice(dev string, args []string) error {
 			dc := comms[a]
 			call := deviceBenchCall(ctx, dc, col, d, op, *root, count, nr, rank, bufA, bufB)
 			sync := func() error { return dc.Synchronize(ctx) }
-			correct := "-"
+			correct := bench.Unchecked
 			if *chk && size <= checkMax {
-				correct = "yes"
+				correct = bench.Right
 				checked := func() error {
 					if err := call(); err != nil {
 						return err
@@ -274,7 +283,8 @@ func benchDevice(dev string, args []string) error {
 					return sync()
 				}
 				if err := deviceBenchCheck(ctx, c, w, checked, col, d, op, *root, count, nr, rank, bufA, bufB); err != nil {
-					correct = "NO"
+					correct = bench.Wrong
+					wrong++
 					fmt.Fprintf(os.Stderr, "rank %d: %v %d B %s: %v\n", rank, col, size, a, err)
 				}
 			}
@@ -299,9 +309,12 @@ func benchDevice(dev string, args []string) error {
 					"time_us": us, "issue_us": issue.Seconds() * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String(), "mode": mode})
 				fmt.Println(string(b))
 			} else {
-				fmt.Printf("%10s %12d %-12s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, us, algbw, busbw, correct)
+				fmt.Printf("%10s %12d %-12s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, us, algbw, busbw, string(correct))
 			}
 		}
+	}
+	if wrong > 0 {
+		return fmt.Errorf("bench: %d checked runs gave wrong results", wrong)
 	}
 	return nil
 }

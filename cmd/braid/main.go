@@ -1,6 +1,8 @@
-// Command braid is Braid's one binary: it launches local jobs (run) and
-// benchmarks collectives (bench) and tunes the planner for this machine
-// (tune).
+// Command braid is Braid's one binary: it launches local jobs (run),
+// benchmarks collectives (bench), tunes the planner for this machine
+// (tune), shows topologies and the trees packed on them (topo), and
+// simulates algorithms on them (sim). braid help lists the environment
+// variables.
 //
 //	braid run -n 4 -- braid bench allreduce --check
 //	braid bench -n 4 allreduce --check      (the same: bench launches itself)
@@ -24,10 +26,36 @@ usage:
 
 Collectives: allreduce, reduce, bcast, allgather, reducescatter, gather,
 scatter, alltoall, barrier.
-Environment: BRAID_ALGO, BRAID_TRANSPORT, BRAID_TIMEOUT, BRAID_DEBUG=info|trace,
-BRAID_TUNING (a table from braid tune; "none" ignores the cached one),
-BRAID_MIAD=off (keep pipelined algorithms' segment fixed), BRAID_TOPO (a topology
-file for braid topo and braid sim).
+
+Environment (read when a communicator is created; a bad value is an error
+that names the variable):
+  BRAID_ALGO       force algorithms: ring (wherever a collective has it), or per
+                   collective: allreduce=recdouble,bcast=chain:seg=256K,reduce=knomial:k=4
+  BRAID_TUNING     a tuning table from braid tune (default: the one braid tune
+                   caches in ~/.cache/braid/tuning.txt, if any); none ignores it
+  BRAID_TOPO       the machine's topology: a preset (dgx1-v100, 2xdgx1-v100; braid
+                   topo --help lists them) or a JSON file (braid topo --dump); rank r
+                   runs on its r-th GPU. Broadcast, reduce and allreduce then pack
+                   spanning trees into its links (treepack). Also what braid topo and
+                   braid sim show without --topo
+  BRAID_MIAD       off: keep pipelined algorithms' segment as planned (default:
+                   adapt it over the first calls)
+  BRAID_TRANSPORT  shm (default within a host) or tcp (everywhere)
+  BRAID_TIMEOUT    deadline of a call without one in its context: a duration (30s,
+                   5m) or seconds, positive (default 30s); a dead peer is reported at once
+  BRAID_DEBUG      info: plans and their reasons; trace: also every call
+  BRAID_HOST       host identity override (ranks with equal host use shared memory)
+  BRAID_SHM_CMA    0: copy through shared memory instead of single copy
+                   (process_vm_readv)
+  BRAID_GPU_HOST_SHARE  percentage of large device allreduces and broadcasts on 3+
+                   GPUs sent through host memory beside NVLink (default by size; 0
+                   turns it off); go doc github.com/braid-ccl/braid/gpu lists the
+                   other BRAID_GPU_* knobs
+  BRAID_CUDA_LIB, BRAID_NVML_LIB  the CUDA driver and NVML libraries to load
+                   (default: the loader's search path)
+Launchers set BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE,
+BRAID_STORE, BRAID_SECRET and BRAID_JOB (braid run does; Open MPI, PMI, Slurm
+and torchrun environments are read as they are).
 `
 
 const version = "0.1.0"

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/braid-ccl/braid/internal/launch"
 )
@@ -18,15 +17,18 @@ func runCmd(args []string) error {
 		fmt.Fprintln(os.Stderr, "usage: braid run -n N [--prefix] -- PROG [ARGS...]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	rest := fs.Args()
 	if len(rest) > 0 && rest[0] == "--" {
 		rest = rest[1:]
 	}
-	if *n < 1 {
+	if !given(fs)["n"] {
 		return usageError{"run: -n N (N ≥ 1) is required"}
+	}
+	if *n < 1 {
+		return usageError{fmt.Sprintf("run: -n %d: want N ≥ 1 ranks to start", *n)}
 	}
 	if len(rest) == 0 {
 		return usageError{"run: no program given (braid run -n N -- PROG ARGS)"}
@@ -41,9 +43,6 @@ func resolveProg(p string) string {
 		if self, err := os.Executable(); err == nil {
 			return self
 		}
-	}
-	if filepath.Base(p) == p {
-		return p
 	}
 	return p
 }

@@ -33,15 +33,15 @@ Algorithms are algo's names for the collective, plus:
 Pipelined schedules (chain, segring, treepack, rings) take the segment that
 runs fastest: starting from size/256 (at least 64K), the simulator tries
 twice and half the segment while that helps, as Blink's MIAD does at run
-time (seed 002 §4.2.1); --segment fixes it instead.
+time (Blink, MLSys 2020, §4.2.1); --segment fixes it instead.
 
 --sweep runs every unique allocation of 3 to 8 GPUs of a DGX-1 (the
 isomorphism classes of NVLink-connected allocations: 14 on the P100, 46 on
-the V100, seed 002 §5.2), the ranks in increasing GPU order, a broadcast
-from the lowest GPU, and prints per allocation the speedup of the packed
+the V100; Blink, MLSys 2020, §5.2), the ranks in increasing GPU order, a
+broadcast from the lowest GPU, and prints per allocation the speedup of the packed
 trees (over NVLink) on the best ring construction, and its distribution
 by allocation size (min, 5th percentile, median, 95th percentile, max), as
-seed 002 Figure 14. The best ring construction is the fastest in the
+Blink (MLSys 2020) Figure 14. The best ring construction is the fastest in the
 simulator of:
   nvlink   NCCL's rings: the largest set of directed Hamiltonian cycles of
            the allocation's NVLink graph that its lanes can carry (each
@@ -59,7 +59,7 @@ root, which keeps the rings in step); an allreduce runs algo's ring
 allreduce on each ring. --pcie sets the PCIe links' bandwidth (the
 presets take the nominal 15.75 GB/s of PCIe 3.0 x16; Blink measured 8-12).
 
-The "model" columns are the comparison of seed 002 §5.1 from the rates
+The "model" columns are the comparison of Blink (MLSys 2020) §5.1 from the rates
 alone: the packing's rate against k NVLink rings at one lane's bandwidth
 each, or, without NVLink rings, one PCIe ring at half a lane's bandwidth
 (Blink's assumption); an allreduce's ring moves 2(n−1)/n of the data.
@@ -78,7 +78,7 @@ func simCmd(args []string) error {
 	collF := fs.String("coll", "bcast", "collective: bcast or allreduce (or any collective for algo's algorithms)")
 	sizeF := fs.String("size", "256M", "bytes per rank (K, M, G suffixes)")
 	algosF := fs.String("algos", "", "algorithms to compare (default: treepack,rings and the collective's others)")
-	root := fs.Int("root", 0, "root rank for rooted collectives")
+	root := fs.Int("root", 0, "root rank for rooted collectives (the others ignore it)")
 	segF := fs.String("segment", "", "segment of pipelined schedules in bytes (default: the fastest in the simulator)")
 	overhead := fs.Duration("overhead", 0, "time added to every message and local step (sim.Config.StepOverhead)")
 	links := fs.String("links", "auto", "links the packed trees may use: nvlink, all or auto")
@@ -86,8 +86,8 @@ func simCmd(args []string) error {
 	sweep := fs.String("sweep", "", "dgx1-p100 or dgx1-v100: every unique allocation of 3-8 GPUs, trees against rings")
 	pcie := fs.Float64("pcie", 0, "set every PCIe link to this many GB/s per direction (e.g. a measured figure; 0 keeps the topology's)")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, simUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{"sim: unexpected argument " + fs.Arg(0)}
@@ -99,6 +99,33 @@ func simCmd(args []string) error {
 	size, err := plan.ParseSize(*sizeF)
 	if err != nil {
 		return usageError{"sim: --size: " + err.Error()}
+	}
+	if size < 4 || size%4 != 0 {
+		return usageError{fmt.Sprintf("sim: --size %s: want a positive multiple of 4 bytes (the simulator moves float32 elements)", *sizeF)}
+	}
+	if *pcie < 0 || math.IsNaN(*pcie) || math.IsInf(*pcie, 0) {
+		return usageError{fmt.Sprintf("sim: --pcie %v: want GB/s > 0 (or 0 to keep the topology's)", *pcie)}
+	}
+	if *overhead < 0 {
+		return usageError{fmt.Sprintf("sim: --overhead %v: want a duration ≥ 0", *overhead)}
+	}
+	switch *links {
+	case "auto", "nvlink", "all":
+	default:
+		return usageError{fmt.Sprintf("sim: --links %q: want nvlink, all or auto", *links)}
+	}
+	set := given(fs)
+	if *sweep != "" {
+		for _, f := range []string{"topo", "gpus", "algos", "root", "timeline", "links"} {
+			if set[f] {
+				return usageError{fmt.Sprintf("sim: --%s does not apply to --sweep (which runs every allocation of the preset it names, packed over NVLink, against rings)", f)}
+			}
+		}
+	}
+	if *timeline != "" {
+		if err := checkWritable("sim: --timeline", *timeline); err != nil {
+			return err
+		}
 	}
 	var segment int64
 	if *segF != "" {
@@ -266,12 +293,12 @@ func (s *schedule) run(net *sim.Network, cfg sim.Config, seg int) (*sim.Result, 
 	return res, desc, nil
 }
 
-// best times the schedule at the given segment, or searches for the
-// fastest segment: from size/256 rounded up to a power of two (at least
-// 64 KiB, at most the size), doubling while that is faster, and if the
-// first doubling was not, halving while that is (down to 1 KiB): a
-// multiplicative search like Blink's MIAD (seed 002 §4.2.1), run in the
-// simulator instead of over the first iterations of a job.
+// best times the schedule at the given segment, or searches for the fastest
+// segment: from size/256 rounded up to a power of two (at least 64 KiB, at
+// most the size), doubling while that is faster, and if the first doubling
+// was not, halving while that is (down to 1 KiB): a multiplicative search
+// like Blink's MIAD (MLSys 2020, §4.2.1), run in the simulator
+// instead of over the first iterations of a job.
 func (s *schedule) best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error) {
 	if !s.pipelined || segment > 0 || count == 0 {
 		return s.run(net, cfg, segment)

@@ -11,13 +11,13 @@ import (
 )
 
 // The ring constructions braid sim compares packed trees with, after what
-// NCCL does on a DGX-1 (seed 002 §2, §5.1): rings of NVLinks where the
-// allocation has them, each going at one NVLink lane, as many as the lanes
-// allow; otherwise a ring whose hops take NVLink where the pair has it and
-// PCIe (through the switches and CPUs) elsewhere. A broadcast goes down
-// each ring from the root as algo's pipelined chain; an allreduce runs
-// algo's ring allreduce on each ring; the data is split evenly among the
-// rings.
+// NCCL does on a DGX-1 (Blink, MLSys 2020, §2, §5.1): rings of NVLinks
+// where the allocation has them, each going at one NVLink lane, as many as
+// the lanes allow; otherwise a ring whose hops take NVLink where the pair
+// has it and PCIe (through the switches and CPUs) elsewhere. A broadcast
+// goes down each ring from the root as algo's pipelined chain; an allreduce
+// runs algo's ring allreduce on each ring; the data is split evenly among
+// the rings.
 
 // lanes returns the NVLink lane counts between the ranks on devs.
 func lanes(t *topo.Topology, devs []int) [][]int {

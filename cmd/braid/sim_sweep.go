@@ -19,10 +19,10 @@ import (
 
 // uniqueAllocations returns one allocation (GPU ordinals, increasing) of
 // each isomorphism class of the allocations of lo to hi GPUs of t whose
-// NVLink graph is connected, classes told apart by their NVLink graph
-// with lane counts; the representative is the first in order of the bit
-// mask of its GPUs. On a DGX-1 there are 14 classes of 3 to 8 GPUs on the
-// P100 and 46 on the V100 (seed 002 §5.2).
+// NVLink graph is connected, classes told apart by their NVLink graph with
+// lane counts; the representative is the first in order of the bit mask of
+// its GPUs. On a DGX-1 there are 14 classes of 3 to 8 GPUs on the P100 and
+// 46 on the V100 (Blink, MLSys 2020, §5.2).
 func uniqueAllocations(t *topo.Topology, lo, hi int) [][]int {
 	gpus := t.GPUs()
 	n := len(gpus)
@@ -163,7 +163,7 @@ func runSweep(w io.Writer, t *topo.Topology, coll sched.Collective, size int64, 
 	for _, tab := range []struct {
 		title string
 		m     map[int][]float64
-	}{{"simulated speedup of packed trees over the best rings", bySize}, {"model speedup (rates alone, seed 002 §5.1)", modelBySize}} {
+	}{{"simulated speedup of packed trees over the best rings", bySize}, {"model speedup (rates alone, as Blink, MLSys 2020, §5.1)", modelBySize}} {
 		fmt.Fprintf(w, "\n%s, by allocation size:\n", tab.title)
 		fmt.Fprintf(w, "%5s %7s %7s %7s %7s %7s %7s\n", "gpus", "allocs", "min", "p5", "median", "p95", "max")
 		var all []float64
@@ -257,9 +257,9 @@ func sweepOne(t *topo.Topology, gpus []int, coll sched.Collective, count, segmen
 		if row.ringName == "" || res.Time < row.ringTime {
 			row.ringName, row.ringTime, row.ringDesc = names[k], res.Time, desc
 		}
-		// The model of seed 002 §5.1: every NVLink ring at one lane's
-		// bandwidth, and where there is none, one ring over PCIe (the
-		// routed fallback) at half of that.
+		// The model of Blink (MLSys 2020) §5.1: every NVLink ring at one
+		// lane's bandwidth, and where there is none, one ring over PCIe
+		// (the routed fallback) at half of that.
 		var bw float64
 		switch {
 		case strings.HasPrefix(names[k], "nvlink"):

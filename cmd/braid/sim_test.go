@@ -26,8 +26,8 @@ func gpuDevs(t *topo.Topology, ords ...int) []int {
 	return out
 }
 
-// TestSweepAllocations checks the counts of seed 002 §5.2: 14 unique
-// topologies of 3 to 8 GPUs on the DGX-1 P100, 46 on the V100.
+// TestSweepAllocations checks the counts of Blink (MLSys 2020) §5.2: 14
+// unique topologies of 3 to 8 GPUs on the DGX-1 P100, 46 on the V100.
 func TestSweepAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		t    *topo.Topology
@@ -40,9 +40,10 @@ func TestSweepAllocations(t *testing.T) {
 }
 
 // TestNVLinkRings checks NCCL's ring counts on a DGX-1: four directed
-// NVLink rings on the 8-GPU P100 (two rings both ways, seed 002 §5.1),
-// six on the V100 (six lanes a GPU), two on a fully connected triple of
-// the P100, one each way; none on GPUs 1, 4, 5, 6 (seed 002 §5.2.1).
+// NVLink rings on the 8-GPU P100 (two rings both ways; Blink, MLSys 2020,
+// §5.1), six on the V100 (six lanes a GPU), two on a fully connected triple
+// of the P100, one each way; none on GPUs 1, 4, 5, 6 (Blink, MLSys 2020,
+// §5.2.1).
 func TestNVLinkRings(t *testing.T) {
 	p100, v100 := topo.DGX1P100(), topo.DGX1V100()
 	for _, tc := range []struct {
@@ -202,7 +203,7 @@ func TestPercentile(t *testing.T) {
 }
 
 // TestTopoPlan checks braid topo's plan output and drawing for the
-// allocation of seed 002 §5.2.1 and errors for bad allocations.
+// allocation of Blink (MLSys 2020) §5.2.1 and errors for bad allocations.
 func TestTopoPlan(t *testing.T) {
 	tp, err := loadTopology("dgx1-v100")
 	if err != nil {

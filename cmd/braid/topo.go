@@ -26,7 +26,7 @@ file $BRAID_TOPO names, else this host as discovered (sysfs for CPUs, NUMA
 nodes and NICs; NVML for GPUs and NVLinks when a driver is present).
 
 With --plan it packs spanning trees for a collective among the GPUs of an
-allocation (Blink, seed 002 §3) and shows them: each tree's root, weight
+allocation (Blink, MLSys 2020, §3) and shows them: each tree's root, weight
 (GB/s), share of the data, depth and edges, and with --dot or --svg the
 trees drawn over the allocation's links.
 
@@ -53,11 +53,32 @@ func topoCmd(args []string) error {
 	root := fs.Int("root", 0, "broadcast root, as a rank of the allocation")
 	links := fs.String("links", "auto", "links the trees may use: nvlink, all (routes through switches and CPUs too), or auto (nvlink if it spans the allocation)")
 	fs.Usage = func() { fmt.Fprintf(os.Stderr, topoUsage, strings.Join(topo.Presets(), ", ")); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{"topo: unexpected argument " + fs.Arg(0)}
+	}
+	set := given(fs)
+	if *planF == "" {
+		for _, f := range []string{"size", "gpus", "root", "links"} {
+			if set[f] {
+				return usageError{fmt.Sprintf("topo: --%s is for --plan (the trees packed for a collective); give --plan bcast or --plan allreduce", f)}
+			}
+		}
+	}
+	if *dump != "" && (*dot || *svg != "" || *planF != "") {
+		return usageError{"topo: --dump writes the topology as JSON; it does not combine with --dot, --svg or --plan"}
+	}
+	if *dot && *svg != "" {
+		return usageError{"topo: --dot writes DOT text and --svg an SVG file: give one"}
+	}
+	for _, f := range []struct{ name, path string }{{"--svg", *svg}, {"--dump", *dump}} {
+		if f.path != "" && f.path != "-" {
+			if err := checkWritable("topo: "+f.name, f.path); err != nil {
+				return err
+			}
+		}
 	}
 	t, err := loadTopology(*spec)
 	if err != nil {
@@ -88,6 +109,9 @@ func topoCmd(args []string) error {
 			return usageError{fmt.Sprintf("topo: --plan %q: want bcast or allreduce", *planF)}
 		}
 		size, err := plan.ParseSize(*sizeF)
+		if err == nil && size < 1 {
+			err = fmt.Errorf("size %q: want a positive size", *sizeF)
+		}
 		if err != nil {
 			return usageError{"topo: --size: " + err.Error()}
 		}

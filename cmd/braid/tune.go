@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,8 +62,8 @@ func tuneCmd(args []string) error {
 	transportF := fs.String("transport", "", "shm or tcp between processes (as BRAID_TRANSPORT)")
 	part := fs.String("part", "", "internal: run as one rank of a tuning job and write its part here")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, tuneUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{"tune: unexpected argument " + fs.Arg(0)}
@@ -79,8 +80,22 @@ func tuneCmd(args []string) error {
 	if err != nil {
 		return usageError{"tune: --max-size: " + err.Error()}
 	}
-	if hi < lo || *step < 2 || *budget <= 0 || *reps < 1 {
-		return usageError{"tune: want --max-size ≥ --min-size, --step ≥ 2, a positive --budget and --reps ≥ 1"}
+	switch {
+	case hi < 1:
+		return usageError{fmt.Sprintf("tune: --max-size %s: want a positive size", *maxS)}
+	case hi < lo:
+		return usageError{fmt.Sprintf("tune: --max-size %s is smaller than --min-size %s", *maxS, *minS)}
+	case *step < 2:
+		return usageError{fmt.Sprintf("tune: --step %d: want a factor ≥ 2", *step)}
+	case *budget <= 0:
+		return usageError{fmt.Sprintf("tune: --budget %v: want a positive duration", *budget)}
+	case *reps < 1:
+		return usageError{fmt.Sprintf("tune: --reps %d: want at least 1", *reps)}
+	}
+	switch *transportF {
+	case "", "auto", "shm", "tcp":
+	default:
+		return usageError{fmt.Sprintf("tune: --transport %q: want shm or tcp (default: shm within a host, tcp across)", *transportF)}
 	}
 	sizes := tuneSizes(lo, hi, int64(*step))
 	if *part != "" {
@@ -93,6 +108,9 @@ func tuneCmd(args []string) error {
 		if err != nil || n < 2 {
 			return usageError{fmt.Sprintf("tune: -n %q: want rank counts ≥ 2, comma separated", *nsF)}
 		}
+		if slices.Contains(ns, n) {
+			return usageError{fmt.Sprintf("tune: -n %q: %d given twice", *nsF, n)}
+		}
 		ns = append(ns, n)
 	}
 	dest := *out
@@ -101,6 +119,19 @@ func tuneCmd(args []string) error {
 		if dest == "" {
 			return fmt.Errorf("tune: no cache directory for the default table; give --out")
 		}
+	} else if err := checkWritable("tune: --out", dest); err != nil {
+		// The default's directory is made below; a named one must exist
+		// before the measurements, not only after them.
+		return err
+	}
+	if a := os.Getenv("BRAID_ALGO"); a != "" {
+		// A forced algorithm would override every measurement: the
+		// ranks must not inherit it.
+		fmt.Fprintf(os.Stderr, "braid tune: ignoring BRAID_ALGO=%s: tuning times every algorithm\n", a)
+		os.Unsetenv("BRAID_ALGO")
+	}
+	if err := (&braid.Options{Transport: *transportF, Tuning: "none"}).Validate(); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -160,6 +191,9 @@ func parseColls(s string) ([]sched.Collective, error) {
 		if c == sched.Barrier {
 			return nil, fmt.Errorf("barrier has no sizes to tune")
 		}
+		if slices.Contains(out, c) {
+			return nil, fmt.Errorf("--colls %q: %v given twice", s, c)
+		}
 		out = append(out, c)
 	}
 	return out, nil
@@ -186,6 +220,7 @@ func tuneSizes(lo, hi, step int64) []int64 {
 func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, reps int, transport, file string) error {
 	ctx := context.Background()
 	forcer := &bench.Forcer{}
+	os.Unsetenv("BRAID_ALGO") // braid tune said it ignores it
 	limitMemory(sizes[len(sizes)-1])
 	c, err := braid.Init(ctx, &braid.Options{Transport: transport, Planner: forcer, Tuning: "none", DisableMIAD: true})
 	if err != nil {

@@ -18,9 +18,9 @@ import (
 
 const tuneDeviceUsage = `usage: braid tune --device cuda [flags]
 
-Tunes the multi-path copy between two GPUs (seed 000, Algorithm 4.1): the
-direct peer copy of part of the buffer while the rest is staged through
-pinned host memory in chunks. At each size it times the peer copy alone,
+Tunes the multi-path copy between two GPUs (Algorithm 4.1 of Temuçin's
+MASc thesis, Queen's University 2021): the direct peer copy of part of the
+buffer while the rest is staged through pinned host memory in chunks. At each size it times the peer copy alone,
 the host-staged path alone, and both paths over a grid of host shares and
 chunk counts, each the fastest of --reps timings on the host clock (sizes
 under --min-bytes are timed over that many bytes of back-to-back copies).
@@ -57,8 +57,8 @@ func tuneDevice(dev string, args []string) error {
 	spin := fs.Duration("spin", 10*time.Millisecond, "how long the GPU workers and their callers poll before sleeping (cuda.WorkerOptions.Spin); longer than the largest copy keeps the machine's wake-up delays out of the figures")
 	out := fs.String("out-multipath", "", "table file to write (default: multipath.txt beside "+braid.DefaultTuningFile()+")")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, tuneDeviceUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if done, err := parseFlags(fs, args); done {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError{"tune --device cuda: unexpected argument " + fs.Arg(0)}

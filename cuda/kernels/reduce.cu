@@ -1114,7 +1114,8 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
 // rank sees; an area of host_bytes a block in each half), across the bus, before it
 // raises 2g - 1, and every other rank loads them from there into buf. The
 // bus adds to the root's links what NVLink alone cannot carry out of it
-// (seed 000, section 4), and the host's copy reaches every rank at once.
+// (Temuçin's MASc thesis, Queen's University 2021, section 4), and the
+// host's copy reaches every rank at once.
 //
 // The root streams: it reads nothing, so it pushes round g as soon as
 // every other rank has raised 2g - 4, so has finished the first phase of

@@ -71,8 +71,45 @@ type Row struct {
 	// measured first.
 	MIF        float64 `json:"mif,omitempty"`
 	BalancedUs float64 `json:"balanced_us,omitempty"`
-	Correct    string  `json:"correct"` // "yes", "no" or "-" (not checked)
+	Correct    Verdict `json:"correct"` // JSON true, false or null (not checked)
 	Err        string  `json:"error,omitempty"`
+}
+
+// Verdict says whether a row's results were checked and found right. The
+// table and CSV formats write it as is; JSON as true, false or null.
+type Verdict string
+
+// The verdicts.
+const (
+	Right     Verdict = "yes"
+	Wrong     Verdict = "no"
+	Unchecked Verdict = "-"
+)
+
+// MarshalJSON writes v as true (Right), false (Wrong) or null.
+func (v Verdict) MarshalJSON() ([]byte, error) {
+	switch v {
+	case Right:
+		return []byte("true"), nil
+	case Wrong:
+		return []byte("false"), nil
+	}
+	return []byte("null"), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (v *Verdict) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*v = Right
+	case "false":
+		*v = Wrong
+	case "null":
+		*v = Unchecked
+	default:
+		return fmt.Errorf("bench: correct %s: want true, false or null", b)
+	}
+	return nil
 }
 
 // BusFactor is nccl-tests' bus bandwidth factor for coll on n ranks.
@@ -99,6 +136,48 @@ func Sizes(min, max int64) []int64 {
 		}
 	}
 	return out
+}
+
+// sizes returns the sizes cfg asks for.
+func sizes(cfg Config) []int64 {
+	if cfg.Coll == sched.Barrier {
+		return []int64{0}
+	}
+	if len(cfg.SizeList) > 0 {
+		return cfg.SizeList
+	}
+	return Sizes(cfg.MinSize, cfg.MaxSize)
+}
+
+// CheckSizes returns an error unless some size of cfg can be measured on
+// n ranks: a whole number of elements (per rank, for the collectives whose
+// size is the whole vector of n blocks). Run returns the same error.
+func CheckSizes(cfg Config, n int) error {
+	for _, size := range sizes(cfg) {
+		if _, ok := params(cfg, n, size); ok {
+			return nil
+		}
+	}
+	return noSizes(cfg, n)
+}
+
+// noSizes says why cfg has no size to measure on n ranks.
+func noSizes(cfg Config, n int) error {
+	d := cfg.DType
+	if d == 0 {
+		d = braid.Float32
+	}
+	what := fmt.Sprintf("from %s to %s (doubling from --min-size)", FormatSize(cfg.MinSize), FormatSize(cfg.MaxSize))
+	if len(cfg.SizeList) > 0 {
+		what = fmt.Sprint(cfg.SizeList)
+	}
+	switch cfg.Coll {
+	case sched.Allgather, sched.ReduceScatter, sched.Gather, sched.Scatter, sched.Alltoall:
+		return fmt.Errorf("bench: no size %s holds one %v element (%d B) per rank on %d ranks: give a --max-size of %s or more",
+			what, d, d.Size(), n, FormatSize(int64(d.Size()*n)))
+	}
+	return fmt.Errorf("bench: no size %s is a whole number of %v elements (%d B): give a --min-size that is a multiple of %d",
+		what, d, d.Size(), d.Size())
 }
 
 // params returns the collective's params for a row of size bytes, or ok=false
@@ -205,16 +284,17 @@ type run struct {
 // Run benchmarks cfg on c and returns the rows (complete on every rank),
 // by size and, at each size, in the order of cfg.Algos.
 //
-// At each size each run is checked if asked, warmed up, and timed in a
-// loop of back-to-back calls: a rank's latency is its loop's time over the
+// At each size each run is checked if asked, warmed up, and timed in a loop
+// of back-to-back calls: a rank's latency is its loop's time over the
 // iterations. With cfg.Imbalance (the maximum imbalance factor, MIF) set,
-// the runs are then timed again as seed 001 §6.1 does, with the balanced
-// latency as α: before each call every rank computes for a random time
-// drawn uniformly from [0, MIF × α], where α is the smallest balanced
-// average latency among the runs at that size, so that every algorithm
-// meets the same arrival pattern. Each call is then timed alone, the
-// compute left out, as OSU's benchmarks time MPI_Allreduce: a rank's
-// latency includes its wait for the ranks that arrive after it.
+// the runs are then timed again as the PAP-aware collectives paper
+// (Alizadeh et al., EuroMPI/USA 2022) §6.1 does, with the balanced latency
+// as α: before each call every rank computes for a random time drawn
+// uniformly from [0, MIF × α], where α is the smallest balanced average
+// latency among the runs at that size, so that every algorithm meets the
+// same arrival pattern. Each call is then timed alone, the compute left
+// out, as OSU's benchmarks time MPI_Allreduce: a rank's latency includes
+// its wait for the ranks that arrive after it.
 func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	if cfg.Budget == 0 {
 		cfg.Budget = 250 * time.Millisecond
@@ -241,17 +321,13 @@ func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 		size int64
 	}
 	var points []point
-	sizes := Sizes(cfg.MinSize, cfg.MaxSize)
-	if len(cfg.SizeList) > 0 {
-		sizes = cfg.SizeList
-	}
-	if cfg.Coll == sched.Barrier {
-		sizes = []int64{0}
-	}
-	for _, size := range sizes {
+	for _, size := range sizes(cfg) {
 		if p, ok := params(cfg, n, size); ok {
 			points = append(points, point{p, size})
 		}
+	}
+	if len(points) == 0 {
+		return nil, noSizes(cfg, n)
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -398,7 +474,7 @@ func (m *meter) explain(r run, p sched.Params) (string, error) {
 // balanced checks (if asked) and times r at one size without imbalance.
 func (m *meter) balanced(r run, p sched.Params, b *buffers, size int64) (Row, error) {
 	ctx, cfg := m.ctx, m.cfg
-	row := Row{Coll: cfg.Coll.String(), Bytes: size, Count: p.Count, Correct: "-"}
+	row := Row{Coll: cfg.Coll.String(), Bytes: size, Count: p.Count, Correct: Unchecked}
 	if cfg.Check && cfg.Coll != sched.Barrier {
 		fill(cfg, p, m.rank, b, int(size))
 		if err := call(ctx, r.comm, cfg, b); err != nil {
@@ -413,9 +489,9 @@ func (m *meter) balanced(r run, p sched.Params, b *buffers, size int64) (Row, er
 		if err := m.ctrl.Allreduce(ctx, flag, flag, braid.Max); err != nil {
 			return row, err
 		}
-		row.Correct = "yes"
+		row.Correct = Right
 		if flag[0] != 0 {
-			row.Correct = "no"
+			row.Correct = Wrong
 		}
 	}
 	warm := cfg.Warmup

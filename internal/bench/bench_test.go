@@ -265,6 +265,25 @@ func TestWriteJSON(t *testing.T) {
 	if strings.Contains(buf.String(), `"mif"`) || strings.Contains(buf.String(), `"balanced_us"`) {
 		t.Errorf("json without imbalance has its fields:\n%s", buf.String())
 	}
+	// correct is a JSON boolean, or null where nothing was checked.
+	var verdicts struct {
+		Rows []struct {
+			Correct *bool `json:"correct"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &verdicts); err != nil {
+		t.Fatalf("correct is not a boolean or null: %v\n%s", err, buf.String())
+	}
+	if c := verdicts.Rows; len(c) != 2 || c[0].Correct == nil || !*c[0].Correct || c[1].Correct != nil {
+		t.Errorf("correct of yes and -: %v, want true and null:\n%s", c, buf.String())
+	}
+	var wrong bench.Verdict
+	if b, err := json.Marshal(bench.Wrong); err != nil || string(b) != "false" || json.Unmarshal(b, &wrong) != nil || wrong != bench.Wrong {
+		t.Errorf("a wrong verdict: %s, %v, read back as %q", b, err, wrong)
+	}
+	if json.Unmarshal([]byte(`"yes"`), &wrong) == nil {
+		t.Error("the string \"yes\" read as a verdict")
+	}
 
 	buf.Reset()
 	h := sampleHeader
@@ -430,5 +449,39 @@ func TestRunUnchecked(t *testing.T) {
 	defer mu.Unlock()
 	if !reflect.DeepEqual(progress, []int64{64, 128}) {
 		t.Errorf("progress reported %v, want [64 128] from rank 0 only", progress)
+	}
+}
+
+// TestCheckSizes: a range with no size to measure is an error that says
+// why, up front, rather than an empty table.
+func TestCheckSizes(t *testing.T) {
+	for _, tc := range []struct {
+		coll   sched.Collective
+		d      braid.DType
+		lo, hi int64
+		n      int
+		want   string // "" for no error
+	}{
+		{sched.Allreduce, braid.Float32, 3, 3, 1, "no size from 3 to 3 (doubling from --min-size) is a whole number of float32 elements (4 B)"},
+		{sched.Allreduce, braid.Float64, 4, 4, 2, "of float64 elements (8 B)"},
+		{sched.Allreduce, braid.Float32, 3, 12, 1, ""}, // 12 holds three
+		{sched.Allreduce, braid.Float32, 4, 4, 1, ""},
+		{sched.Allgather, braid.Float32, 4, 8, 4, "holds one float32 element (4 B) per rank on 4 ranks: give a --max-size of 16 or more"},
+		{sched.Allgather, braid.Float32, 4, 16, 4, ""},
+		{sched.Barrier, braid.Float32, 3, 3, 4, ""},
+	} {
+		err := bench.CheckSizes(bench.Config{Coll: tc.coll, DType: tc.d, MinSize: tc.lo, MaxSize: tc.hi}, tc.n)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v %v %d-%d on %d ranks: %v, want %q", tc.coll, tc.d, tc.lo, tc.hi, tc.n, err, tc.want)
+		}
+	}
+	// Run says the same.
+	comms, err := braid.NewLocal(1, &braid.Options{Tuning: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comms[0].Close()
+	if _, err := bench.Run(context.Background(), comms[0], bench.Config{Coll: sched.Allreduce, MinSize: 3, MaxSize: 3}); err == nil || !strings.Contains(err.Error(), "no size") {
+		t.Errorf("Run with no size to measure: %v", err)
 	}
 }

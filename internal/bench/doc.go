@@ -14,7 +14,9 @@
 // its planner, each algorithm gets a communicator of its own split from it,
 // and the run named Auto keeps the planner's choice. With Config.Imbalance
 // (MIF), every size is timed again with random compute before each call, as
-// the PAP-aware paper's micro-benchmarks do (seed 001 §6.1; see Run).
+// the micro-benchmarks of "Efficient Process Arrival Pattern Aware
+// Collective Communication for Deep Learning" (Alizadeh et al., EuroMPI/USA
+// 2022, §6.1) do; see Run.
 //
 // Example:
 //

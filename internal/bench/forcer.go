@@ -3,11 +3,12 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/braid-ccl/braid"
-	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -37,18 +38,23 @@ type Forcer struct {
 // NewForcer returns a Forcer whose Next is the planner a communicator gets
 // by default: plan.Default with the tuning table that Options.Tuning
 // (tuning) or else BRAID_TUNING names, or else braid.DefaultTuningFile if
-// it exists; "none" means no table.
+// it exists; "none" means no table. A table named by either that cannot
+// be used is an error; a cached one is ignored with a message on standard
+// error, as Init does.
 func NewForcer(tuning string) (*Forcer, error) {
 	def, err := braid.TuningPlanner(tuning)
 	if err != nil {
-		return nil, err
+		if tuning != "" || os.Getenv("BRAID_TUNING") != "" {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "braid: ignoring %v (run braid tune again, or set BRAID_TUNING=none)\n", err)
 	}
 	return &Forcer{Next: def}, nil
 }
 
 // CheckAlgos returns an error if a name of algos is neither Auto nor an
-// algorithm of coll (with parameters as plan.ParseChoice reads them), or
-// is listed twice.
+// algorithm of coll (with parameters as plan.ParseChoice reads them, and
+// only those it takes: choice.Check), or is listed twice.
 func CheckAlgos(coll sched.Collective, algos []string) error {
 	seen := map[string]bool{}
 	for _, name := range algos {
@@ -63,7 +69,7 @@ func CheckAlgos(coll sched.Collective, algos []string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := algo.Lookup(coll, ch.Algo); err != nil {
+		if err := choice.Check(coll, ch); err != nil {
 			return err
 		}
 	}

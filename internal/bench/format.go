@@ -93,7 +93,7 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 				mif, bal = strconv.FormatFloat(r.MIF, 'g', -1, 64), f(r.BalancedUs)
 			}
 			cw.Write([]string{r.Coll, r.Algo, r.Ran, strconv.FormatInt(r.Bytes, 10), strconv.Itoa(r.Count), strconv.Itoa(r.Iters),
-				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), mif, bal, r.Correct})
+				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), mif, bal, string(r.Correct)})
 		}
 		cw.Flush()
 		return cw.Error()

@@ -11,10 +11,11 @@ import (
 	"github.com/braid-ccl/braid/sched"
 )
 
-// TestImbalanceDelays checks the injected compute against seed 001 §6.1:
-// before each timed call every rank computes for a random time in
-// [0, MIF × α], α the balanced latency measured first at that size, drawn
-// independently on each rank.
+// TestImbalanceDelays checks the injected compute against the PAP-aware
+// collectives paper (Alizadeh et al., EuroMPI/USA 2022) §6.1: before each
+// timed call every rank computes for a random time in [0, MIF × α], α the
+// balanced latency measured first at that size, drawn independently on each
+// rank.
 func TestImbalanceDelays(t *testing.T) {
 	const (
 		n     = 2

@@ -103,15 +103,14 @@ func runEmulated(t *testing.T, net *emulate.Network, p sched.Params, progs []sch
 }
 
 // TestDGX1Broadcast runs, on four goroutine ranks over inproc links
-// emulating the NVLinks and PCIe of GPUs 1, 5, 4 and 6 of a DGX-1 V100
-// (the allocation of seed 002 §5.2.1 that no NVLink ring spans), a
-// broadcast of 8 MiB from GPU 1 twice: over Blink's packed trees
-// (treepack) and over a ring (the pipelined chain along 1, 5, 4, 6, whose
-// hops are all NVLinks). Time is stretched 1000 times (dilate) so that
-// this host's copies do not count. It checks that both give the right
-// result, that the measured time of the trees is within 20 % of the
-// simulator's prediction for the same network, and that the trees beat
-// the ring.
+// emulating the NVLinks and PCIe of GPUs 1, 5, 4 and 6 of a DGX-1 V100 (the
+// allocation of Blink, MLSys 2020, §5.2.1, that no NVLink ring spans), a
+// broadcast of 8 MiB from GPU 1 twice: over Blink's packed trees (treepack)
+// and over a ring (the pipelined chain along 1, 5, 4, 6, whose hops are all
+// NVLinks). Time is stretched 1000 times (dilate) so that this host's
+// copies do not count. It checks that both give the right result, that the
+// measured time of the trees is within 20 % of the simulator's prediction
+// for the same network, and that the trees beat the ring.
 //
 // The clock is real: on a loaded machine a run can be slow, never fast,
 // so each schedule runs up to three times and the fastest run counts; the

@@ -1,0 +1,224 @@
+package braid
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid/plan"
+)
+
+// TestResolveKnobs runs every environment knob, and the Options fields
+// they stand for, through resolve: good values are taken, bad ones are
+// errors that name the variable (or field), quote the value and say what
+// it may be.
+func TestResolveKnobs(t *testing.T) {
+	dir := t.TempDir()
+	table := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	goodTable := table("good.txt", "allreduce ranks=2 hosts=1 size=0- ring\n")
+	unknownAlgo := table("unknown.txt", "# header\nallreduce ranks=2 hosts=1 size=0-16K ring\nallreduce ranks=2 hosts=1 size=16K- rign\n")
+	badParam := table("param.txt", "bcast ranks=* hosts=* size=0- binomial:seg=64K\n")
+	badField := table("field.txt", "allreduce ranks=two hosts=1 size=0- ring\n")
+
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		opts  Options
+		want  []string // parts of the error; nil for success
+		check func(t *testing.T, o Options)
+	}{
+		{name: "defaults", check: func(t *testing.T, o Options) {
+			if o.Timeout != DefaultTimeout || o.Debug != "" || o.DisableMIAD || o.Transport != "" {
+				t.Errorf("defaults: %+v", o)
+			}
+		}},
+
+		// BRAID_ALGO and Options.Algo.
+		{name: "algo bare", env: map[string]string{"BRAID_ALGO": "ring"}},
+		{name: "algo bare for some collectives", env: map[string]string{"BRAID_ALGO": "chain:seg=256K"}},
+		{name: "algo per collective", env: map[string]string{"BRAID_ALGO": "allreduce=recdouble,bcast=chain:seg=256K,reduce=knomial:k=4"}},
+		{name: "algo typo", env: map[string]string{"BRAID_ALGO": "rign"},
+			want: []string{`BRAID_ALGO="rign"`, `no collective has an algorithm named "rign"`, "recdouble", "segring"}},
+		{name: "algo typo in Options", opts: Options{Algo: "rign"},
+			want: []string{`Options.Algo="rign"`, `no collective has an algorithm named "rign"`}},
+		{name: "algo unknown for collective", env: map[string]string{"BRAID_ALGO": "allreduce=binomial"},
+			want: []string{`BRAID_ALGO="allreduce=binomial"`, `no allreduce algorithm named "binomial" (have `, "recdouble"}},
+		{name: "algo unknown collective", env: map[string]string{"BRAID_ALGO": "allscatter=ring"},
+			want: []string{`BRAID_ALGO=`, `unknown collective "allscatter" (want one of allreduce,`}},
+		{name: "algo zero segment", env: map[string]string{"BRAID_ALGO": "allreduce=segring:seg=0"},
+			want: []string{`BRAID_ALGO=`, `seg="0": want a positive size`}},
+		{name: "algo bad radix", env: map[string]string{"BRAID_ALGO": "bcast=knomial:k=1"},
+			want: []string{`BRAID_ALGO=`, `k="1"`}},
+		{name: "algo parameter not taken", env: map[string]string{"BRAID_ALGO": "allreduce=ring:seg=64K"},
+			want: []string{`BRAID_ALGO=`, `"ring" takes no parameters, not seg`}},
+		{name: "algo two bare", env: map[string]string{"BRAID_ALGO": "ring,recdouble"},
+			want: []string{`BRAID_ALGO=`, "a second algorithm for every collective"}},
+		{name: "algo field wins over env", env: map[string]string{"BRAID_ALGO": "rign"}, opts: Options{Algo: "ring"}},
+
+		// BRAID_TIMEOUT and Options.Timeout.
+		{name: "timeout duration", env: map[string]string{"BRAID_TIMEOUT": "5s"}, check: func(t *testing.T, o Options) {
+			if o.Timeout != 5*time.Second {
+				t.Errorf("timeout %v", o.Timeout)
+			}
+		}},
+		{name: "timeout seconds", env: map[string]string{"BRAID_TIMEOUT": "2.5"}, check: func(t *testing.T, o Options) {
+			if o.Timeout != 2500*time.Millisecond {
+				t.Errorf("timeout %v", o.Timeout)
+			}
+		}},
+		{name: "timeout zero", env: map[string]string{"BRAID_TIMEOUT": "0"}, want: []string{`BRAID_TIMEOUT="0": want a positive duration`}},
+		{name: "timeout zero seconds", env: map[string]string{"BRAID_TIMEOUT": "0s"}, want: []string{`BRAID_TIMEOUT="0s": want a positive duration`}},
+		{name: "timeout negative", env: map[string]string{"BRAID_TIMEOUT": "-5s"}, want: []string{`BRAID_TIMEOUT="-5s": want a positive duration`}},
+		{name: "timeout negative seconds", env: map[string]string{"BRAID_TIMEOUT": "-3"}, want: []string{`BRAID_TIMEOUT="-3": want a positive`}},
+		{name: "timeout text", env: map[string]string{"BRAID_TIMEOUT": "abc"}, want: []string{`BRAID_TIMEOUT="abc": want a duration such as 30s`}},
+		{name: "timeout trailing text", env: map[string]string{"BRAID_TIMEOUT": "30abc"}, want: []string{`BRAID_TIMEOUT="30abc"`}},
+		{name: "timeout NaN", env: map[string]string{"BRAID_TIMEOUT": "NaN"}, want: []string{`BRAID_TIMEOUT="NaN"`}},
+		{name: "timeout too long", env: map[string]string{"BRAID_TIMEOUT": "1e300"}, want: []string{`BRAID_TIMEOUT="1e300"`, "at most"}},
+		{name: "timeout field negative", opts: Options{Timeout: -time.Second}, want: []string{"Options.Timeout -1s: want a positive duration"}},
+
+		// BRAID_TRANSPORT and Options.Transport.
+		{name: "transport tcp", env: map[string]string{"BRAID_TRANSPORT": "tcp"}},
+		{name: "transport auto", env: map[string]string{"BRAID_TRANSPORT": "auto"}},
+		{name: "transport unknown", env: map[string]string{"BRAID_TRANSPORT": "TCP"}, want: []string{`BRAID_TRANSPORT="TCP": want shm or tcp`}},
+		{name: "transport field", opts: Options{Transport: "udp"}, want: []string{`Options.Transport="udp": want shm or tcp`}},
+
+		// BRAID_DEBUG and Options.Debug.
+		{name: "debug INFO", env: map[string]string{"BRAID_DEBUG": "INFO"}, check: func(t *testing.T, o Options) {
+			if o.Debug != "info" {
+				t.Errorf("debug %q", o.Debug)
+			}
+		}},
+		{name: "debug unknown", env: map[string]string{"BRAID_DEBUG": "verbose"}, want: []string{`BRAID_DEBUG="verbose": want info`, "trace"}},
+		{name: "debug field", opts: Options{Debug: "loud"}, want: []string{`Options.Debug="loud"`}},
+
+		// BRAID_MIAD.
+		{name: "miad off", env: map[string]string{"BRAID_MIAD": "OFF"}, check: func(t *testing.T, o Options) {
+			if !o.DisableMIAD {
+				t.Error("BRAID_MIAD=OFF left MIAD on")
+			}
+		}},
+		{name: "miad on", env: map[string]string{"BRAID_MIAD": "1"}},
+		{name: "miad unknown", env: map[string]string{"BRAID_MIAD": "no"}, want: []string{`BRAID_MIAD="no": want off`, "on"}},
+
+		// BRAID_SHM_CMA (read by the shm transport, checked here).
+		{name: "cma 0", env: map[string]string{"BRAID_SHM_CMA": "0"}},
+		{name: "cma 1", env: map[string]string{"BRAID_SHM_CMA": "1"}},
+		{name: "cma unknown", env: map[string]string{"BRAID_SHM_CMA": "off"}, want: []string{`BRAID_SHM_CMA="off": want 0`, "or 1"}},
+
+		// BRAID_HOST and Options.Host.
+		{name: "host", env: map[string]string{"BRAID_HOST": "node-1.example"}, check: func(t *testing.T, o Options) {
+			if o.Host != "node-1.example" {
+				t.Errorf("host %q", o.Host)
+			}
+		}},
+		{name: "host blank", env: map[string]string{"BRAID_HOST": "node1 "}, want: []string{`BRAID_HOST="node1 ": want a host name`}},
+		{name: "host control", opts: Options{Host: "a\tb"}, want: []string{`Options.Host="a\tb"`}},
+
+		// BRAID_TUNING and Options.Tuning.
+		{name: "tuning none", env: map[string]string{"BRAID_TUNING": "none"}},
+		{name: "tuning good", env: map[string]string{"BRAID_TUNING": goodTable}},
+		{name: "tuning missing", env: map[string]string{"BRAID_TUNING": filepath.Join(dir, "nosuch.txt")},
+			want: []string{"BRAID_TUNING: tuning table: open ", "nosuch.txt"}},
+		{name: "tuning unknown algorithm", env: map[string]string{"BRAID_TUNING": unknownAlgo},
+			want: []string{"BRAID_TUNING: tuning table " + unknownAlgo + ":3: ", `no allreduce algorithm named "rign"`}},
+		{name: "tuning parameter not taken", opts: Options{Tuning: badParam},
+			want: []string{"Options.Tuning: tuning table " + badParam + ":1: ", `"binomial" takes no parameters, not seg`}},
+		{name: "tuning bad field", env: map[string]string{"BRAID_TUNING": badField},
+			want: []string{"BRAID_TUNING: tuning table " + badField + ":1: ", `ranks="two"`}},
+
+		// BRAID_TOPO.
+		{name: "topo preset", env: map[string]string{"BRAID_TOPO": "dgx1-v100"}, check: func(t *testing.T, o Options) {
+			if o.Topology == nil {
+				t.Error("no topology")
+			}
+		}},
+		{name: "topo unknown", env: map[string]string{"BRAID_TOPO": "dgx9"}, want: []string{`BRAID_TOPO: "dgx9" is neither a preset`, "dgx1-v100"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"BRAID_TUNING": "none"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			opts := tc.opts
+			opts.Log = &bytes.Buffer{}
+			o, err := opts.resolve(func(k string) string { return env[k] })
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("resolve: %v", err)
+				}
+				if tc.check != nil {
+					tc.check(t, o)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("resolve accepted it, want an error with %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestCachedTableIgnoredAloud: a cached table braid tune wrote that
+// Braid cannot use does not stop a job, but is not ignored in silence.
+func TestCachedTableIgnoredAloud(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv("BRAID_TUNING", "")
+	path := DefaultTuningFile()
+	if !strings.HasPrefix(path, cache) {
+		t.Skipf("the cache directory is %s, not under XDG_CACHE_HOME", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("allreduce ranks=* hosts=* size=0- oldname\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	o, err := (&Options{Log: &log}).resolve(func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("a bad cached table failed the job: %v", err)
+	}
+	if d, ok := o.Planner.(plan.Default); !ok || d.Table != nil {
+		t.Errorf("planner %#v, want plan.Default without a table", o.Planner)
+	}
+	if got := log.String(); !strings.Contains(got, "ignoring the cached tuning table "+path+":1") || !strings.Contains(got, `"oldname"`) {
+		t.Errorf("log %q: want it to say the cached table is ignored, and why", got)
+	}
+	// Named explicitly, the same table is an error.
+	if _, err := (&Options{Log: &log, Tuning: path}).resolve(func(string) string { return "" }); err == nil {
+		t.Error("a bad table named in Options.Tuning was accepted")
+	}
+}
+
+// TestValidate: Validate reports what NewLocal and Init would, without
+// creating anything.
+func TestValidate(t *testing.T) {
+	t.Setenv("BRAID_TUNING", "none")
+	t.Setenv("BRAID_ALGO", "rign")
+	err := (&Options{}).Validate()
+	if KindOf(err) != InvalidArgument || !strings.Contains(err.Error(), `BRAID_ALGO="rign"`) {
+		t.Errorf("Validate with BRAID_ALGO=rign: %v", err)
+	}
+	if err := (&Options{Algo: "ring"}).Validate(); err != nil {
+		t.Errorf("Validate with Options.Algo=ring over BRAID_ALGO=rign: %v", err)
+	}
+	t.Setenv("BRAID_ALGO", "")
+	if err := (*Options)(nil).Validate(); err != nil {
+		t.Errorf("Validate(nil): %v", err)
+	}
+}
