@@ -219,14 +219,15 @@ func (s *StoreServer) accept() {
 			s.evictLocked("", fmt.Sprintf("more than %d connections still in the handshake", s.lim.Pending))
 		}
 		s.seq++
-		s.pending[c] = &pendingConn{addr: addr, seq: s.seq}
+		pc := &pendingConn{addr: addr, seq: s.seq}
+		s.pending[c] = pc
 		s.perAddr[addr]++
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.handle(c)
+			s.handle(c, pc)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.unpendLocked(c)
@@ -307,16 +308,13 @@ func (w *connWriter) write(f frame) error {
 	return err
 }
 
-func (s *StoreServer) handle(c net.Conn) {
+// handle serves one connection; p is its entry among the pending ones.
+func (s *StoreServer) handle(c net.Conn, p *pendingConn) {
 	br := bufio.NewReader(c)
 	w := &connWriter{c: c}
-	p := s.pendingOf(c)
 	err := s.handshake(c, br, w)
 	s.mu.Lock()
-	why := ""
-	if p != nil {
-		why = p.evicted
-	}
+	why := p.evicted
 	if err == nil && why == "" {
 		s.unpendLocked(c)
 	}
@@ -397,12 +395,6 @@ func reply(w *connWriter, id uint32, value []byte, err error) {
 		return
 	}
 	w.write(frame{op: opOK, id: id, value: value})
-}
-
-func (s *StoreServer) pendingOf(c net.Conn) *pendingConn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pending[c]
 }
 
 func (s *StoreServer) handshake(c net.Conn, br *bufio.Reader, w *connWriter) error {
