@@ -91,7 +91,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	for r := range info.Size {
 		v, err := store.Get(ctx, fmt.Sprintf("%s/ep/%d", prefix, r))
 		if err != nil {
-			return fail(fmt.Errorf("waiting for rank %d to join (%d ranks expected): %w", r, info.Size, err))
+			return fail(fmt.Errorf("waiting for rank %d to join through the store %s (%d ranks expected): %w", r, info.Store, info.Size, err))
 		}
 		f := strings.SplitN(string(v), "\t", 3)
 		var p, numa int
