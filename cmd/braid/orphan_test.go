@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,7 +170,14 @@ func TestRunNamesHungRanksPeer(t *testing.T) {
 // only (no LOCAL_WORLD_SIZE, no BRAID_*), as a hand-written launcher
 // would set them.
 func TestTorchrunEnv(t *testing.T) {
-	port := 20000 + os.Getpid()%20000
+	// Braid's store listens on MASTER_PORT+1 (torchrun's own store has
+	// MASTER_PORT): take a free port for it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port - 1
+	ln.Close()
 	base := []string{}
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "BRAID_") || strings.HasPrefix(e, "BRAID_TUNING=") {
