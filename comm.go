@@ -42,6 +42,10 @@ type world struct {
 	spin time.Duration // how long waiters poll before yielding
 
 	collectiveClose bool // Close waits for every rank (process jobs)
+
+	// report tells the launcher of the job's first failure, through the
+	// store (init.go); nil without one.
+	report func(e *Error, worldPeer int)
 }
 
 // setSpin chooses how long waiters poll: long while every local rank has a
@@ -139,6 +143,9 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 func (w *world) fail(e *Error) { w.failPeer(e, e.Peer) }
 
 func (w *world) failPeer(e *Error, worldPeer int) {
+	if w.report != nil && w.failure.Load() == nil {
+		w.report(e, worldPeer) // before the peers hear of it
+	}
 	if w.failure.CompareAndSwap(nil, e) {
 		reason := fmt.Errorf("braid-abort kind=%d peer=%d from=%d: %v", e.Kind, worldPeer, w.rank, e)
 		for _, m := range w.meshes {

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/braid-ccl/braid/bootstrap"
 	"github.com/braid-ccl/braid/transport"
@@ -34,7 +36,11 @@ func Init(ctx context.Context, opts *Options) (*Comm, error) {
 		err = o.placeRanks(info.Size)
 	}
 	if err != nil {
-		return nil, &Error{Kind: InvalidArgument, Rank: -1, Call: "init", Peer: -1, Err: err}
+		rank := -1
+		if info.Size > 0 {
+			rank = info.Rank // FromEnv read it before it failed
+		}
+		return nil, &Error{Kind: InvalidArgument, Rank: rank, Call: "init", Peer: -1, Err: err}
 	}
 	c, err := initFrom(ctx, o, info)
 	if err != nil {
@@ -51,7 +57,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	w.conns = make([]transport.Conn, info.Size)
 	host := o.Host
 	if host == "" {
-		host, _ = os.Hostname()
+		host = bootstrap.HostID()
 	}
 	if info.Size == 1 {
 		w.hosts[0] = host
@@ -72,7 +78,12 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		return nil, fmt.Errorf("opening the job's store %q: %w", info.Store, err)
 	}
 	w.closers = append(w.closers, closeStore)
+	w.watchStore(store, &info)
 	fail := func(err error) (*Comm, error) {
+		if w.report != nil {
+			e := classify(info.Rank, "init", err)
+			w.report(e, e.Peer)
+		}
 		w.close()
 		return nil, err
 	}
@@ -85,7 +96,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	for r := range info.Size {
 		v, err := store.Get(ctx, fmt.Sprintf("%s/ep/%d", prefix, r))
 		if err != nil {
-			return fail(fmt.Errorf("waiting for rank %d to join (%d ranks expected): %w", r, info.Size, err))
+			return fail(fmt.Errorf("waiting for rank %d to join through the store %s (%d ranks expected): %w", r, info.Store, info.Size, err))
 		}
 		f := strings.SplitN(string(v), "\t", 3)
 		var p, numa int
@@ -137,14 +148,15 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		return fail(err)
 	}
 	// TCP between ranks of one host (BRAID_TRANSPORT=tcp) stays on the
-	// loopback interface; across hosts it listens on every interface and
-	// advertises the host's address.
-	topts := tcp.Options{}
+	// loopback interface unless told otherwise; across hosts it listens on
+	// the interface BRAID_SOCKET_IFNAME names, or every interface, and
+	// advertises BRAID_ADVERTISE_ADDR or the interface's address.
+	topts := tcp.Options{Interfaces: o.SocketIfname, AdvertiseHost: o.AdvertiseAddr}
 	sameHost := true
 	for _, e := range remote {
 		sameHost = sameHost && e.Host == host
 	}
-	if sameHost {
+	if sameHost && o.SocketIfname == "" && o.AdvertiseAddr == "" {
 		topts.ListenAddr = "127.0.0.1:0"
 	}
 	if err := connect(tcp.New(topts), remote); err != nil {
@@ -168,6 +180,12 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 			return fail(err)
 		}
 	}
+	// Every rank has what it needs from the store: the last one removes
+	// the files the store keeps on disk, so that nothing is left behind
+	// if the job dies from here on.
+	if err := bootstrap.Settle(ctx, store); err != nil {
+		w.debugf("info", "settling the job's store: %v", err)
+	}
 	w.setSpin(c.LocalSize())
 	setProcs(w, o, c.LocalSize())
 	w.collectiveClose = true
@@ -176,6 +194,39 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 			info.JobID, info.Size, c.nhosts, info.Launcher, len(local)+1, len(remote))
 	}
 	return c, nil
+}
+
+// watchStore makes the rank notice the loss of the job's store (its
+// server, braid run or rank 0, has died: a launcher killed with SIGKILL
+// leaves its ranks behind, reparented, when a shell stands between them):
+// the communicator then fails with PeerLost, so that pending and later
+// calls end. It also makes the rank report its first failure to a TCP
+// store, where braid run reads which rank failed first.
+func (w *world) watchStore(store bootstrap.Store, info *bootstrap.Info) {
+	if info.Store == "" || strings.HasPrefix(info.Store, "file:") {
+		return
+	}
+	var once sync.Once
+	w.report = func(e *Error, peer int) {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			bootstrap.ReportFailure(ctx, store, bootstrap.Failure{Rank: w.rank, Time: time.Now(), Kind: e.Kind.String(),
+				Peer: peer, Echo: errors.Is(e.Err, transport.ErrAborted), Msg: e.Error()})
+		})
+	}
+	lost, why := bootstrap.Lost(store)
+	if lost == nil {
+		return
+	}
+	addr := info.Store
+	go func() {
+		<-lost
+		if err := why(); err != nil && !w.closed.Load() {
+			w.fail(&Error{Kind: PeerLost, Rank: w.rank, Call: "store", Peer: -1,
+				Err: fmt.Errorf("lost the job's store at %s: the launcher or the rank that served it is gone: %w", addr, err)})
+		}
+	}()
 }
 
 func ranksOf(eps []transport.Endpoint) []int {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/braid-ccl/braid/topo"
 	"github.com/braid-ccl/braid/transport/shm"
 	"github.com/braid-ccl/braid/transport/shmcoll"
+	"github.com/braid-ccl/braid/transport/tcp"
 )
 
 // Options configures a communicator. The zero value (or nil) means "let
@@ -78,8 +80,24 @@ type Options struct {
 
 	// Host overrides the host identity used to group ranks (ranks with the
 	// same host share memory). BRAID_HOST. Useful to test multi-host paths
-	// on one machine. It may not contain blanks or control characters.
+	// on one machine. Empty means bootstrap.HostID: the host name with a
+	// hash of the boot id, the network and PID namespaces and /dev/shm's
+	// device, so that containers or namespaces that share a host name
+	// are told apart. It may not contain blanks or control characters.
 	Host string
+
+	// SocketIfname chooses the network interface that TCP listens on and
+	// advertises to ranks of other hosts, as NCCL_SOCKET_IFNAME does:
+	// "eth0", prefixes "eth,ib", "^docker,lo" to exclude, "=eth0" for
+	// exact names. Empty: an address the host name resolves to, else the
+	// first interface that is up and neither loopback nor a docker or
+	// libvirt bridge. BRAID_SOCKET_IFNAME.
+	SocketIfname string
+
+	// AdvertiseAddr is the address (or host name, without port) that
+	// ranks of other hosts dial to reach this one over TCP, e.g. a NAT's
+	// address; empty means the interface's. BRAID_ADVERTISE_ADDR.
+	AdvertiseAddr string
 
 	// LocalHosts, for NewLocal only, names the host of each rank (length
 	// n), so that one process can emulate ranks spread over several hosts
@@ -233,6 +251,9 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	if i := strings.IndexFunc(r.Host, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }); i >= 0 {
 		return r, fmt.Errorf("%s=%q: want a host name, without blanks or control characters", src, r.Host)
 	}
+	if err := r.resolveSocket(getenv); err != nil {
+		return r, err
+	}
 	if r.Topology == nil {
 		if spec := getenv("BRAID_TOPO"); spec != "" {
 			t, err := topo.Open(spec)
@@ -259,6 +280,26 @@ func (o *Options) Validate() error {
 	c.Log = io.Discard // a cached table's warning is for the ranks to give
 	if _, err := c.resolve(os.Getenv); err != nil {
 		return &Error{Kind: InvalidArgument, Rank: -1, Call: "validate", Peer: -1, Err: err}
+	}
+	return nil
+}
+
+// resolveSocket fills and checks SocketIfname and AdvertiseAddr.
+func (r *Options) resolveSocket(getenv func(string) string) error {
+	ifKnob, addrKnob := "Options.SocketIfname", "Options.AdvertiseAddr"
+	if r.SocketIfname == "" {
+		r.SocketIfname, ifKnob = getenv("BRAID_SOCKET_IFNAME"), "BRAID_SOCKET_IFNAME"
+	}
+	if r.AdvertiseAddr == "" {
+		r.AdvertiseAddr, addrKnob = getenv("BRAID_ADVERTISE_ADDR"), "BRAID_ADVERTISE_ADDR"
+	}
+	if r.SocketIfname != "" {
+		if _, err := tcp.ParseIfaceSpec(r.SocketIfname); err != nil {
+			return fmt.Errorf("%s=%q: %v", ifKnob, r.SocketIfname, err)
+		}
+	}
+	if a := r.AdvertiseAddr; a != "" && net.ParseIP(a) == nil && strings.ContainsAny(a, ":/ \t[]") {
+		return fmt.Errorf("%s=%q: want an IP address or a host name, without port", addrKnob, a)
 	}
 	return nil
 }

@@ -10,7 +10,9 @@
 //     braid run or by rank 0, holds the keys in memory; a Get waits in the
 //     server until its key is set. Every connection proves, in both
 //     directions, that it knows the job's secret (HMAC-SHA256 over fresh
-//     nonces); a client that does not is refused and logged.
+//     nonces); a client that does not is refused and logged (a few lines
+//     per interval, then a summary). Connections still in the handshake
+//     are capped per client address and in all (StoreLimits).
 //   - the file store (NewFileStore): one file per key in a directory that
 //     the ranks share (on one host, or on a shared file system).
 //   - the memory store (NewMemStore): for a single rank, or for ranks that
@@ -18,7 +20,11 @@
 //
 // Open picks and opens the store an Info names, serving it when the Info
 // says this rank hosts it, and derives the job's secret when the launcher
-// gave none.
+// gave none. Settle removes what the job keeps on disk as soon as every
+// rank has set up; Lost reports the death of the store's server (the
+// launcher); ReportFailure tells the launcher which rank failed when.
+// HostID tells apart hosts, containers and network namespaces that share
+// a host name.
 //
 // Example, at the start of a rank:
 //

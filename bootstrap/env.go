@@ -101,7 +101,11 @@ func (i Info) String() string {
 //     SLURM_JOB_ID.SLURM_STEP_ID. A batch script outside srun (no
 //     SLURM_STEP_ID) is not a launcher: its program is a single rank.
 //   - torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-//     MASTER_PORT, TORCHELASTIC_RUN_ID.
+//     MASTER_PORT, TORCHELASTIC_RUN_ID. Without LOCAL_WORLD_SIZE (torchrun
+//     sets it, a hand-written torchrun-like environment may not), the job
+//     is on this host when GROUP_WORLD_SIZE is 1 or, GROUP_WORLD_SIZE
+//     unset, when MASTER_ADDR is a loopback address, which no other host
+//     could reach.
 //   - Nothing of these: a single rank (Size 1).
 //
 // BRAID_STORE, BRAID_SECRET and BRAID_JOB override what any launcher
@@ -118,7 +122,9 @@ func (i Info) String() string {
 //     MASTER_ADDR:MASTER_PORT+1, since torchrun's own store already
 //     listens on MASTER_PORT. Across hosts, set BRAID_SECRET.
 //
-// Errors name the variable and its value.
+// Errors name the variable and its value, and the rank when it is known.
+// With an error, the Info returned holds the rank and size if they could
+// be read (Size is 0 otherwise), so that the caller can name the rank.
 func FromEnv() (Info, error) { return FromLookup(os.LookupEnv) }
 
 // FromLookup is FromEnv with the environment read through lookup.
@@ -149,7 +155,7 @@ func FromLookup(lookup func(string) (string, bool)) (Info, error) {
 		return Info{}, err
 	}
 	if err := e.overrides(&info); err != nil {
-		return Info{}, err
+		return Info{Rank: info.Rank, Size: info.Size, LocalRank: info.LocalRank, LocalSize: info.LocalSize, Launcher: info.Launcher}, err
 	}
 	return info, nil
 }
@@ -357,6 +363,21 @@ func (e env) torchrun() (Info, error) {
 		return info, err
 	}
 	addr, port := e.get("MASTER_ADDR"), e.get("MASTER_PORT")
+	if info.LocalSize == 0 {
+		// torchrun sets GROUP_WORLD_SIZE, the number of hosts (its
+		// "nodes"), beside LOCAL_WORLD_SIZE; a loopback MASTER_ADDR is
+		// reachable from this host only.
+		groups, err := e.optInt("GROUP_WORLD_SIZE", 0)
+		if err != nil {
+			return info, err
+		}
+		if groups == 1 || groups == 0 && isLoopback(addr) {
+			info.LocalSize = info.Size
+			if !e.has("LOCAL_RANK") {
+				info.LocalRank = info.Rank
+			}
+		}
+	}
 	info.JobID = "torchrun-"
 	if id := e.get("TORCHELASTIC_RUN_ID"); id != "" {
 		info.JobID += id + "-"
@@ -408,9 +429,9 @@ func (e env) overrides(info *Info) error {
 	} else if info.Store == "" && info.Size > 1 {
 		// Open MPI, PMI or Slurm: a file store on this host.
 		if !info.SingleHost() {
-			return fmt.Errorf("bootstrap: the %s job's ranks span hosts (%d ranks, %d on this host) and %s is not set; "+
+			return fmt.Errorf("bootstrap: rank %d: the %s job's ranks span hosts (%d ranks, %s) and %s is not set; "+
 				"set %s=file:DIR with DIR on a shared file system, or %s=HOST:PORT of rank 0's host and %s",
-				info.Launcher, info.Size, info.LocalSize, EnvStore, EnvStore, EnvStore, EnvSecret)
+				info.Rank, info.Launcher, info.Size, info.localDesc(), EnvStore, EnvStore, EnvStore, EnvSecret)
 		}
 		info.Store = "file:" + filepath.Join(privateTempDir(), info.JobID)
 		return nil
@@ -419,9 +440,9 @@ func (e env) overrides(info *Info) error {
 		info.Store = "file:" + filepath.Join(strings.TrimPrefix(info.Store, "file:"), info.JobID)
 	}
 	if info.Store != "" && !isFileStore(info.Store) && len(info.Secret) == 0 && !info.SingleHost() {
-		return fmt.Errorf("bootstrap: the %s job's ranks span hosts (%d ranks, %d on this host) and use the TCP store %s: "+
+		return fmt.Errorf("bootstrap: rank %d: the %s job's ranks span hosts (%d ranks, %s) and use the TCP store %s: "+
 			"set %s to the same hex value on every rank (e.g. from `openssl rand -hex 32`)",
-			info.Launcher, info.Size, info.LocalSize, info.Store, EnvSecret)
+			info.Rank, info.Launcher, info.Size, info.localDesc(), info.Store, EnvSecret)
 	}
 	return nil
 }
@@ -441,7 +462,21 @@ func (i Info) check() error {
 	return nil
 }
 
+// localDesc says how many ranks the launcher puts on this host.
+func (i Info) localDesc() string {
+	if i.LocalSize == 0 {
+		return "the launcher does not say how many on this host"
+	}
+	return fmt.Sprintf("%d on this host", i.LocalSize)
+}
+
 func isFileStore(s string) bool { return strings.HasPrefix(s, "file:") }
+
+// isLoopback reports whether host is "localhost" or a loopback address.
+func isLoopback(host string) bool {
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
+}
 
 // sanitizeJobID makes a job id fit for a file name.
 func sanitizeJobID(id string) string {

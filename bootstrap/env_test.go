@@ -87,6 +87,17 @@ func TestFromLookup(t *testing.T) {
 		{"torchrun across hosts", with(torch, "LOCAL_WORLD_SIZE", "1", "BRAID_SECRET", secretHex, "MASTER_ADDR", "::1"),
 			Info{Size: 2, LocalSize: 1, Store: "[::1]:29501", ServeStore: true, Secret: []byte(strings.Repeat("\xab", 16)),
 				JobID: "torchrun-none-__1-29500", Launcher: "torchrun"}},
+		// torchrun's documented variables without LOCAL_WORLD_SIZE: a
+		// loopback MASTER_ADDR, or GROUP_WORLD_SIZE=1, puts every rank here.
+		{"torchrun without LOCAL_WORLD_SIZE", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+			"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+			Info{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Store: "127.0.0.1:29501", JobID: "torchrun-127.0.0.1-29500", Launcher: "torchrun"}},
+		{"torchrun with RANK and WORLD_SIZE only", map[string]string{"RANK": "1", "WORLD_SIZE": "3",
+			"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"},
+			Info{Rank: 1, Size: 3, LocalRank: 1, LocalSize: 3, Store: "localhost:29501", JobID: "torchrun-localhost-29500", Launcher: "torchrun"}},
+		{"torchrun, one group", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "GROUP_RANK": "0",
+			"GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "node7", "MASTER_PORT": "29500"},
+			Info{Size: 2, LocalSize: 2, Store: "node7:29501", ServeStore: true, JobID: "torchrun-node7-29500", Launcher: "torchrun"}},
 		{"braid wins over others", with(ompiEnv(0), "BRAID_RANK", "0", "BRAID_WORLD_SIZE", "1"),
 			Info{Size: 1, Store: "", JobID: "", Launcher: "braid"}},
 	} {
@@ -131,11 +142,26 @@ func TestFromLookupErrors(t *testing.T) {
 		{map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "65535"}, `MASTER_PORT="65535" is not a port below 65535`},
 		{map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
 			"TCP store h:2: set BRAID_SECRET"},
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+			"rank 1: the torchrun job's ranks span hosts (2 ranks, the launcher does not say how many on this host)"},
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+			"rank 1: the torchrun job's ranks span hosts"},
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "x", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+			`GROUP_WORLD_SIZE="x"`},
 	} {
 		_, err := FromLookup(lookup(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v; want an error containing %q", tc.env, err, tc.want)
 		}
+	}
+}
+
+// TestFromLookupErrorRank: an error after the rank was read returns the
+// rank, so that Init names it.
+func TestFromLookupErrorRank(t *testing.T) {
+	info, err := FromLookup(lookup(map[string]string{"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"}))
+	if err == nil || info.Rank != 3 || info.Size != 4 {
+		t.Fatalf("FromLookup = %+v, %v; want rank 3 of 4 and an error", info, err)
 	}
 }
 

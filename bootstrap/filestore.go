@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/braid-ccl/braid/transport"
 )
 
 // Polling of the file store: a Get that finds nothing waits minPoll, then
@@ -41,6 +43,7 @@ type fileStore struct {
 // not take the lock: do not Set and Add one key at the same time.
 //
 // The store does not remove its files; remove dir when the job is done.
+// A Get fails, rather than waiting, once dir is removed.
 func NewFileStore(dir string) (Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("bootstrap: file store: %w", err)
@@ -145,6 +148,10 @@ func (s *fileStore) Get(ctx context.Context, key string) ([]byte, error) {
 		}
 		if !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("bootstrap: file store: get %q: %w", key, err)
+		}
+		if _, err := os.Stat(s.dir); errors.Is(err, os.ErrNotExist) {
+			// Removed by the job's last rank to settle, or by rank 0.
+			return nil, fmt.Errorf("bootstrap: file store %s: get %q: the store's directory is gone: %w", s.dir, key, transport.ErrClosed)
 		}
 		if err := s.poll(ctx, &delay, fmt.Sprintf("waiting for key %q", key)); err != nil {
 			return nil, err

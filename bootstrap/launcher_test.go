@@ -9,12 +9,17 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // childEnv marks a re-executed test binary that acts as a rank.
 const childEnv = "BRAID_BOOTSTRAP_TEST_CHILD"
+
+// crashEnv makes rank 1 of the child ranks kill itself: "before-settle"
+// (right after Open) or "after-settle".
+const crashEnv = "BRAID_BOOTSTRAP_TEST_CRASH"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
@@ -41,6 +46,10 @@ func childMain() error {
 		return err
 	}
 	defer closer()
+	crash := os.Getenv(crashEnv)
+	if crash == "before-settle" && info.Rank == 1 {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
 	if err := s.Set(ctx, fmt.Sprint(info.Rank), []byte(info.JobID)); err != nil {
 		return err
 	}
@@ -66,6 +75,24 @@ func childMain() error {
 			break
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+	if err := Settle(ctx, s); err != nil {
+		return err
+	}
+	if crash == "after-settle" {
+		// Once the last rank has settled (the files are gone), rank 1
+		// dies and the launcher kills the others.
+		dir := strings.TrimPrefix(info.Store, "file:")
+		for _, err := os.Stat(dir); err == nil; _, err = os.Stat(dir) {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s still there after every rank settled", dir)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if info.Rank == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Second)
 	}
 	fmt.Printf("rank=%d size=%d local=%d/%d launcher=%s job=%s secret=%x\n",
 		info.Rank, info.Size, info.LocalRank, info.LocalSize, info.Launcher, info.JobID, info.Secret)
@@ -144,4 +171,43 @@ func TestMPICHHydraTCPStore(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	runLauncher(t, []string{"BRAID_STORE=" + addr}, "pmi", "mpirun.mpich", "-n", "3", os.Args[0])
+}
+
+// TestOpenMPICrashLeavesNothing: an Open MPI job whose rank dies leaves no
+// file in $TMPDIR/braid-UID: a crash after the set-up finds the files
+// removed already (Settle), and what a crash during the set-up leaves is
+// removed by the next job's rank 0.
+func TestOpenMPICrashLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	mpirun, err := exec.LookPath("mpirun.openmpi")
+	if err != nil {
+		t.Skip("mpirun.openmpi is not installed")
+	}
+	tmp := t.TempDir()
+	crashed := func(mode string) []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-n", "3", os.Args[0])
+		cmd.Env = append(os.Environ(), childEnv+"=1", "TMPDIR="+tmp, crashEnv+"="+mode, "OMPI_MCA_plm_rsh_agent=false")
+		out, err := cmd.CombinedOutput()
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("%s: mpirun = %v, want a failure (rank 1 killed itself)\n%s", mode, err, out)
+		}
+		left, _ := filepath.Glob(filepath.Join(tmp, "braid-*", "*"))
+		return left
+	}
+	if left := crashed("after-settle"); len(left) > 0 {
+		t.Errorf("a job killed after its set-up left %v", left)
+	}
+	left := crashed("before-settle")
+	if len(left) == 0 {
+		t.Fatal("a job killed during its set-up left nothing: the reaper is not tested")
+	}
+	t.Logf("a job killed during its set-up left %v", left)
+	runLauncher(t, []string{"TMPDIR=" + tmp}, "openmpi", mpirun, "--allow-run-as-root", "--oversubscribe", "-n", "3", os.Args[0])
+	if left, _ := filepath.Glob(filepath.Join(tmp, "braid-*", "*")); len(left) > 0 {
+		t.Errorf("the next job's rank 0 did not remove %v", left)
+	}
 }

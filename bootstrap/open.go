@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/braid-ccl/braid/transport"
 )
 
 // secretFile is the name of the file, in the job's directory, through
@@ -55,6 +57,14 @@ func NewSecret() []byte {
 // its own, then removes what the job left in the directory, or stops the
 // server. Stores from Open reserve the keys that begin with
 // "braid/bootstrap/".
+//
+// Files on disk (the secret file, a file store's keys) are removed as
+// soon as they are no longer needed, so that a job that crashes leaves
+// nothing behind: the last rank to call Settle removes them; rank 0's
+// closer removes them if the job ends before that. A rank 0 that creates
+// a job directory under $TMPDIR/braid-UID also removes the directories
+// there whose rank 0 ran on this host and has died without cleaning up
+// (a job killed during its set-up).
 func Open(ctx context.Context, info *Info) (Store, func() error, error) {
 	if err := info.check(); err != nil {
 		return nil, nil, err
@@ -91,6 +101,12 @@ func openFileStore(ctx context.Context, info *Info) (Store, func() error, error)
 			return nil, nil, err
 		}
 		info.Secret = s
+	} else if info.Rank == 0 && underPrivate(dir) {
+		// No secret file names this job's rank 0 for the reaper: an
+		// owner file does.
+		if err := writeOwner(dir); err != nil {
+			return nil, nil, err
+		}
 	}
 	sum := sha256.Sum256(append(append([]byte("braid-file-store\x00"), info.Secret...), "\x00"+info.JobID...))
 	run := filepath.Join(dir, "run-"+hex.EncodeToString(sum[:8]))
@@ -98,21 +114,40 @@ func openFileStore(ctx context.Context, info *Info) (Store, func() error, error)
 	if err != nil {
 		return nil, nil, err
 	}
+	js := &jobStore{Store: fs, size: info.Size, files: jobFiles(dir, info, run)}
 	closer := checkOut(fs, info, info.Rank == 0, func() error {
 		fs.Close()
 		if info.Rank != 0 {
 			return nil
 		}
-		err := os.RemoveAll(run)
-		if ownSecret {
-			os.Remove(filepath.Join(dir, secretFile))
-		}
-		if info.JobID != "" && filepath.Base(dir) == info.JobID {
-			os.Remove(dir) // the job's directory, if nothing else is left in it
-		}
-		return err
+		return js.removeFiles()
 	})
-	return fs, closer, nil
+	return js, closer, nil
+}
+
+// jobFiles lists what a job keeps on disk in dir, in the order to remove
+// them: the secret or owner file, the file store's directory run (if any),
+// then dir itself if it is the job's own and $TMPDIR/braid-UID if that is
+// empty.
+func jobFiles(dir string, info *Info, run string) []jobFile {
+	files := []jobFile{{path: filepath.Join(dir, secretFile)}, {path: filepath.Join(dir, ownerFile)}}
+	if run != "" {
+		files = append(files, jobFile{path: run, all: true})
+	}
+	if info.JobID != "" && filepath.Base(dir) == info.JobID || underPrivate(dir) {
+		files = append(files, jobFile{path: dir, ifEmpty: true})
+	}
+	if underPrivate(dir) {
+		files = append(files, jobFile{path: privateTempDir(), ifEmpty: true})
+	}
+	return files
+}
+
+// jobFile is a file or directory that a job leaves on disk.
+type jobFile struct {
+	path    string
+	all     bool // a directory to remove with what it holds
+	ifEmpty bool // a directory to remove if nothing else is left in it
 }
 
 func openTCPStore(ctx context.Context, info *Info) (Store, func() error, error) {
@@ -120,7 +155,7 @@ func openTCPStore(ctx context.Context, info *Info) (Store, func() error, error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("bootstrap: store %q: want HOST:PORT or file:DIR", info.Store)
 	}
-	var secretPath string
+	var files []jobFile
 	if len(info.Secret) == 0 {
 		if !info.SingleHost() {
 			return nil, nil, fmt.Errorf("bootstrap: rank %d: the TCP store %s needs the job's secret: set %s to the same hex value on every rank",
@@ -139,14 +174,12 @@ func openTCPStore(ctx context.Context, info *Info) (Store, func() error, error) 
 			return nil, nil, err
 		}
 		info.Secret = s
-		if info.Rank == 0 {
-			secretPath = filepath.Join(dir, secretFile)
-		}
+		files = jobFiles(dir, info, "")
 	}
+	js := &jobStore{size: info.Size, files: files}
 	cleanup := func() {
-		if secretPath != "" {
-			os.Remove(secretPath)
-			os.Remove(filepath.Dir(secretPath))
+		if info.Rank == 0 {
+			js.removeFiles()
 		}
 	}
 	if !info.ServeStore {
@@ -155,7 +188,8 @@ func openTCPStore(ctx context.Context, info *Info) (Store, func() error, error) 
 			cleanup()
 			return nil, nil, fmt.Errorf("bootstrap: rank %d: %w", info.Rank, err)
 		}
-		return s, checkOut(s, info, false, func() error { cleanup(); return s.Close() }), nil
+		js.Store = s
+		return js, checkOut(s, info, false, func() error { cleanup(); return s.Close() }), nil
 	}
 	addr := ":" + port
 	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
@@ -169,7 +203,90 @@ func openTCPStore(ctx context.Context, info *Info) (Store, func() error, error) 
 	}
 	srv := ServeTCPStore(context.Background(), ln, info.Secret, log.Printf)
 	s := srv.Local()
-	return s, checkOut(s, info, true, func() error { s.Close(); cleanup(); return srv.Close() }), nil
+	js.Store = s
+	return js, checkOut(s, info, true, func() error { s.Close(); cleanup(); return srv.Close() }), nil
+}
+
+// jobStore is a store that Open returned, with what Settle removes.
+type jobStore struct {
+	Store
+	size  int
+	files []jobFile
+	once  sync.Once
+	err   error
+}
+
+// removeFiles removes the job's files once.
+func (js *jobStore) removeFiles() error {
+	js.once.Do(func() {
+		for _, f := range js.files {
+			var err error
+			switch {
+			case f.ifEmpty:
+				os.Remove(f.path) // fails if something is left: fine
+			case f.all:
+				err = os.RemoveAll(f.path)
+			default:
+				if err = os.Remove(f.path); errors.Is(err, os.ErrNotExist) {
+					err = nil
+				}
+			}
+			if err != nil && js.err == nil {
+				js.err = fmt.Errorf("bootstrap: %w", err)
+			}
+		}
+	})
+	return js.err
+}
+
+// settledKey counts the ranks that have called Settle.
+const settledKey = "braid/bootstrap/settled"
+
+// Settle tells the job's store s (from Open) that this rank has done its
+// set-up: it reads no key that other ranks write from now on, except
+// through the store's closer. The last rank of the job to settle removes
+// the files that the job keeps on disk, so that nothing is left behind if
+// the job is killed later: the secret file through which the ranks of one
+// host shared the job's secret, and a file store's directory. After every
+// rank has settled, a file store fails every call (the closers still
+// work); a TCP store goes on working, in memory. Settle does nothing for
+// stores that Open did not return.
+func Settle(ctx context.Context, s Store) error {
+	js, ok := s.(*jobStore)
+	if !ok || len(js.files) == 0 {
+		return nil
+	}
+	n, err := js.Add(ctx, settledKey, 1)
+	if err != nil {
+		return err
+	}
+	if n >= int64(js.size) {
+		return js.removeFiles()
+	}
+	return nil
+}
+
+// Lost returns a channel that is closed when the process serving s goes
+// away (the connection to a TCP store from DialTCPStore, or from Open on a
+// rank that does not serve it, ends other than by Close), and a function
+// that then says why. For stores that no other process serves, the
+// channel is nil.
+func Lost(s Store) (<-chan struct{}, func() error) {
+	if js, ok := s.(*jobStore); ok {
+		s = js.Store
+	}
+	ts, ok := s.(*tcpStore)
+	if !ok {
+		return nil, func() error { return nil }
+	}
+	return ts.done, func() error {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		if errors.Is(ts.err, transport.ErrClosed) {
+			return nil
+		}
+		return ts.err
+	}
 }
 
 // closedKey counts the ranks that have called their closer.
@@ -235,25 +352,126 @@ func prepareDir(dir string) error {
 // secretRecord is what the secret file holds, one field a line:
 //
 //	braid-secret 1
-//	host HOSTNAME
+//	host HOSTID (see HostID)
 //	pid PID
 //	start START (clock ticks after boot, from /proc/PID/stat)
 //	secret HEX
+//
+// The owner file, which rank 0 writes where there is no secret file, is
+// the same without the secret line and with the first line
+// "braid-owner 1".
 type secretRecord struct {
 	host   string
 	pid    int
 	start  uint64
-	secret []byte
+	secret []byte // nil in an owner file
 }
 
+// ownerFile is the name of the owner file in a job's directory.
+const ownerFile = "owner"
+
 func (r secretRecord) encode() []byte {
+	if r.secret == nil {
+		return fmt.Appendf(nil, "braid-owner 1\nhost %s\npid %d\nstart %d\n", r.host, r.pid, r.start)
+	}
 	return fmt.Appendf(nil, "braid-secret 1\nhost %s\npid %d\nstart %d\nsecret %x\n", r.host, r.pid, r.start, r.secret)
 }
 
+// ownRecord describes this process as a job's rank 0.
+func ownRecord() secretRecord {
+	r := secretRecord{host: HostID(), pid: os.Getpid()}
+	_, r.start, _ = procStat(r.pid)
+	return r
+}
+
+// writeOwner writes the owner file of this process to dir.
+func writeOwner(dir string) error {
+	if err := writeRecord(dir, ownerFile, ownRecord()); err != nil {
+		return fmt.Errorf("bootstrap: rank 0: %w", err)
+	}
+	return nil
+}
+
+// writeRecord writes r to dir/name; rank 0 first removes the directories
+// of dead jobs beside dir. A reaper of another job may remove dir, if
+// still empty, between prepareDir and the write: then it makes dir again.
+func writeRecord(dir, name string, r secretRecord) error {
+	if underPrivate(dir) {
+		reapStale(dir)
+	}
+	err := writeFileAtomic(dir, name, r.encode())
+	if errors.Is(err, os.ErrNotExist) {
+		if err = prepareDir(dir); err == nil {
+			err = writeFileAtomic(dir, name, r.encode())
+		}
+	}
+	return err
+}
+
+// staleAge is how old an empty job directory must be before reapStale
+// removes it: a rank other than 0 may have made it and wait for rank 0.
+const staleAge = time.Minute
+
+// reapStale removes the job directories beside keep (under
+// $TMPDIR/braid-UID) that a job left behind: those whose secret or owner
+// file names a rank 0 of this host (HostID) that no longer runs, and empty
+// ones older than staleAge. It leaves alone what it cannot judge: records
+// of other hosts (a shared /tmp), unreadable or foreign files.
+func reapStale(keep string) {
+	priv := privateTempDir()
+	entries, err := os.ReadDir(priv)
+	if err != nil {
+		return
+	}
+	host := HostID()
+	for _, e := range entries {
+		dir := filepath.Join(priv, e.Name())
+		if !e.IsDir() || dir == keep || e.Type()&os.ModeSymlink != 0 {
+			continue
+		}
+		var rec []byte
+		for _, name := range []string{secretFile, ownerFile} {
+			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+				rec = b
+				break
+			}
+		}
+		if rec == nil {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleAge {
+				os.Remove(dir) // only if empty
+			}
+			continue
+		}
+		r, err := parseRecord(rec)
+		if err != nil || r.host != host || procAlive(r.pid, r.start) {
+			continue
+		}
+		os.RemoveAll(dir)
+	}
+}
+
+// underPrivate reports whether dir lies in $TMPDIR/braid-UID.
+func underPrivate(dir string) bool {
+	rel, err := filepath.Rel(privateTempDir(), dir)
+	return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
+}
+
 func parseSecretRecord(b []byte) (secretRecord, error) {
+	r, err := parseRecord(b)
+	if err == nil && r.secret == nil {
+		err = errors.New("not a braid secret file")
+	}
+	return r, err
+}
+
+// parseRecord parses a secret file or an owner file.
+func parseRecord(b []byte) (secretRecord, error) {
 	var r secretRecord
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) != 5 || lines[0] != "braid-secret 1" {
+	switch {
+	case len(lines) == 5 && lines[0] == "braid-secret 1":
+	case len(lines) == 4 && lines[0] == "braid-owner 1":
+	default:
 		return r, errors.New("not a braid secret file")
 	}
 	var err error
@@ -275,7 +493,7 @@ func parseSecretRecord(b []byte) (secretRecord, error) {
 			return r, err
 		}
 	}
-	if len(r.secret) < MinSecretLen {
+	if lines[0] == "braid-secret 1" && len(r.secret) < MinSecretLen {
 		return r, errors.New("secret too short")
 	}
 	return r, nil
@@ -284,12 +502,12 @@ func parseSecretRecord(b []byte) (secretRecord, error) {
 // shareSecret hands a fresh secret from rank 0 to the other ranks through
 // a file in dir.
 func shareSecret(ctx context.Context, dir string, info *Info) ([]byte, error) {
-	host, _ := os.Hostname()
+	host := HostID()
 	path := filepath.Join(dir, secretFile)
 	if info.Rank == 0 {
-		r := secretRecord{host: host, pid: os.Getpid(), secret: NewSecret()}
-		_, r.start, _ = procStat(r.pid)
-		if err := writeFileAtomic(dir, secretFile, r.encode()); err != nil {
+		r := ownRecord()
+		r.secret = NewSecret()
+		if err := writeRecord(dir, secretFile, r); err != nil {
 			return nil, fmt.Errorf("bootstrap: rank 0: writing the job's secret: %w", err)
 		}
 		return r.secret, nil

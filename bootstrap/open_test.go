@@ -112,7 +112,7 @@ func TestOpenStaleSecret(t *testing.T) {
 	if err := prepareDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	host, _ := os.Hostname()
+	host := HostID()
 	_, start, ok := procStat(os.Getpid())
 	if !ok {
 		t.Skip("no /proc")

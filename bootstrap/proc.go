@@ -59,36 +59,44 @@ func argAfter(args []string, flag string) string {
 // identify a process across pid reuse. ok is false without /proc or when
 // the process does not exist.
 func procStat(pid int) (ppid int, start uint64, ok bool) {
+	ppid, start, _, ok = procState(pid)
+	return ppid, start, ok
+}
+
+// procState is procStat with the process's state (field 3: "R", "S", "Z"
+// for a zombie, ...).
+func procState(pid int) (ppid int, start uint64, state string, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	// The command name, in parentheses, may hold spaces and parentheses.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	f := strings.Fields(string(b[i+1:]))
 	// f[0] is field 3 (state), so field n is f[n-3].
 	if len(f) < 20 {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	ppid, err1 := strconv.Atoi(f[1])
 	start, err2 := strconv.ParseUint(f[19], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
-	return ppid, start, true
+	return ppid, start, f[0], true
 }
 
 // procAlive reports whether the process pid that started at start still
-// runs. Without /proc it cannot tell and says yes.
+// runs; a zombie (dead, not yet reaped by its parent) does not. Without
+// /proc it cannot tell and says yes.
 func procAlive(pid int, start uint64) bool {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		return true
 	}
-	_, s, ok := procStat(pid)
-	return ok && s == start
+	_, s, state, ok := procState(pid)
+	return ok && s == start && state != "Z" && state != "X"
 }
 
 // checkPrivate reports an error unless path is owned by this user, grants

@@ -17,7 +17,7 @@ import (
 	"github.com/braid-ccl/braid/transport"
 )
 
-// handshakeTimeout bounds the handshake of one connection, on both sides.
+// handshakeTimeout bounds the client's side of the handshake.
 const handshakeTimeout = 10 * time.Second
 
 // StoreServer serves a TCP store: the ranks' clients (DialTCPStore) set
@@ -27,15 +27,73 @@ type StoreServer struct {
 	ln     net.Listener
 	secret []byte
 	logf   func(format string, args ...any)
+	lim    StoreLimits
+	refuse *refusalLog
 	t      *table
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool // set by shutdown: accept adds no more conns
-	wg     sync.WaitGroup
-	once   sync.Once
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	pending map[net.Conn]*pendingConn // conns still in the handshake
+	perAddr map[string]int            // pending conns per client address
+	seq     uint64
+	closed  bool // set by shutdown: accept adds no more conns
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// pendingConn is a connection whose client has not proved the secret yet.
+type pendingConn struct {
+	addr    string // the client's IP address
+	seq     uint64 // arrival order
+	evicted string // why the server closed it, if it did
+}
+
+// StoreLimits bounds what a TCP store server gives to clients, above all
+// to those that have not proved that they know the job's secret. The zero
+// value of a field means its default.
+type StoreLimits struct {
+	// PendingPerAddr bounds the connections from one IP address that are
+	// still in the handshake: a new one beyond it makes the server close
+	// the oldest of them, so that a flood of connections that never
+	// authenticate cannot lock a rank on the same address out for long
+	// (its handshake takes a millisecond; it retries if it is closed).
+	// Default 16.
+	PendingPerAddr int
+	// Pending bounds the connections in the handshake over every address,
+	// likewise. Default 128.
+	Pending int
+	// Conns bounds every connection, authenticated or not: beyond it a
+	// new one is closed at once. Default 65536.
+	Conns int
+	// HandshakeTimeout is how long a client has to prove the secret.
+	// Default 3 s.
+	HandshakeTimeout time.Duration
+	// LogBurst refusals are logged one by one each LogInterval; the
+	// others are counted and summed up in one line at the end of the
+	// interval. Defaults 5 and 10 s.
+	LogBurst    int
+	LogInterval time.Duration
+}
+
+func (l StoreLimits) withDefaults() StoreLimits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.PendingPerAddr, 16)
+	def(&l.Pending, 128)
+	def(&l.Conns, 1<<16)
+	def(&l.LogBurst, 5)
+	if l.HandshakeTimeout <= 0 {
+		l.HandshakeTimeout = 3 * time.Second
+	}
+	if l.LogInterval <= 0 {
+		l.LogInterval = 10 * time.Second
+	}
+	return l
 }
 
 // ServeTCPStore serves a store on ln until ctx ends or Close is called; it
@@ -43,17 +101,28 @@ type StoreServer struct {
 // (an HMAC-SHA256 challenge-response over a fresh nonce, in both
 // directions); one that does not is refused and logged through logf (nil
 // discards), and the server goes on serving the others. An empty secret
-// refuses every client.
+// refuses every client. The default StoreLimits apply: refusals are
+// logged a few at a time, then summed up.
 func ServeTCPStore(ctx context.Context, ln net.Listener, secret []byte, logf func(format string, args ...any)) *StoreServer {
+	return ServeTCPStoreLimits(ctx, ln, secret, logf, StoreLimits{})
+}
+
+// ServeTCPStoreLimits is ServeTCPStore with limits.
+func ServeTCPStoreLimits(ctx context.Context, ln net.Listener, secret []byte, logf func(format string, args ...any), limits StoreLimits) *StoreServer {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	limits = limits.withDefaults()
 	s := &StoreServer{
-		ln:     ln,
-		secret: append([]byte{}, secret...),
-		logf:   logf,
-		t:      newTable(),
-		conns:  map[net.Conn]struct{}{},
+		ln:      ln,
+		secret:  append([]byte{}, secret...),
+		logf:    logf,
+		lim:     limits,
+		refuse:  newRefusalLog(logf, limits.LogBurst, limits.LogInterval),
+		t:       newTable(),
+		conns:   map[net.Conn]struct{}{},
+		pending: map[net.Conn]*pendingConn{},
+		perAddr: map[string]int{},
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.wg.Add(1)
@@ -75,7 +144,24 @@ func (s *StoreServer) Close() error {
 	s.shutdown()
 	s.cancel()
 	s.wg.Wait()
+	s.refuse.stop()
 	return nil
+}
+
+// StoreStats counts a server's connections.
+type StoreStats struct {
+	Conns   int // open connections, authenticated or not
+	Pending int // of which still in the handshake
+	Refused int // connections refused or closed before authentication so far
+}
+
+// Stats returns the server's connection counts.
+func (s *StoreServer) Stats() StoreStats {
+	s.mu.Lock()
+	st := StoreStats{Conns: len(s.conns), Pending: len(s.pending)}
+	s.mu.Unlock()
+	st.Refused = s.refuse.total()
+	return st
 }
 
 func (s *StoreServer) shutdown() {
@@ -119,17 +205,79 @@ func (s *StoreServer) accept() {
 			c.Close()
 			return
 		}
+		if len(s.conns) >= s.lim.Conns {
+			s.mu.Unlock()
+			c.Close()
+			s.refuse.add(c.RemoteAddr(), fmt.Sprintf("already %d connections (the most it takes)", s.lim.Conns))
+			continue
+		}
+		addr := clientIP(c.RemoteAddr())
+		if s.perAddr[addr] >= s.lim.PendingPerAddr {
+			s.evictLocked(addr, fmt.Sprintf("more than %d connections from %s still in the handshake", s.lim.PendingPerAddr, addr))
+		}
+		if len(s.pending) >= s.lim.Pending {
+			s.evictLocked("", fmt.Sprintf("more than %d connections still in the handshake", s.lim.Pending))
+		}
+		s.seq++
+		pc := &pendingConn{addr: addr, seq: s.seq}
+		s.pending[c] = pc
+		s.perAddr[addr]++
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.handle(c)
+			s.handle(c, pc)
 			s.mu.Lock()
 			delete(s.conns, c)
+			s.unpendLocked(c)
 			s.mu.Unlock()
 			c.Close()
 		}()
+	}
+}
+
+// clientIP returns the IP address of a client's address, without port.
+func clientIP(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// evictLocked closes the oldest connection in the handshake (from addr,
+// or from anywhere if addr is ""), marking why.
+func (s *StoreServer) evictLocked(addr, why string) {
+	var (
+		oldest net.Conn
+		best   *pendingConn
+	)
+	for c, p := range s.pending {
+		if (addr == "" || p.addr == addr) && p.evicted == "" && (best == nil || p.seq < best.seq) {
+			oldest, best = c, p
+		}
+	}
+	if oldest == nil {
+		return
+	}
+	best.evicted = why
+	s.unpendLocked(oldest)
+	oldest.Close()
+}
+
+// unpendLocked forgets that c is in the handshake.
+func (s *StoreServer) unpendLocked(c net.Conn) {
+	p, ok := s.pending[c]
+	if !ok {
+		return
+	}
+	delete(s.pending, c)
+	if s.perAddr[p.addr]--; s.perAddr[p.addr] <= 0 {
+		delete(s.perAddr, p.addr)
 	}
 }
 
@@ -160,11 +308,25 @@ func (w *connWriter) write(f frame) error {
 	return err
 }
 
-func (s *StoreServer) handle(c net.Conn) {
+// handle serves one connection; p is its entry among the pending ones.
+func (s *StoreServer) handle(c net.Conn, p *pendingConn) {
 	br := bufio.NewReader(c)
 	w := &connWriter{c: c}
-	if err := s.handshake(c, br, w); err != nil {
-		s.logf("bootstrap: store: refused client %s: %v", c.RemoteAddr(), err)
+	err := s.handshake(c, br, w)
+	s.mu.Lock()
+	why := p.evicted
+	if err == nil && why == "" {
+		s.unpendLocked(c)
+	}
+	s.mu.Unlock()
+	switch {
+	case s.ctx.Err() != nil:
+		return
+	case why != "":
+		s.refuse.add(c.RemoteAddr(), why)
+		return
+	case err != nil:
+		s.refuse.add(c.RemoteAddr(), err.Error())
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -236,7 +398,7 @@ func reply(w *connWriter, id uint32, value []byte, err error) {
 }
 
 func (s *StoreServer) handshake(c net.Conn, br *bufio.Reader, w *connWriter) error {
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	c.SetDeadline(time.Now().Add(s.lim.HandshakeTimeout))
 	defer c.SetDeadline(time.Time{})
 	nonce := make([]byte, nonceLen)
 	rand.Read(nonce)
@@ -287,7 +449,9 @@ func DialTCPStore(ctx context.Context, addr string, secret []byte) (Store, error
 		return nil, fmt.Errorf("bootstrap: dial store %s: no secret", addr)
 	}
 	var (
-		d       net.Dialer
+		// Keepalive notices a server whose host vanished without closing
+		// the connection (Lost then fires) within about 30 s.
+		d       = net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}}
 		lastErr error
 		delay   = 5 * time.Millisecond
 	)

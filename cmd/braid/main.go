@@ -44,9 +44,17 @@ that names the variable):
   BRAID_TIMEOUT    deadline of a call without one in its context: a duration (30s,
                    5m) or seconds, positive (default 30s); a dead peer is reported at once
   BRAID_DEBUG      info: plans and their reasons; trace: also every call
-  BRAID_HOST       host identity override (ranks with equal host use shared memory)
+  BRAID_HOST       host identity override (ranks with equal host use shared memory;
+                   default: the host name and a hash of the boot id, namespaces
+                   and /dev/shm's device)
+  BRAID_SOCKET_IFNAME  the interface TCP listens on and advertises across hosts,
+                   as NCCL_SOCKET_IFNAME: eth0, prefixes eth,ib, ^docker,lo to
+                   exclude, =eth0 exact
+  BRAID_ADVERTISE_ADDR  the address other hosts dial to reach this rank over TCP
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
                    (process_vm_readv)
+  BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
+                   collectives; default 64K); every rank must use the same
   BRAID_GPU_HOST_SHARE  percentage of large device allreduces and broadcasts on 3+
                    GPUs sent through host memory beside NVLink (default by size; 0
                    turns it off); go doc github.com/braid-ccl/braid/gpu lists the

@@ -14,9 +14,12 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/braid-ccl/braid/bootstrap"
 )
@@ -60,31 +63,65 @@ type Config struct {
 	Logf func(format string, args ...any)
 }
 
-// ExitError reports a rank that exited with a non-zero status or was
-// killed by a signal.
+// ExitError reports the rank that failed first: the first whose
+// communicator failed by its own account (a timeout, a mismatch, ...;
+// Cause holds its error), or, if none said so before, the first that
+// exited with a non-zero status or was killed by a signal.
 type ExitError struct {
 	Rank   int
 	Status int            // the exit status, or -1 if a signal killed the rank
 	Signal syscall.Signal // the signal that killed the rank, or 0
+	// Cause is the error the rank reported through the job's store when
+	// its communicator failed, or "" if it reported none.
+	Cause string
 }
 
 // Error says which rank failed and how: "rank 2 exited with signal
-// killed", "rank 1 exited with status 3".
+// killed", "rank 1 exited with status 3", "rank 3 failed first: rank 3:
+// allreduce: timeout (peer rank 2): ... (it then exited with status 3)".
 func (e *ExitError) Error() string {
+	how := fmt.Sprintf("exited with status %d", e.Status)
 	if e.Signal != 0 {
-		return fmt.Sprintf("rank %d exited with signal %v", e.Rank, e.Signal)
+		how = fmt.Sprintf("exited with signal %v", e.Signal)
 	}
-	return fmt.Sprintf("rank %d exited with status %d", e.Rank, e.Status)
+	if e.Cause == "" {
+		return fmt.Sprintf("rank %d %s", e.Rank, how)
+	}
+	return fmt.Sprintf("rank %d failed first: %s (it then %s)", e.Rank, strings.TrimPrefix(e.Cause, "braid: "), how)
 }
 
 // ExitCode returns the status a launcher should exit with: the rank's, or
-// 128 plus the signal's number, as shells do.
+// 128 plus the signal's number, as shells do; 1 if the rank reported a
+// failure and exited with status 0.
 func (e *ExitError) ExitCode() int {
-	if e.Signal != 0 {
+	switch {
+	case e.Signal != 0:
 		return 128 + int(e.Signal)
+	case e.Status == 0:
+		return 1
 	}
 	return e.Status
 }
+
+// InterruptedError reports that Run was interrupted by a signal (SIGINT,
+// SIGTERM) before any rank failed: it passed the signal on to the ranks
+// that still ran.
+type InterruptedError struct {
+	Signal  syscall.Signal
+	Stopped int // the ranks that still ran when the signal came
+}
+
+// Error says "interrupted (SIGINT): stopped 4 ranks".
+func (e *InterruptedError) Error() string {
+	ranks := "ranks"
+	if e.Stopped == 1 {
+		ranks = "rank"
+	}
+	return fmt.Sprintf("interrupted (%s): stopped %d %s", unix.SignalName(e.Signal), e.Stopped, ranks)
+}
+
+// ExitCode returns 128 plus the signal's number, as shells do.
+func (e *InterruptedError) ExitCode() int { return 128 + int(e.Signal) }
 
 // Run starts cfg.N ranks of cfg.Prog on this host and waits for them.
 //
@@ -98,9 +135,14 @@ func (e *ExitError) ExitCode() int {
 // Run forwards SIGINT and SIGTERM to the ranks; a second one kills them.
 // When a rank exits with a non-zero status or by a signal, Run stops the
 // others (SIGTERM to their process groups, SIGKILL after cfg.Grace) and
-// returns an *ExitError naming the first rank that failed. When ctx ends
-// or cfg.Timeout passes, it stops them likewise and returns an error
-// wrapping ctx's. It returns nil only if every rank exits with status 0.
+// returns an *ExitError naming the rank that failed first: ranks report
+// the failure of their communicator through the store, with its time, and
+// the earliest report that is not a consequence of another rank's failure
+// (an abort heard from a peer, the loss of a rank that died) names it;
+// without one, the first rank to exit badly. When a signal came before any
+// failure it returns an *InterruptedError. When ctx ends or cfg.Timeout
+// passes, it stops the ranks likewise and returns an error wrapping ctx's.
+// It returns nil only if every rank exits with status 0.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.N < 1 {
 		return fmt.Errorf("launch: %d ranks: want at least 1", cfg.N)
@@ -146,7 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	j := &job{cfg: cfg, out: &output{}}
+	j := &job{cfg: cfg, out: &output{}, store: srv.Local()}
 	env := append(append(os.Environ(), cfg.Env...),
 		bootstrap.EnvSize+"="+strconv.Itoa(cfg.N),
 		bootstrap.EnvLocalSize+"="+strconv.Itoa(cfg.N),
@@ -166,9 +208,10 @@ type job struct {
 	cfg     Config
 	out     *output
 	cmds    []*exec.Cmd
-	copiers sync.WaitGroup // the goroutines that copy the ranks' output
-	pipes   []*os.File     // their read ends
-	release chan struct{}  // closed when the ranks are reaped: see start
+	copiers sync.WaitGroup  // the goroutines that copy the ranks' output
+	pipes   []*os.File      // their read ends
+	release chan struct{}   // closed when the ranks are reaped: see start
+	store   bootstrap.Store // the job's store, where ranks report failures
 }
 
 // start starts the ranks. It does so from a goroutine locked to its OS
@@ -253,6 +296,7 @@ func (j *job) stop(sig syscall.Signal) {
 type exit struct {
 	rank int
 	err  *ExitError // nil if it exited with status 0
+	at   time.Time
 }
 
 func exitOf(rank int, state *os.ProcessState) *ExitError {
@@ -273,7 +317,7 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 	for r, c := range j.cmds {
 		go func() {
 			c.Wait()
-			exits <- exit{r, exitOf(r, c.ProcessState)}
+			exits <- exit{r, exitOf(r, c.ProcessState), time.Now()}
 		}()
 	}
 	var (
@@ -283,10 +327,19 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 		linger   <-chan time.Time
 		signals  int
 		done     = ctx.Done()
+		ended    = make([]*exit, len(j.cmds))
+		stopAt   time.Time // when Run first signalled the ranks
+		intr     *InterruptedError
 	)
+	signalled := func() {
+		if stopAt.IsZero() {
+			stopAt = time.Now()
+		}
+	}
 	stopAll := func() {
 		if !stopping {
 			stopping = true
+			signalled()
 			j.stop(syscall.SIGTERM)
 			kill = time.After(j.cfg.Grace)
 		}
@@ -295,6 +348,7 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 		select {
 		case e := <-exits:
 			running--
+			ended[e.rank] = &e
 			if e.err != nil && first == nil {
 				first = e.err
 				if j.cfg.Linger > 0 {
@@ -316,6 +370,10 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 			stopAll()
 		case s := <-sigs:
 			signals++
+			if intr == nil && first == nil {
+				intr = &InterruptedError{Signal: s.(syscall.Signal), Stopped: running}
+			}
+			signalled()
 			if signals == 1 {
 				j.stop(s.(syscall.Signal))
 			} else {
@@ -326,11 +384,62 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 			j.stop(syscall.SIGKILL)
 		}
 	}
+	if blamed := j.blame(ended, stopAt); blamed != nil {
+		first = blamed
+	} else if intr != nil {
+		first = intr
+	}
 	close(j.release)
 	// Processes that a rank left behind may hold its output open: give them
 	// the grace period, then kill them and stop copying.
 	j.closeOutput(j.cfg.Grace)
 	return first
+}
+
+// blame returns the error that names the rank that failed first, from the
+// failures the ranks reported through the store and their exits, or nil
+// if no rank failed before stopAt (when Run began to stop the ranks; zero
+// if it never did). A report that echoes another rank's abort, or that
+// names the loss of a rank that itself exited badly, is a consequence, not
+// a cause; so is the exit of a rank that reported.
+func (j *job) blame(ended []*exit, stopAt time.Time) *ExitError {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	reports, _ := bootstrap.Failures(ctx, j.store)
+	cancel()
+	before := func(t time.Time) bool { return stopAt.IsZero() || t.Before(stopAt) }
+	bad := func(r int) bool {
+		return r >= 0 && r < len(ended) && ended[r] != nil && ended[r].err != nil && before(ended[r].at)
+	}
+	reported := map[int]bool{}
+	var (
+		best   *ExitError
+		bestAt time.Time
+	)
+	consider := func(e *ExitError, at time.Time) {
+		if before(at) && (best == nil || at.Before(bestAt)) {
+			best, bestAt = e, at
+		}
+	}
+	for _, f := range reports {
+		if f.Rank < 0 || f.Rank >= len(ended) || reported[f.Rank] {
+			continue
+		}
+		reported[f.Rank] = true
+		if f.Echo || f.Kind == "peer lost" && bad(f.Peer) {
+			continue
+		}
+		e := &ExitError{Rank: f.Rank, Cause: f.Msg}
+		if x := ended[f.Rank]; x != nil && x.err != nil {
+			e.Status, e.Signal = x.err.Status, x.err.Signal
+		}
+		consider(e, f.Time)
+	}
+	for r, x := range ended {
+		if bad(r) && !reported[r] {
+			consider(x.err, x.at)
+		}
+	}
+	return best
 }
 
 // closeOutput waits up to grace for the output copiers to finish, then

@@ -73,11 +73,66 @@ func childMain(mode string) error {
 			os.Stdout.WriteString(line[1000:] + "\n")
 		}
 		os.Stdout.WriteString("no newline at the end")
+	case "report-first", "report-dead":
+		return reportChild(mode)
 	case "launcher":
 		// A launcher whose ranks print their pids and sleep.
 		return Run(context.Background(), sh(2, `echo $$; exec sleep 60`))
 	default:
 		return fmt.Errorf("unknown mode %q", mode)
+	}
+	return nil
+}
+
+// reportChild is a rank that reports a failure through the store as
+// braid's communicators do, in one of two scenarios:
+//
+//   - report-first: rank 2 reports a timeout first and exits 1 half a
+//     second later; rank 0 waits for that report, reports the abort it
+//     echoes and exits 3 at once (the first to exit); rank 1 reports the
+//     loss of rank 0 and exits 3; rank 3 exits 0.
+//   - report-dead: rank 1 dies by SIGKILL without a report; rank 0 reports
+//     the loss of rank 1 and exits 3.
+func reportChild(mode string) error {
+	info, err := bootstrap.FromEnv()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, closer, err := bootstrap.Open(ctx, &info)
+	if err != nil {
+		return err
+	}
+	defer closer()
+	report := func(kind string, peer int, echo bool, msg string) error {
+		return bootstrap.ReportFailure(ctx, s, bootstrap.Failure{Rank: info.Rank, Time: time.Now(), Kind: kind, Peer: peer, Echo: echo, Msg: msg})
+	}
+	switch mode + "/" + strconv.Itoa(info.Rank) {
+	case "report-first/2":
+		if err := report("timeout", 3, false, "braid: rank 2: allreduce: timeout (peer rank 3): no progress"); err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+		os.Exit(1)
+	case "report-first/0":
+		if _, err := s.Get(ctx, "braid/bootstrap/failures/1"); err != nil {
+			return err
+		}
+		report("aborted", 2, true, "braid: rank 0: allreduce: aborted (peer rank 2)")
+		os.Exit(3)
+	case "report-first/1":
+		if _, err := s.Get(ctx, "braid/bootstrap/failures/2"); err != nil {
+			return err
+		}
+		report("peer lost", 0, false, "braid: rank 1: allreduce: peer lost (peer rank 0)")
+		os.Exit(3)
+	case "report-dead/1":
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	case "report-dead/0":
+		time.Sleep(100 * time.Millisecond)
+		report("peer lost", 1, false, "braid: rank 0: allreduce: peer lost (peer rank 1)")
+		os.Exit(3)
 	}
 	return nil
 }
@@ -317,14 +372,37 @@ func TestRunForwardsSignals(t *testing.T) {
 		<-ready
 		syscall.Kill(os.Getpid(), syscall.SIGINT)
 	}()
-	cfg := sh(2, `trap "exit 7" INT; echo ready; while :; do sleep 0.05; done`)
-	cfg.Stdout, cfg.Prefix = out, true
+	var errOut syncBuf
+	cfg := sh(2, `trap "echo got INT >&2; exit 7" INT; echo ready; while :; do sleep 0.05; done`)
+	cfg.Stdout, cfg.Stderr, cfg.Prefix = out, &errOut, true
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := Run(ctx, cfg)
+	var intr *InterruptedError
+	if !errors.As(err, &intr) || err.Error() != "interrupted (SIGINT): stopped 2 ranks" || intr.ExitCode() != 130 {
+		t.Fatalf("Run = %v; want interrupted (SIGINT): stopped 2 ranks", err)
+	}
+	if n := strings.Count(errOut.String(), "got INT"); n != 2 {
+		t.Fatalf("%d ranks got SIGINT; want 2:\n%s", n, errOut.String())
+	}
+}
+
+// TestRunBlamesFirstFailure: the rank named is the one whose failure came
+// first by the ranks' reports, not the first to exit; echoes of another
+// rank's abort and losses of a rank that died are not causes.
+func TestRunBlamesFirstFailure(t *testing.T) {
+	cfg := Config{N: 4, Prog: os.Args[0], Env: []string{childEnv + "=report-first"}, Prefix: true}
+	_, errOut, _, err := run(t, cfg)
 	var exit *ExitError
-	if !errors.As(err, &exit) || exit.Status != 7 {
-		t.Fatalf("Run = %v; want a rank that exited with status 7", err)
+	want := "rank 2 failed first: rank 2: allreduce: timeout (peer rank 3): no progress (it then exited with status 1)"
+	if !errors.As(err, &exit) || exit.Rank != 2 || err.Error() != want || exit.ExitCode() != 1 {
+		t.Fatalf("Run = %v\nwant %s\n%s", err, want, errOut)
+	}
+	cfg.Env = []string{childEnv + "=report-dead"}
+	cfg.N = 2
+	_, errOut, _, err = run(t, cfg)
+	if !errors.As(err, &exit) || err.Error() != "rank 1 exited with signal killed" {
+		t.Fatalf("Run = %v; want rank 1 exited with signal killed\n%s", err, errOut)
 	}
 }
 

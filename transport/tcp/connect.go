@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,17 +15,27 @@ import (
 
 // connector sets up a mesh's connections.
 type connector struct {
-	t   *Transport
-	m   *mesh
-	cfg *transport.Config
-	ln  net.Listener
+	t    *Transport
+	m    *mesh
+	cfg  *transport.Config
+	ln   net.Listener
+	addr string // the address this rank advertises
 
 	wg      sync.WaitGroup
 	mu      sync.Mutex
-	conns   map[net.Conn]bool // connections not yet handed to the mesh
-	claimed map[[2]int]bool   // (rank, stream) already accepted
-	lower   map[int]bool      // ranks that dial this one
+	conns   map[net.Conn]bool  // connections not yet handed to the mesh
+	claimed map[[2]int]bool    // (rank, stream) already accepted
+	lower   map[int]bool       // ranks that dial this one
+	dials   map[int]*dialState // what dialling each higher rank met
 	results chan connResult
+}
+
+// dialState is what dialling a rank has met so far, for the error that
+// reports a rank that could not be reached.
+type dialState struct {
+	addr  string // the rank's published address; "" until read
+	tries int
+	last  error
 }
 
 // connResult is an authenticated connection, or a fatal error.
@@ -43,6 +54,7 @@ func (c *connector) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.lower = make(map[int]bool)
+	c.dials = make(map[int]*dialState)
 	want := make(map[int]int) // rank → streams still missing; -1 until known
 	nstreams := c.t.opts.streams()
 	for _, e := range c.cfg.Peers {
@@ -51,6 +63,7 @@ func (c *connector) run(ctx context.Context) error {
 			want[e.Rank] = -1
 		} else {
 			want[e.Rank] = nstreams
+			c.dials[e.Rank] = &dialState{}
 		}
 	}
 	c.results = make(chan connResult, 64)
@@ -76,7 +89,9 @@ func (c *connector) run(ctx context.Context) error {
 					missing = append(missing, r)
 				}
 			}
-			err = fmt.Errorf("tcp: rank %d: connecting: still waiting for ranks %v: %w", self, slices.Sorted(slices.Values(missing)), ctx.Err())
+			missing = slices.Sorted(slices.Values(missing))
+			err = fmt.Errorf("tcp: rank %d (at %s): connecting: still waiting for ranks %v: %s: %w",
+				self, c.addr, missing, c.diagnose(missing), ctx.Err())
 		case res := <-c.results:
 			if res.err != nil {
 				err = res.err
@@ -236,10 +251,20 @@ func (c *connector) dial(ctx context.Context, rank, stream, streams int) {
 		return
 	}
 	addr := string(v)
+	c.mu.Lock()
+	st := c.dials[rank]
+	st.addr = addr
+	c.mu.Unlock()
 	var d net.Dialer
 	wait := 5 * time.Millisecond
 	for {
 		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil && ctx.Err() == nil {
+			c.mu.Lock()
+			st.tries++
+			st.last = err
+			c.mu.Unlock()
+		}
 		if err == nil {
 			if !c.track(conn) {
 				conn.Close()
@@ -254,9 +279,17 @@ func (c *connector) dial(ctx context.Context, rank, stream, streams int) {
 			c.untrack(conn)
 			conn.Close()
 			if errors.Is(err, transport.ErrAuth) && ctx.Err() == nil {
-				c.deliver(ctx, connResult{err: fmt.Errorf("tcp: rank %d: connecting to rank %d at %s: %w", self, rank, addr, err)})
+				msg := ""
+				if h := c.hint(rank, addr); h != "" {
+					msg = " (" + h + ")"
+				}
+				c.deliver(ctx, connResult{err: fmt.Errorf("tcp: rank %d: connecting to rank %d at %s%s: %w", self, rank, addr, msg, err)})
 				return
 			}
+			c.mu.Lock()
+			st.tries++
+			st.last = err
+			c.mu.Unlock()
 		}
 		if ctx.Err() != nil {
 			return
@@ -278,4 +311,83 @@ func (c *connector) setup(conn *net.TCPConn) {
 		conn.SetReadBuffer(n)
 		conn.SetWriteBuffer(n)
 	}
+}
+
+// diagnose says, for each rank still missing, what connecting to it met,
+// and hints at the cause: "rank 1 at 127.0.0.1:4242: 31 dials, the last
+// one: ... connection refused; ranks 0 and 1 both advertise 127.0.0.1 but
+// ...".
+func (c *connector) diagnose(missing []int) string {
+	var parts []string
+	for _, r := range missing {
+		var s, addr string
+		if c.lower[r] {
+			// r dials this rank: where did it say it was?
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			v, err := c.cfg.Store.Get(ctx, AddrKey(c.cfg.Prefix, r))
+			cancel()
+			if err != nil {
+				s = fmt.Sprintf("rank %d has not published its address", r)
+			} else {
+				addr = string(v)
+				s = fmt.Sprintf("rank %d (at %s) has not connected to %s", r, addr, c.addr)
+			}
+		} else {
+			c.mu.Lock()
+			st := *c.dials[r]
+			c.mu.Unlock()
+			switch {
+			case st.addr == "":
+				s = fmt.Sprintf("rank %d has not published its address", r)
+			case st.tries == 0:
+				s = fmt.Sprintf("rank %d at %s: no answer to the handshake", r, st.addr)
+			default:
+				s = fmt.Sprintf("rank %d at %s: %d dials, the last one: %v", r, st.addr, st.tries, st.last)
+			}
+			addr = st.addr
+		}
+		if h := c.hint(r, addr); h != "" {
+			s += "; " + h
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// hint guesses why rank could not be reached at addr when the two ranks
+// run on different hosts (host identities, transport.Endpoint.Host), or ""
+// when it cannot tell.
+func (c *connector) hint(rank int, addr string) string {
+	self := c.cfg.Self
+	var peer transport.Endpoint
+	for _, e := range c.cfg.Peers {
+		if e.Rank == rank {
+			peer = e
+		}
+	}
+	if addr == "" || peer.Host == "" || self.Host == "" || peer.Host == self.Host {
+		return ""
+	}
+	sh, _, _ := net.SplitHostPort(c.addr)
+	ph, _, _ := net.SplitHostPort(addr)
+	where := fmt.Sprintf("on different hosts (%s and %s)", self.Host, peer.Host)
+	if n, _, _ := strings.Cut(self.Host, "#"); strings.HasPrefix(peer.Host, n+"#") {
+		where = fmt.Sprintf("on different machines or network namespaces that share the host name %s (host identities %s and %s)", n, self.Host, peer.Host)
+	}
+	const fix = "set BRAID_SOCKET_IFNAME to an interface through which the ranks reach each other, or BRAID_ADVERTISE_ADDR"
+	a, b := min(self.Rank, rank), max(self.Rank, rank)
+	switch {
+	case sh == ph:
+		return fmt.Sprintf("ranks %d and %d both advertise %s but are %s; %s", a, b, ph, where, fix)
+	case isLoopback(ph):
+		return fmt.Sprintf("rank %d advertises the loopback address %s but rank %d is %s; %s", rank, ph, self.Rank, where, fix)
+	case isLoopback(sh):
+		return fmt.Sprintf("this rank advertises the loopback address %s but rank %d is %s; %s", sh, rank, where, fix)
+	}
+	return fmt.Sprintf("check that ranks %d and %d can reach each other's address (routes, firewalls), or %s", a, b, fix)
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }

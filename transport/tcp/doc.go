@@ -6,7 +6,8 @@
 //
 // # Connecting
 //
-// Connect listens (Options.ListenAddr, every interface by default),
+// Connect listens (Options.ListenAddr, or the interface that
+// Options.Interfaces names, every interface by default),
 // publishes "host:port" under AddrKey(cfg.Prefix, rank) in cfg.Store and
 // reads the addresses of the ranks it dials: the lower rank of each pair
 // dials Options.Streams connections to the higher one. A handshake on each

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"os"
 	"strconv"
 	"time"
 
@@ -36,10 +35,20 @@ type Options struct {
 	// ":0": every interface, a port chosen by the system.
 	ListenAddr string
 
+	// Interfaces chooses the interface to listen on and to advertise,
+	// when ListenAddr is empty: a list of interface names as
+	// NCCL_SOCKET_IFNAME takes them (ParseIfaceSpec: "eth0", "eth,ib",
+	// "^docker,lo", "=eth0"). The first interface that is up and matches
+	// gives the address, IPv4 before IPv6. BRAID_SOCKET_IFNAME sets it.
+	Interfaces string
+
 	// AdvertiseHost is the host name or address published for peers to
-	// dial. Empty means the ListenAddr host if it names one, else the
-	// address the machine's host name resolves to (not a loopback one),
-	// else the first non-loopback interface address, else 127.0.0.1.
+	// dial (BRAID_ADVERTISE_ADDR), for example a NAT's address. Empty
+	// means the address Interfaces selects, else the ListenAddr host if
+	// it names one, else an address the machine's host name resolves to
+	// that an interface here holds, else the first address of an
+	// interface that is up and is neither loopback nor a docker or
+	// libvirt bridge, else 127.0.0.1.
 	AdvertiseHost string
 
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF on every connection. Zero
@@ -136,16 +145,22 @@ func (t *Transport) Connect(ctx context.Context, cfg transport.Config) (transpor
 	}
 
 	lc := net.ListenConfig{}
-	listen := t.opts.ListenAddr
+	listen, host := t.opts.ListenAddr, t.opts.AdvertiseHost
+	if listen == "" && t.opts.Interfaces != "" {
+		ip, _, err := InterfaceAddr(t.opts.Interfaces)
+		if err != nil {
+			return nil, fmt.Errorf("tcp: rank %d: BRAID_SOCKET_IFNAME (Options.Interfaces): %w", self, err)
+		}
+		listen = net.JoinHostPort(ip.String(), "0")
+	}
 	if listen == "" {
 		listen = ":0"
 	}
 	ln, err := lc.Listen(ctx, "tcp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("tcp: rank %d: %w", self, err)
+		return nil, fmt.Errorf("tcp: rank %d: listening on %s: %w", self, listen, err)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	host := t.opts.AdvertiseHost
 	if host == "" {
 		host = defaultHost(ctx, listen)
 	}
@@ -154,37 +169,10 @@ func (t *Transport) Connect(ctx context.Context, cfg transport.Config) (transpor
 		ln.Close()
 		return nil, fmt.Errorf("tcp: rank %d: publishing address: %w", self, err)
 	}
-	c := &connector{t: t, m: m, cfg: &cfg, ln: ln, conns: make(map[net.Conn]bool), claimed: make(map[[2]int]bool)}
+	c := &connector{t: t, m: m, cfg: &cfg, ln: ln, addr: addr, conns: make(map[net.Conn]bool), claimed: make(map[[2]int]bool)}
 	if err := c.run(ctx); err != nil {
 		return nil, err
 	}
 	m.start()
 	return m, nil
-}
-
-// defaultHost picks the host to advertise for a listen address.
-func defaultHost(ctx context.Context, listen string) string {
-	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
-		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
-			return h
-		}
-	}
-	if name, err := os.Hostname(); err == nil {
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		addrs, _ := net.DefaultResolver.LookupHost(lctx, name)
-		cancel()
-		for _, a := range addrs {
-			if ip := net.ParseIP(a); ip != nil && !ip.IsLoopback() {
-				return a
-			}
-		}
-	}
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }
