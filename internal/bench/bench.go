@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -339,6 +340,11 @@ func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	if cfg.Imbalance > 0 {
 		m.progress.Total *= 2
 	}
+	if cfg.Iters == 0 && len(runs) > 0 {
+		if err := m.settle(runs[0], points[0].p); err != nil {
+			return nil, err
+		}
+	}
 	var rows []Row
 	for _, pt := range points {
 		b := alloc(cfg, pt.p, rank)
@@ -471,6 +477,43 @@ func (m *meter) explain(r run, p sched.Params) (string, error) {
 	return a, err
 }
 
+// settleTime is how long Run calls the first size before it times
+// anything: on the 16-core node the first ~50 ms of a job ran 5–20 times
+// slower than the rest (8-byte allreduce of 16 ranks: 29–52 µs in the
+// first size's loop, 3–5 µs at the next), whatever the algorithm, as idle
+// cores woke up.
+const settleTime = 200 * time.Millisecond
+
+// settle calls r at the first size until settleTime has passed on the
+// slowest rank (the ranks agree after every batch, so that all make the
+// same calls).
+func (m *meter) settle(r run, p sched.Params) error {
+	if m.cfg.Coll == sched.Barrier {
+		p.Count = 0
+	}
+	b := alloc(m.cfg, p, m.rank)
+	if m.cfg.Forcer != nil {
+		if err := m.cfg.Forcer.Set(r.name); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	for {
+		for range 20 {
+			if err := call(m.ctx, r.comm, m.cfg, b); err != nil {
+				return err
+			}
+		}
+		t := []float64{time.Since(t0).Seconds()}
+		if err := m.ctrl.Allreduce(m.ctx, t, t, braid.Max); err != nil {
+			return err
+		}
+		if t[0] >= settleTime.Seconds() {
+			return nil
+		}
+	}
+}
+
 // balanced checks (if asked) and times r at one size without imbalance.
 func (m *meter) balanced(r run, p sched.Params, b *buffers, size int64) (Row, error) {
 	ctx, cfg := m.ctx, m.cfg
@@ -494,6 +537,9 @@ func (m *meter) balanced(r run, p sched.Params, b *buffers, size int64) (Row, er
 			row.Correct = Wrong
 		}
 	}
+	// As Go's testing does before every benchmark: garbage from the last
+	// size is collected now, not inside this size's timed loop.
+	runtime.GC()
 	warm := cfg.Warmup
 	if warm == 0 {
 		switch {

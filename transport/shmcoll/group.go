@@ -67,6 +67,7 @@ type Group struct {
 	hash    uint64
 	hist    [histLen]uint64 // hash after chunk f, at f mod histLen
 	partial bool            // the last call did not read every rank's input flag
+	sink    uint64          // keeps touch's loads
 	wake    *wake           // goroutine ranks: woken whenever a rank publishes
 
 	tickets atomic.Uint64 // handed out by Ticket
@@ -437,6 +438,18 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 	return g.slotBuf(q, kind, int(f&1))[:n], nil
 }
 
+// touch loads every rank's flag of kind for chunk f without waiting: the
+// loads are independent, so the processor overlaps their cache misses,
+// and the reads that follow, in rank order, find the lines (with data of
+// up to 48 bytes) in the cache instead of missing on each in turn.
+func (g *Group) touch(kind int, f uint64) {
+	var sum uint64
+	for q := range g.n {
+		sum += atomic.LoadUint64(u64(g.flag(q, kind, f)))
+	}
+	g.sink = sum
+}
+
 // block returns the elements [lo, hi) of the q-th of n blocks of m elements.
 func block(m, n, q int) (lo, hi int) {
 	b, r := m/n, m%n
@@ -536,6 +549,7 @@ func (g *Group) reduceFlat(c *Call, in, out []byte, r Reducer, root int) error {
 		return nil
 	}
 	srcs := g.srcs
+	g.touch(slotIn, f)
 	for q := range g.n {
 		s, err := g.read(c, q, slotIn, f, b)
 		if err != nil {
@@ -563,6 +577,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root int) error {
 	m := b / es
 	lo, hi := block(m, g.n, g.rank)
 	srcs := g.srcs
+	g.touch(slotIn, f)
 	for q := range g.n {
 		s, err := g.read(c, q, slotIn, f, b)
 		if err != nil {
@@ -638,6 +653,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 		}
 		copy(g.buf(slotIn, f, b), in[off:off+b])
 		g.commit(slotIn, f, c.Sig, b)
+		g.touch(slotIn, f)
 		for k := range g.n {
 			q := (g.rank + k) % g.n
 			s, err := g.read(c, q, slotIn, f, b)
@@ -679,6 +695,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 			copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
 		}
 		g.commit(slotIn, f, c.Sig, g.n*b)
+		g.touch(slotIn, f)
 		for q := range g.n {
 			s, err := g.read(c, q, slotIn, f, g.n*b)
 			if err != nil {
@@ -704,6 +721,7 @@ func (g *Group) Barrier(c *Call) (err error) {
 		return err
 	}
 	g.commit(slotIn, f, c.Sig, 0)
+	g.touch(slotIn, f)
 	for k := range g.n {
 		if _, err := g.read(c, (g.rank+k)%g.n, slotIn, f, 0); err != nil {
 			return err
