@@ -44,7 +44,13 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 	// Goroutine ranks of one host share an area in memory.
 	var groups []*shmcoll.Group
 	if o.LocalHosts == nil {
-		groups, err = shmcoll.NewLocal(n, shmcoll.Options{Slot: o.SharedSlot})
+		// Goroutine ranks are for tests and experiments, which make many
+		// jobs: small slots unless told otherwise.
+		slot := o.SharedSlot
+		if slot == 0 {
+			slot = localSlot
+		}
+		groups, err = shmcoll.NewLocal(n, shmcoll.Options{Slot: slot})
 		if err != nil {
 			return nil, &Error{Kind: Internal, Rank: -1, Call: "newlocal", Peer: -1, Err: err}
 		}
@@ -70,6 +76,9 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 	}
 	return comms, nil
 }
+
+// localSlot is the shared area's slot of goroutine ranks (NewLocal).
+const localSlot = 64 << 10
 
 func identity(n int) []int {
 	m := make([]int, n)

@@ -56,14 +56,22 @@ func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:
 		if b <= float64(g.FlatMax()) {
+			// Every rank reads every input: n lines or slots.
 			t = sync + b/beta + (n-1)*b*gamma + n*b/beta
 		} else {
-			t = 2*sync + b/beta + (n-1)*b/n*gamma + 2*b/beta
+			// Copy in, reduce a slice of every input, copy the slices
+			// out; a chunk's copies overlap the others' reductions of
+			// the chunk before (two slots), so a chunk costs about one
+			// pass over its bytes and the reduction.
+			t = 2*sync + b/beta + (n-1)*b/n*gamma
+			if chunks == 1 {
+				t += b / beta // nothing to overlap with
+			}
 		}
 	case sched.Bcast:
 		t = sync + b/beta
 	case sched.Allgather:
-		t = sync + b/beta + n*b/beta
+		t = sync + n*b/beta
 	case sched.ReduceScatter:
 		t = sync + b/beta + (n-1)*b/n*gamma
 	}

@@ -144,8 +144,9 @@ type Options struct {
 	// SharedSlot is the size of a data slot of the host's shared area
 	// (the "shm" collectives, transport/shmcoll): the largest chunk a
 	// collective moves through it at once. Every rank of the job must use
-	// the same figure. BRAID_SHM_SLOT (a size such as 64K); 0 means
-	// shmcoll.DefaultSlot.
+	// the same figure. BRAID_SHM_SLOT (a size such as 256K); 0 means
+	// shmcoll.SlotFor(the ranks on the host): 1 MiB up to 8 ranks, then
+	// less, so that the area stays within 32 MiB.
 	SharedSlot int
 }
 
@@ -194,7 +195,7 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		}
 	}
 	if r.SharedSlot < 0 {
-		return r, fmt.Errorf("Options.SharedSlot %d: want a size in bytes (0 takes BRAID_SHM_SLOT, else %d)", r.SharedSlot, shmcoll.DefaultSlot)
+		return r, fmt.Errorf("Options.SharedSlot %d: want a size in bytes (0 takes BRAID_SHM_SLOT, else a size by the ranks on the host)", r.SharedSlot)
 	}
 	if r.SharedSlot == 0 {
 		if s := getenv("BRAID_SHM_SLOT"); s != "" {
@@ -206,7 +207,7 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		}
 	}
 	if r.SharedSlot != 0 {
-		if _, err := (shmcoll.Options{Slot: r.SharedSlot}).Check(); err != nil {
+		if _, err := (shmcoll.Options{Slot: r.SharedSlot}).Check(1); err != nil {
 			return r, fmt.Errorf("BRAID_SHM_SLOT / Options.SharedSlot: %v", err)
 		}
 	}

@@ -54,7 +54,8 @@ that names the variable):
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
                    (process_vm_readv)
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
-                   collectives; default 64K); every rank must use the same
+                   collectives; default 1M, less above 8 ranks); every rank
+                   must use the same
   BRAID_GPU_HOST_SHARE  percentage of large device allreduces and broadcasts on 3+
                    GPUs sent through host memory beside NVLink (default by size; 0
                    turns it off); go doc github.com/braid-ccl/braid/gpu lists the

@@ -32,17 +32,17 @@ const (
 
 // Options of a group.
 type Options struct {
-	Slot    int // bytes of a data slot; 0 means DefaultSlot
+	Slot    int // bytes of a data slot; 0 means SlotFor(the group's size)
 	FlatMax int // largest one-phase allreduce chunk; 0 means DefaultFlatMax
 }
 
-// Check returns the options with defaults filled in, or an error naming
-// what is out of range.
-func (o Options) Check() (Options, error) { return o.resolve() }
+// Check returns the options with defaults filled in for a group of n
+// ranks, or an error naming what is out of range.
+func (o Options) Check(n int) (Options, error) { return o.resolve(n) }
 
-func (o Options) resolve() (Options, error) {
+func (o Options) resolve(n int) (Options, error) {
 	if o.Slot == 0 {
-		o.Slot = DefaultSlot
+		o.Slot = SlotFor(n)
 	}
 	if o.FlatMax == 0 {
 		o.FlatMax = DefaultFlatMax
@@ -61,7 +61,7 @@ func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
 // NewLocal returns the groups of n goroutine ranks of one process, sharing
 // one area in ordinary memory.
 func NewLocal(n int, o Options) ([]*Group, error) {
-	o, err := o.resolve()
+	o, err := o.resolve(n)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func secretHash(secret []byte) [16]byte {
 // area. The file is unlinked once every rank has mapped it: nothing is left
 // behind, whatever happens later.
 func Join(ctx context.Context, cfg Config) (*Group, error) {
-	o, err := cfg.Options.resolve()
+	o, err := cfg.Options.resolve(cfg.Ranks)
 	if err != nil {
 		return nil, err
 	}
