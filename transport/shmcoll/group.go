@@ -400,8 +400,11 @@ func (g *Group) buf(kind int, f uint64, nbytes int) []byte {
 // commit publishes what buf returned as chunk f.
 func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
 	l := g.flag(g.rank, kind, f)
-	atomic.StoreUint32(u32(l[flagSig:]), sig)
-	atomic.StoreUint32(u32(l[flagLen:]), uint32(nbytes))
+	// Plain stores: the atomic store of the chunk number below publishes
+	// them (and the data) to a reader that loads it atomically. An atomic
+	// store on amd64 is a locked exchange: one per chunk is enough.
+	*u32(l[flagSig:]) = sig
+	*u32(l[flagLen:]) = uint32(nbytes)
 	atomic.StoreUint64(u64(l[flagSeq:]), f)
 	if g.wake != nil {
 		g.wake.kick()
@@ -440,8 +443,8 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 		}
 		c.arrived()
 	}
-	sig := atomic.LoadUint32(u32(l[flagSig:]))
-	n := int(atomic.LoadUint32(u32(l[flagLen:])))
+	sig := *u32(l[flagSig:])
+	n := int(*u32(l[flagLen:]))
 	if v != f || sig != c.Sig || n != nbytes {
 		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
 	}
