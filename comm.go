@@ -43,6 +43,12 @@ type world struct {
 
 	collectiveClose bool // Close waits for every rank (process jobs)
 
+	// For the shared areas of split communicators (node.go): the job's
+	// secret (process jobs), or the areas that goroutine ranks pass each
+	// other (NewLocal).
+	secret     []byte
+	localAreas *localAreas
+
 	// report tells the launcher of the job's first failure, through the
 	// store (init.go); nil without one.
 	report func(e *Error, worldPeer int)
@@ -385,6 +391,9 @@ func (c *Comm) Abort(reason error) {
 // that no rank leaves while a peer is still finishing its last call.
 func (c *Comm) Close() error {
 	if !c.root {
+		if c.node != nil {
+			return c.node.Close()
+		}
 		return nil
 	}
 	if c.w.collectiveClose && c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
@@ -417,7 +426,8 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	}
 	n := c.splits.Add(1)
 	if color == Undefined {
-		return nil, nil
+		// The others may set up a shared area: take part in its exchange.
+		return nil, c.splitArea(ctx, nil, nil)
 	}
 	type ent struct{ key, rank int }
 	var ents []ent
@@ -443,6 +453,13 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%d/%d/%d", c.id, n, color)
 	sub := newComm(c.w, h.Sum32(), rank, members)
+	parents := make([]int, len(ents))
+	for i, e := range ents {
+		parents[i] = e.rank
+	}
+	if err := c.splitArea(ctx, sub, parents); err != nil {
+		return nil, err
+	}
 	c.w.debugf("info", "split comm %08x color %d: comm %08x, %d ranks, rank %d", c.id, color, sub.id, len(members), rank)
 	return sub, nil
 }

@@ -168,6 +168,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		// Every rank is on this host: the collectives may run through one
 		// shared area (transport/shmcoll). Every rank learns whether every
 		// rank could map it, so that all use it or none.
+		w.secret = info.Secret
 		g, err := shmcoll.Join(ctx, shmcoll.Config{Rank: info.Rank, Ranks: info.Size, Store: store,
 			Key: prefix + "/shmcoll", Secret: info.Secret, Options: shmcoll.Options{Slot: o.SharedSlot}})
 		switch {

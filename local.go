@@ -43,6 +43,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 	}
 	// Goroutine ranks of one host share an area in memory.
 	var groups []*shmcoll.Group
+	areas := &localAreas{m: map[uint32]*localArea{}}
 	if o.LocalHosts == nil {
 		// Goroutine ranks are for tests and experiments, which make many
 		// jobs: small slots unless told otherwise.
@@ -72,6 +73,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		comms[r].root = true
 		if groups != nil {
 			comms[r].node = groups[r]
+			w.localAreas = areas
 		}
 	}
 	return comms, nil

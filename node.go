@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
+	"sync"
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/choice"
@@ -176,4 +178,130 @@ func nodeReducer(d DType, op Op) (shmcoll.Reducer, error) {
 		return *nodeReducers[d][op], nil
 	}
 	return shmcoll.Reducer{}, fmt.Errorf("no reduction of %v by %v", d, op)
+}
+
+// localAreas passes the shared areas of split communicators between the
+// goroutine ranks of a NewLocal job.
+type localAreas struct {
+	mu sync.Mutex
+	m  map[uint32]*localArea
+}
+
+type localArea struct {
+	groups []*shmcoll.Group
+	taken  int
+}
+
+// splitArea gives sub, a communicator split from c (nil on a rank that
+// passed Undefined), a shared area of its own when c has one: every rank of
+// c takes part, since the exchange runs on c. sub's rank 0 makes the area
+// (a file for processes, memory for goroutine ranks) and the others map
+// it; a split communicator whose ranks could not all map it runs its
+// collectives as schedules. parents[i] is the rank in c of sub's rank i.
+func (c *Comm) splitArea(ctx context.Context, sub *Comm, parents []int) error {
+	if c.node == nil {
+		return nil
+	}
+	if sub != nil && sub.Size() == 1 {
+		g, err := shmcoll.NewLocal(1, shmcoll.Options{})
+		if err == nil {
+			sub.node = g[0]
+		}
+	}
+	multi := sub != nil && sub.Size() > 1
+	if la := c.w.localAreas; la != nil {
+		if multi && sub.rank == 0 {
+			slot := c.w.opts.SharedSlot
+			if slot == 0 {
+				slot = localSlot
+			}
+			gs, err := shmcoll.NewLocal(sub.Size(), shmcoll.Options{Slot: slot})
+			if err != nil {
+				return &Error{Kind: Internal, Rank: c.rank, Call: "split", Peer: -1, Err: err}
+			}
+			la.mu.Lock()
+			la.m[sub.id] = &localArea{groups: gs}
+			la.mu.Unlock()
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if multi {
+			la.mu.Lock()
+			a := la.m[sub.id]
+			sub.node = a.groups[sub.rank]
+			if a.taken++; a.taken == sub.Size() {
+				delete(la.m, sub.id)
+			}
+			la.mu.Unlock()
+		}
+		return nil
+	}
+	// Processes: sub's rank 0 makes the file and every rank of c learns its
+	// path through c; then every rank says whether it mapped it.
+	const rec = 512
+	mine := make([]byte, rec)
+	var g *shmcoll.Group
+	var path string
+	opts := shmcoll.Options{Slot: c.w.opts.SharedSlot}
+	if multi && sub.rank == 0 {
+		var err error
+		if g, path, err = shmcoll.Make("", sub.Size(), opts, c.w.secret); err != nil {
+			copy(mine, "err "+err.Error())
+		} else {
+			copy(mine, "ok "+path)
+		}
+	}
+	fail := func(err error) error {
+		if g != nil {
+			g.Close()
+		}
+		if path != "" {
+			shmcoll.Unlink(path)
+		}
+		return err
+	}
+	all := make([]byte, rec*c.Size())
+	if err := c.Allgather(ctx, mine, all); err != nil {
+		return fail(err)
+	}
+	status := []byte{0}
+	if multi {
+		status[0] = 1
+		r0 := all[parents[0]*rec : (parents[0]+1)*rec]
+		r0 = r0[:max(0, strings.IndexByte(string(r0), 0))]
+		switch {
+		case sub.rank == 0:
+			if g == nil {
+				status[0] = 2
+			}
+		case strings.HasPrefix(string(r0), "ok "):
+			var err error
+			if g, err = shmcoll.Open(string(r0[3:]), sub.rank, sub.Size(), opts, c.w.secret); err != nil {
+				status[0] = 2
+				c.w.debugf("info", "split comm %08x: mapping the shared area: %v", sub.id, err)
+			}
+		default:
+			status[0] = 2
+		}
+	}
+	every := make([]byte, c.Size())
+	if err := c.Allgather(ctx, status, every); err != nil {
+		return fail(err)
+	}
+	if !multi {
+		return nil
+	}
+	if path != "" {
+		shmcoll.Unlink(path)
+		path = ""
+	}
+	for _, p := range parents {
+		if every[p] != 1 {
+			c.w.debugf("info", "split comm %08x: no shared area (rank %d of the parent could not map it): collectives run as schedules", sub.id, p)
+			return fail(nil)
+		}
+	}
+	sub.node = g
+	return nil
 }

@@ -3,6 +3,7 @@ package braid_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,39 @@ func TestShmTimeoutNamesPeer(t *testing.T) {
 	}
 	for _, c := range comms {
 		c.Close()
+	}
+}
+
+// TestShmSplit: communicators split from one with a shared area get areas
+// of their own, and their collectives through them are right.
+func TestShmSplit(t *testing.T) {
+	errs := onRanks(t, 6, nil, func(c *braid.Comm) error {
+		ctx := context.Background()
+		color := c.Rank() % 2
+		if c.Rank() == 5 {
+			color = braid.Undefined
+		}
+		sub, err := c.Split(ctx, color, 0)
+		if err != nil || sub == nil {
+			return err
+		}
+		defer sub.Close()
+		if a, why, err := sub.Explain("allreduce", 2, braid.Float32, 0); err != nil || a != "shm" {
+			return fmt.Errorf("split of %d ranks: allreduce of 8 bytes runs %s (%s, %v), want shm", sub.Size(), a, why, err)
+		}
+		v := []float64{float64(c.Rank())}
+		if err := sub.Allreduce(ctx, v, v, braid.Sum); err != nil {
+			return err
+		}
+		want := map[int]float64{0: 0 + 2 + 4, 1: 1 + 3}[color]
+		if v[0] != want {
+			return fmt.Errorf("color %d: allreduce gave %v, want %v", color, v[0], want)
+		}
+		return sub.Barrier(ctx)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -395,7 +396,18 @@ func loadTable(path string) (*plan.Table, error) {
 	if err == nil {
 		err = choice.CheckTable(t)
 	}
+	if err == nil && t.Machine != (plan.Machine{}) {
+		if here := ThisMachine(); t.Machine != here {
+			err = fmt.Errorf("tuning table %s was measured on a machine with %v, this one has %v: run braid tune here", path, t.Machine, here)
+		}
+	}
 	return t, err
+}
+
+// ThisMachine returns what a tuning table records of this machine.
+func ThisMachine() plan.Machine {
+	nodes, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
+	return plan.Machine{Cores: runtime.NumCPU(), NUMA: max(1, len(nodes))}
 }
 
 // model returns the link figures the planner costs algorithms with.

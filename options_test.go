@@ -2,6 +2,7 @@ package braid
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,5 +221,30 @@ func TestValidate(t *testing.T) {
 	t.Setenv("BRAID_ALGO", "")
 	if err := (*Options)(nil).Validate(); err != nil {
 		t.Errorf("Validate(nil): %v", err)
+	}
+}
+
+// TestTableOtherMachine: a tuning table measured on another machine (its
+// machine line) is refused when named, and ignored aloud when cached; one
+// measured here is taken.
+func TestTableOtherMachine(t *testing.T) {
+	dir := t.TempDir()
+	here := ThisMachine()
+	other := plan.Machine{Cores: here.Cores + 1, NUMA: here.NUMA}
+	write := func(name string, m plan.Machine) string {
+		p := filepath.Join(dir, name)
+		body := fmt.Sprintf("machine cores=%d numa=%d\nallreduce ranks=* hosts=* size=0- ring\n", m.Cores, m.NUMA)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	none := func(string) string { return "" }
+	if _, err := (&Options{Tuning: write("here.txt", here)}).resolve(none); err != nil {
+		t.Errorf("a table from this machine: %v", err)
+	}
+	_, err := (&Options{Tuning: write("other.txt", other)}).resolve(none)
+	if err == nil || !strings.Contains(err.Error(), "was measured on a machine with "+other.String()) || !strings.Contains(err.Error(), "run braid tune here") {
+		t.Errorf("a table from another machine: %v, want an error naming both machines", err)
 	}
 }

@@ -269,3 +269,25 @@ func TestMIAD(t *testing.T) {
 		m.Observe(float64(s))
 	}
 }
+
+// TestTableMachine: the machine line round-trips and is checked.
+func TestTableMachine(t *testing.T) {
+	in := "machine cores=16 numa=2\nallreduce ranks=* hosts=* size=0- ring\n"
+	tb, err := plan.ParseTable(strings.NewReader(in), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Machine != (plan.Machine{Cores: 16, NUMA: 2}) {
+		t.Errorf("machine %+v", tb.Machine)
+	}
+	var sb strings.Builder
+	tb.WriteTo(&sb)
+	if sb.String() != in {
+		t.Errorf("written back as %q, want %q", sb.String(), in)
+	}
+	for _, bad := range []string{"machine cores=0 numa=1", "machine cores=4", "machine cores=4 numa=1 x=2", "machine cores=4 sockets=1", "machine cores=4 numa=1\nmachine cores=4 numa=1"} {
+		if _, err := plan.ParseTable(strings.NewReader(bad+"\n"), "t"); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

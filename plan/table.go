@@ -21,6 +21,7 @@ import (
 // reads. The format is text, one entry per line:
 //
 //	# comments start with #
+//	machine cores=16 numa=1
 //	link intra alpha=1.1us beta=8.2GB/s
 //	link inter alpha=25us beta=1.2GB/s
 //	gamma 10.5GB/s
@@ -40,10 +41,26 @@ import (
 // FILE:LINE). This package reads the syntax only: whether the algorithms
 // exist, and take the parameters given, is checked where the algorithms
 // are known (Init and NewLocal check every table they load).
+//
+// The machine line says where braid tune measured the table: its logical
+// cores and NUMA nodes. Init and NewLocal refuse a table measured on
+// another machine (a cached one is ignored with a warning), since its
+// choices and link figures belong to that machine.
 type Table struct {
 	Source  string      // where it was read from, for log messages
 	Model   *cost.Model // measured link figures; nil if the file has none
+	Machine Machine     // zero if the file has no machine line
 	Entries []Entry
+}
+
+// Machine is what a tuning table records of the machine it was measured on.
+type Machine struct {
+	Cores int // logical CPUs
+	NUMA  int // NUMA nodes
+}
+
+func (m Machine) String() string {
+	return fmt.Sprintf("%d cores and %d NUMA node%s", m.Cores, m.NUMA, map[bool]string{true: "s"}[m.NUMA != 1])
 }
 
 // Entry is one line of a table.
@@ -132,6 +149,31 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 	haveGamma, any := false, false
 	err := textfile.Records(r, "tuning table", name, func(line int, f []string) error {
 		switch f[0] {
+		case "machine":
+			if t.Machine != (Machine{}) {
+				return fmt.Errorf("machine given twice")
+			}
+			if len(f) != 3 {
+				return fmt.Errorf("want \"machine cores=N numa=N\", got %q", strings.Join(f, " "))
+			}
+			for _, kv := range f[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 {
+					return fmt.Errorf("machine %s: want a count ≥ 1", kv)
+				}
+				switch k {
+				case "cores":
+					t.Machine.Cores = n
+				case "numa":
+					t.Machine.NUMA = n
+				default:
+					return fmt.Errorf("unknown machine field %q (want cores= and numa=)", k)
+				}
+			}
+			if t.Machine.Cores == 0 || t.Machine.NUMA == 0 {
+				return fmt.Errorf("want \"machine cores=N numa=N\", got %q", strings.Join(f, " "))
+			}
 		case "link":
 			if len(f) != 4 {
 				return fmt.Errorf("want \"link CLASS alpha=T beta=B\", got %q", strings.Join(f, " "))
@@ -267,6 +309,9 @@ func parseEntry(f []string) (Entry, error) {
 // WriteTo writes t in the file format.
 func (t *Table) WriteTo(w io.Writer) (int64, error) {
 	var b bytes.Buffer
+	if t.Machine != (Machine{}) {
+		fmt.Fprintf(&b, "machine cores=%d numa=%d\n", t.Machine.Cores, t.Machine.NUMA)
+	}
 	if t.Model != nil {
 		for _, c := range cost.Classes() {
 			l := t.Model.Links[c]

@@ -16,6 +16,7 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/bench"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/plan"
@@ -227,7 +228,7 @@ func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, rep
 		return err
 	}
 	defer c.Close()
-	t := &plan.Table{}
+	t := &plan.Table{Machine: braid.ThisMachine()}
 	m, err := measureLinks(ctx, c)
 	if err != nil {
 		return err
@@ -299,6 +300,11 @@ func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, rep
 // algorithm, and for those with parameters, variants of them.
 func tuneRuns(coll sched.Collective, n int) []string {
 	var runs []string
+	if choice.SharedRuns(coll) {
+		// The host's shared area (where the ranks share one; elsewhere
+		// its rows fail and are left out).
+		runs = append(runs, choice.Shared)
+	}
 	for _, a := range algo.ForCollective(coll) {
 		runs = append(runs, a.Name())
 		t, ok := a.(algo.Tuner)

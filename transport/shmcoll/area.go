@@ -193,15 +193,7 @@ func Join(ctx context.Context, cfg Config) (*Group, error) {
 			bo.Idle(ctx.Done())
 		}
 	}
-	bs := BlockSize(o.Slot)
-	blocks := make([][]byte, n)
-	for q := range blocks {
-		off := headerSize + q*bs
-		blocks[q] = mem[off : off+bs : off+bs]
-	}
-	g := newGroup(cfg.Rank, n, o, blocks)
-	g.release = func() error { return unix.Munmap(mem) }
-	return g, nil
+	return mapped(mem, cfg.Rank, n, o), nil
 }
 
 // create makes, sizes (with its pages allocated, so that a full /dev/shm
@@ -280,4 +272,60 @@ func unmap(mem []byte, path string) {
 	if mem != nil {
 		unix.Munmap(mem)
 	}
+}
+
+// Make creates the area of a group of n ranks as a file in dir ("" means
+// /dev/shm) and returns rank 0's handle and the file's path, which the
+// other ranks pass to Open. The caller unlinks the file (Unlink) once every
+// rank has opened it. Join does all of this through a store; Make and Open
+// are for callers that exchange the path themselves (a communicator split
+// from one whose ranks share the host).
+func Make(dir string, n int, o Options, secret []byte) (*Group, string, error) {
+	o, err := o.resolve(n)
+	if err != nil {
+		return nil, "", err
+	}
+	if n < 1 || n > maxRanks {
+		return nil, "", fmt.Errorf("shmcoll: %d ranks: want 1 to %d", n, maxRanks)
+	}
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	mem, path, err := create(dir, headerSize+n*BlockSize(o.Slot), n, o.Slot, secret)
+	if err != nil {
+		return nil, "", err
+	}
+	return mapped(mem, 0, n, o), path, nil
+}
+
+// Open maps the area that Make created at path, as rank rank of n.
+func Open(path string, rank, n int, o Options, secret []byte) (*Group, error) {
+	o, err := o.resolve(n)
+	if err != nil {
+		return nil, err
+	}
+	if rank < 0 || rank >= n || n > maxRanks {
+		return nil, fmt.Errorf("shmcoll: rank %d of %d: want 0 ≤ rank < ranks ≤ %d", rank, n, maxRanks)
+	}
+	mem, err := open(path, headerSize+n*BlockSize(o.Slot), n, o.Slot, secret)
+	if err != nil {
+		return nil, err
+	}
+	return mapped(mem, rank, n, o), nil
+}
+
+// Unlink removes the file of an area that every rank has opened.
+func Unlink(path string) error { return unix.Unlink(path) }
+
+// mapped returns the group of rank over an area mapped at mem.
+func mapped(mem []byte, rank, n int, o Options) *Group {
+	bs := BlockSize(o.Slot)
+	blocks := make([][]byte, n)
+	for q := range blocks {
+		off := headerSize + q*bs
+		blocks[q] = mem[off : off+bs : off+bs]
+	}
+	g := newGroup(rank, n, o, blocks)
+	g.release = func() error { return unix.Munmap(mem) }
+	return g
 }
