@@ -161,7 +161,7 @@ func tuneCmd(args []string) error {
 		}
 		parts = append(parts, t)
 	}
-	t := &plan.Table{Model: parts[0].Model}
+	t := &plan.Table{Model: parts[0].Model, Machine: parts[0].Machine}
 	for _, p := range parts {
 		t.Entries = append(t.Entries, p.Entries...)
 	}

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -49,5 +55,29 @@ func TestTableEntries(t *testing.T) {
 	}
 	if got := tuneRuns(sched.Bcast, 4); !slices.Contains(got, "chain:seg=256K") || !slices.Contains(got, "knomial:k=3") || !slices.Contains(got, "binomial") {
 		t.Errorf("tuneRuns(bcast, 4) = %v: want parameter variants", got)
+	}
+}
+
+// TestTuneWritesMachine runs a small braid tune and checks that its table
+// records this machine, names the shared area where it won, and is taken
+// by a job here.
+func TestTuneWritesMachine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs braid tune")
+	}
+	out := filepath.Join(t.TempDir(), "t.txt")
+	if o, err := run(t, 120*time.Second, nil, "tune", "-n", "2", "--colls", "allreduce", "--max-size", "64", "--budget", "2ms", "--out", out); err != nil {
+		t.Fatalf("braid tune: %v\n%s", err, o)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	here := braid.ThisMachine()
+	if want := fmt.Sprintf("machine cores=%d numa=%d\n", here.Cores, here.NUMA); !strings.Contains(string(b), want) {
+		t.Errorf("table lacks %q:\n%s", want, b)
+	}
+	if o, err := run(t, 60*time.Second, []string{"BRAID_TUNING=" + out}, "run", "-n", "2", "--", braidBin(), "bench", "allreduce", "--max-size", "64", "--iters", "2", "--check"); err != nil {
+		t.Errorf("a job with the table from this machine: %v\n%s", err, o)
 	}
 }
