@@ -74,7 +74,7 @@ type Recorder struct {
 	last  *stat   // the last call's entry: training loops repeat one call
 	peers map[int]*PeerStats
 
-	events  []event
+	events  eventList
 	stride  uint64 // the trace keeps calls whose number is a multiple of stride
 	ended   uint64 // calls and waits offered to the trace
 	closed  bool
@@ -270,25 +270,60 @@ func (r *Recorder) offer(e event) {
 	if n%r.stride != 0 {
 		return
 	}
-	if r.events == nil {
-		r.events = make([]event, 0, 1024)
-	}
-	if len(r.events) == MaxEvents {
+	if r.events.n == MaxEvents {
 		// Events were kept at multiples of stride; keep those at
 		// multiples of 2·stride.
-		k := 0
-		for i := 0; i < len(r.events); i += 2 {
-			r.events[k] = r.events[i]
-			k++
-		}
-		clear(r.events[k:])
-		r.events = r.events[:k]
+		r.events.halve()
 		r.stride *= 2
 		if n%r.stride != 0 {
 			return
 		}
 	}
-	r.events = append(r.events, e)
+	r.events.add(e)
+}
+
+// eventList holds events in blocks, so that it grows without copying;
+// blocks emptied by halve are kept for reuse.
+type eventList struct {
+	blocks [][]event
+	n      int
+}
+
+const blockEvents = 4096
+
+func (l *eventList) add(e event) {
+	b := l.n / blockEvents
+	if b == len(l.blocks) {
+		l.blocks = append(l.blocks, make([]event, 0, blockEvents))
+	}
+	l.blocks[b] = append(l.blocks[b], e)
+	l.n++
+}
+
+func (l *eventList) at(i int) *event { return &l.blocks[i/blockEvents][i%blockEvents] }
+
+// halve keeps the events at even positions.
+func (l *eventList) halve() {
+	k := 0
+	for i := 0; i < l.n; i += 2 {
+		*l.at(k) = *l.at(i)
+		k++
+	}
+	for b := range l.blocks {
+		keep := min(max(k-b*blockEvents, 0), blockEvents)
+		clear(l.blocks[b][keep:])
+		l.blocks[b] = l.blocks[b][:keep]
+	}
+	l.n = k
+}
+
+// list returns a copy of the events in order.
+func (l *eventList) list() []event {
+	out := make([]event, 0, l.n)
+	for _, b := range l.blocks {
+		out = append(out, b...)
+	}
+	return out
 }
 
 // Path returns the prefix of the recorder's files.
@@ -367,7 +402,7 @@ func (r *Recorder) summary(wall int64) *Summary {
 		s.P2P = append(s.P2P, *p)
 	}
 	sortPeers(s.P2P)
-	s.Trace = TraceInfo{File: base(r.path) + "." + itoa(r.rank) + ".trace.json", Events: len(r.events),
+	s.Trace = TraceInfo{File: base(r.path) + "." + itoa(r.rank) + ".trace.json", Events: r.events.n,
 		Offered: r.ended, Stride: r.stride, BaseNS: r.base.UnixNano()}
 	return s
 }

@@ -44,7 +44,7 @@ const (
 // that no lane holds events that overlap without nesting.
 func writeTrace(path string, r *Recorder, baseNS int64) error {
 	r.mu.Lock()
-	evs := slices.Clone(r.events)
+	evs := r.events.list()
 	stride, offered := r.stride, r.ended
 	r.mu.Unlock()
 	slices.SortStableFunc(evs, func(a, b event) int {
