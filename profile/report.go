@@ -79,7 +79,7 @@ func RankFiles(path string) ([]string, error) {
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s: neither a profile nor the prefix of one: %w", path, err)
+		return nil, notFound{fmt.Sprintf("%s: neither a profile nor the prefix of one: %v", path, err)}
 	}
 	type rf struct {
 		rank int
@@ -96,7 +96,7 @@ func RankFiles(path string) ([]string, error) {
 		}
 	}
 	if len(found) == 0 {
-		return nil, fmt.Errorf("%s: %w: no profile %s nor %s.RANK files", path, fs.ErrNotExist, path, path)
+		return nil, notFound{fmt.Sprintf("no profile %s nor %s.RANK files", path, path)}
 	}
 	slices.SortFunc(found, func(a, b rf) int { return a.rank - b.rank })
 	out := make([]string, len(found))
@@ -105,6 +105,13 @@ func RankFiles(path string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// notFound is the error of a profile that is not there; it is
+// fs.ErrNotExist.
+type notFound struct{ msg string }
+
+func (e notFound) Error() string { return e.msg }
+func (e notFound) Unwrap() error { return fs.ErrNotExist }
 
 // Label is how a report names a call: the method's name, "iallreduce" for
 // the non-blocking one.
