@@ -71,7 +71,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 func (c *Comm) collective(ctx context.Context, name string, coll sched.Collective, send, recv any, op Op, root int) (err error) {
 	var k call
 	if p := c.w.prof; p != nil {
-		defer c.profCollective(p, &k, p.Now(), &err)
+		defer c.profCollective(p, &k, p.Begin(), &err)
 	}
 	if deviceArgs(send, recv) {
 		// GPU buffers take the device path (device.go).

@@ -24,7 +24,7 @@ func (c *Comm) Recv(ctx context.Context, buf any, peer, tag int) error {
 // sendRecv is a blocking Send or Recv.
 func (c *Comm) sendRecv(ctx context.Context, name string, buf any, peer, tag int, send bool) (err error) {
 	if p := c.w.prof; p != nil {
-		defer c.profP2P(p, name, buf, peer, tag, p.Now(), &err)
+		defer c.profP2P(p, name, buf, peer, tag, p.Begin(), &err)
 	}
 	req, err := c.p2pStart(name, buf, peer, tag, send)
 	if err != nil {

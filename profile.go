@@ -69,14 +69,15 @@ func (w *world) stopProfile() error {
 	return nil
 }
 
-// profCollective records the blocking collective k, which began at t0 and
-// ends now with *errp. Calls whose arguments did not check (k is empty)
-// and calls on device buffers are not recorded.
+// profCollective records the blocking collective k, which began at t0
+// (profile.Untimed for a small call the profiler does not time) and ends
+// now with *errp. Calls whose arguments did not check (k is empty) and
+// calls on device buffers are not recorded.
 func (c *Comm) profCollective(p *profile.Recorder, k *call, t0 int64, errp *error) {
 	if k.name == "" {
 		return
 	}
-	t1 := p.Now()
+	t1 := p.End(t0)
 	cl := c.profCall(k)
 	cl.Start, cl.End, cl.Failed = t0, t1, *errp != nil
 	p.Record(&cl)
@@ -126,7 +127,7 @@ func profAlgo(k *call) string {
 // at t0 and ends now with *errp. Calls whose arguments did not check are
 // not recorded.
 func (c *Comm) profP2P(p *profile.Recorder, name string, buf any, peer, tag int, t0 int64, errp *error) {
-	t1 := p.Now()
+	t1 := p.End(t0)
 	cl, ok := c.profP2PCall(name, buf, peer, tag)
 	if !ok {
 		return

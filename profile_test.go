@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/profile"
@@ -260,5 +261,64 @@ func BenchmarkCallOverheadProfiled(b *testing.B) {
 		if err := comms[0].Allreduce(ctx, v, v, braid.Sum); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkProfileOverhead measures what BRAID_PROFILE costs a 4-rank
+// allreduce: two jobs of goroutine ranks, one profiled, run blocks of calls
+// in turn (so that the machine's other load falls on both alike), and the
+// benchmark reports the profiled job's extra time in percent
+// (overhead-%). docs/PERFORMANCE.md records it.
+func BenchmarkProfileOverhead(b *testing.B) {
+	for _, c := range []struct {
+		name         string
+		bytes, calls int // a block: calls of bytes
+	}{{"8", 8, 400}, {"64K", 64 << 10, 40}, {"1M", 1 << 20, 4}, {"16M", 16 << 20, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			// MIAD off: it settles by timing, and two jobs may settle apart.
+			off, err := braid.NewLocal(4, &braid.Options{Tuning: "none", DisableMIAD: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			on, err := braid.NewLocal(4, &braid.Options{Tuning: "none", DisableMIAD: true, Profile: filepath.Join(b.TempDir(), "p")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bufs := make([][]float32, 4)
+			for r := range bufs {
+				bufs[r] = make([]float32, c.bytes/4)
+			}
+			block := func(comms []*braid.Comm) time.Duration {
+				t0 := time.Now()
+				var wg sync.WaitGroup
+				for r, cm := range comms {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range c.calls {
+							if err := cm.Allreduce(context.Background(), bufs[r], bufs[r], braid.Sum); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				return time.Since(t0)
+			}
+			block(off)
+			block(on)
+			var tOff, tOn time.Duration
+			for b.Loop() {
+				tOff += block(off)
+				tOn += block(on)
+			}
+			b.ReportMetric(100*(tOn.Seconds()/tOff.Seconds()-1), "overhead-%")
+			b.ReportMetric(tOff.Seconds()*1e6/float64(b.N*c.calls), "off-µs/call")
+			b.ReportMetric(tOn.Seconds()*1e6/float64(b.N*c.calls), "on-µs/call")
+			for _, cm := range append(off, on...) {
+				cm.Close()
+			}
+		})
 	}
 }

@@ -26,13 +26,15 @@
 //     Holistic Trace Analysis): one complete event per call, with the
 //     argument names that Kineto gives NCCL's collectives ("Collective
 //     name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
-//     "Seq") and "Algorithm". It keeps every call up to MaxEvents, then an
-//     even sample.
+//     "Seq") and "Algorithm". It keeps every timed call up to MaxEvents,
+//     then an even sample.
 //
 // The summary's counters are exact: every call is counted. Recording costs
 // two clock reads and a short critical section per call (about 0.1 µs;
-// BenchmarkRecord), which is far below 1 % of a call of 1 MiB; a
-// communicator whose recorder is nil pays one pointer test per call.
+// BenchmarkRecord), which is far below 1 % of a call of 1 MiB; small
+// blocking calls, for which it is not, are timed by sampling once a rank
+// has timed SampleAfter of them (see SampleBelow). A communicator whose
+// recorder is nil pays one pointer test per call.
 //
 // Example: a rank records its calls, and braid prof (or Load and
 // WriteText) reports them.

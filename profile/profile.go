@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +59,23 @@ type Call struct {
 // always count every call.
 const MaxEvents = 1 << 16
 
+// Small blocking calls are timed by sampling: once a recorder has timed
+// SampleAfter calls of fewer than SampleBelow bytes, and while the calls it
+// records stay that small, Begin reads the clock for one call in
+// SampleEvery and the others are counted (calls, bytes, bins, algorithms,
+// partners: every counter stays exact) but not timed; their time is
+// estimated from the timed calls of their size bin, and they are not in the
+// trace. Two clock reads cost about 0.1 µs, several percent of a call of a
+// few microseconds; non-blocking calls are always timed.
+const (
+	SampleBelow = 64 << 10
+	SampleAfter = 1024
+	SampleEvery = 16
+)
+
+// Untimed is the start time Begin returns for a call it does not time.
+const Untimed int64 = -1 << 63
+
 // Recorder collects one rank's calls and writes them to files at Close. Its
 // methods may be called from several goroutines at once. A nil *Recorder
 // means profiling is off; the communicator checks for nil before it reads
@@ -79,6 +97,10 @@ type Recorder struct {
 	ended   uint64 // calls and waits offered to the trace
 	closed  bool
 	endTime int64
+
+	small    uint64      // small blocking calls recorded
+	sampling atomic.Bool // Begin times one call in SampleEvery
+	tick     atomic.Uint64
 }
 
 // New returns a recorder for world rank rank of size ranks on host whose
@@ -93,6 +115,24 @@ func New(path string, rank, size int, host string) *Recorder {
 // monotonic clock.
 func (r *Recorder) Now() int64 { return int64(time.Since(r.base)) }
 
+// Begin returns the start of a blocking call: Now, or Untimed while small
+// calls are sampled and this one is not in the sample.
+func (r *Recorder) Begin() int64 {
+	if r.sampling.Load() && r.tick.Add(1)%SampleEvery != 0 {
+		return Untimed
+	}
+	return r.Now()
+}
+
+// End returns the end of a blocking call that began at t0: Now, or Untimed
+// if t0 is.
+func (r *Recorder) End(t0 int64) int64 {
+	if t0 == Untimed {
+		return Untimed
+	}
+	return r.Now()
+}
+
 type statKey struct {
 	name  string
 	kind  Kind
@@ -103,10 +143,11 @@ type statKey struct {
 type stat struct {
 	key      statKey
 	calls    uint64
+	timed    uint64 // successful calls whose time was measured
 	failed   uint64
 	bytes    uint64
-	time     int64 // blocked in Braid: entry to return, or issue and waits
-	span     int64 // entry to return, or issue to completion (successful calls)
+	time     int64 // blocked in Braid: entry to return, or issue and waits (timed calls)
+	span     int64 // entry to return, or issue to completion (timed successful calls)
 	min, max int64 // of span
 	wait     int64
 	waits    uint64
@@ -118,7 +159,17 @@ type stat struct {
 
 type bin struct {
 	calls uint64
-	time  int64
+	timed uint64
+	time  int64 // of the timed calls
+}
+
+// estimate returns the time of all of b's calls, scaled from the timed
+// ones.
+func (b bin) estimate() int64 {
+	if b.timed == 0 || b.timed == b.calls {
+		return b.time
+	}
+	return int64(float64(b.time) * float64(b.calls) / float64(b.timed))
 }
 
 type algoN struct {
@@ -161,7 +212,10 @@ func (r *Recorder) stat(k statKey) *stat {
 }
 
 // Record adds a finished call.
+// A call whose Start is Untimed (Begin did not time it) is counted but not
+// timed or traced.
 func (r *Recorder) Record(c *Call) {
+	timed := c.Start != Untimed
 	d := c.End - c.Start
 	blocked := d
 	if c.Async {
@@ -172,21 +226,24 @@ func (r *Recorder) Record(c *Call) {
 	if r.closed {
 		return
 	}
+	if !c.Async {
+		if c.Bytes < SampleBelow {
+			r.small++
+		}
+		if want := c.Bytes < SampleBelow && r.small > SampleAfter; r.sampling.Load() != want {
+			r.sampling.Store(want)
+		}
+	}
 	s := r.stat(statKey{c.Name, c.Kind, c.Async})
-	s.time += blocked
 	if c.Failed {
 		s.failed++
-		r.trace(c)
+		if timed {
+			s.time += blocked
+			r.trace(c)
+		}
 		return
 	}
-	if s.calls == 0 || d < s.min {
-		s.min = d
-	}
-	if d > s.max {
-		s.max = d
-	}
 	s.calls++
-	s.span += d
 	s.bytes += uint64(max(c.Bytes, 0))
 	n := SizeBin(c.Bytes)
 	h := &s.zero
@@ -194,7 +251,17 @@ func (r *Recorder) Record(c *Call) {
 		h = &s.hist[n]
 	}
 	h.calls++
-	h.time += d
+	if timed {
+		if s.timed == 0 || d < s.min {
+			s.min = d
+		}
+		s.max = max(s.max, d)
+		s.timed++
+		s.time += blocked
+		s.span += d
+		h.timed++
+		h.time += d
+	}
 	if a := s.lastAlgo; a != nil && a.algo == c.Algo && a.bin == n {
 		a.calls++
 	} else {
@@ -214,7 +281,9 @@ func (r *Recorder) Record(c *Call) {
 			p.RecvBytes += uint64(max(c.Bytes, 0))
 		}
 	}
-	r.trace(c)
+	if timed {
+		r.trace(c)
+	}
 }
 
 func (s *stat) countAlgo(algo string, n int) {
@@ -366,17 +435,24 @@ func (r *Recorder) summary(wall int64) *Summary {
 	s := &Summary{Version: Version, Rank: r.rank, Size: r.size, Host: r.host, PID: os.Getpid(),
 		Start: r.base.UTC(), WallUs: us(wall)}
 	var in int64
-	for _, st := range r.order {
-		in += st.time
+	spans := make([]int64, len(r.order)) // estimated over all calls
+	for i, st := range r.order {
+		spans[i] = st.zero.estimate()
+		for _, b := range st.hist {
+			spans[i] += b.estimate()
+		}
+		// Untimed calls are blocking: their time in Braid is their span.
+		in += st.time + spans[i] - st.span
 	}
 	s.BraidUs = us(in)
 	s.Share = share(in, wall)
-	for _, st := range r.order {
+	for i, st := range r.order {
+		t := st.time + spans[i] - st.span
 		c := CallStats{Name: st.key.name, Kind: st.key.kind.String(), Async: st.key.async,
-			Calls: st.calls, Failed: st.failed, Bytes: st.bytes, TimeUs: us(st.time), Share: share(st.time, wall),
+			Calls: st.calls, Timed: st.timed, Failed: st.failed, Bytes: st.bytes, TimeUs: us(t), Share: share(t, wall),
 			MinUs: us(st.min), MaxUs: us(st.max)}
 		if st.calls > 0 {
-			c.MeanUs = us(st.span) / float64(st.calls)
+			c.MeanUs = us(spans[i]) / float64(st.calls)
 		}
 		if st.key.async {
 			ov := 0.0
@@ -385,12 +461,12 @@ func (r *Recorder) summary(wall int64) *Summary {
 			}
 			c.SpanUs, c.WaitUs, c.Waits, c.Overlap = us(st.span), us(st.wait), st.waits, &ov
 		}
-		if st.zero.calls > 0 {
-			c.Hist = append(c.Hist, Bin{Upper: 0, Calls: st.zero.calls, TimeUs: us(st.zero.time)})
+		if b := st.zero; b.calls > 0 {
+			c.Hist = append(c.Hist, Bin{Upper: 0, Calls: b.calls, Timed: b.timed, TimeUs: us(b.estimate())})
 		}
 		for n, b := range st.hist {
 			if b.calls > 0 {
-				c.Hist = append(c.Hist, Bin{Upper: BinUpper(n), Calls: b.calls, TimeUs: us(b.time)})
+				c.Hist = append(c.Hist, Bin{Upper: BinUpper(n), Calls: b.calls, Timed: b.timed, TimeUs: us(b.estimate())})
 			}
 		}
 		for _, a := range st.algos {

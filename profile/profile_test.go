@@ -74,7 +74,7 @@ func TestRecord(t *testing.T) {
 		t.Errorf("allreduce times: time %v min %v max %v mean %v, want 5.5 (failed call included), 0.5, 2, 1.125",
 			ar.TimeUs, ar.MinUs, ar.MaxUs, ar.MeanUs)
 	}
-	wantHist := []profile.Bin{{Upper: 8, Calls: 2, TimeUs: 3}, {Upper: 4096, Calls: 2, TimeUs: 1.5}}
+	wantHist := []profile.Bin{{Upper: 8, Calls: 2, Timed: 2, TimeUs: 3}, {Upper: 4096, Calls: 2, Timed: 2, TimeUs: 1.5}}
 	if !equalJSON(ar.Hist, wantHist) {
 		t.Errorf("allreduce histogram %+v, want %+v", ar.Hist, wantHist)
 	}
@@ -85,7 +85,7 @@ func TestRecord(t *testing.T) {
 	if ar.ArrivalSpreadUs != nil || ar.Overlap != nil {
 		t.Errorf("allreduce: arrival spread %v, overlap %v; want none", ar.ArrivalSpreadUs, ar.Overlap)
 	}
-	if b := s.Calls[1]; b.Name != "barrier" || b.Calls != 1 || !equalJSON(b.Hist, []profile.Bin{{Upper: 0, Calls: 1, TimeUs: 0.1}}) {
+	if b := s.Calls[1]; b.Name != "barrier" || b.Calls != 1 || !equalJSON(b.Hist, []profile.Bin{{Upper: 0, Calls: 1, Timed: 1, TimeUs: 0.1}}) {
 		t.Errorf("barrier: %+v", b)
 	}
 	ia2 := s.Calls[2]
@@ -112,6 +112,45 @@ func equalJSON(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return bytes.Equal(x, y)
+}
+
+// TestSmallCallSampling: after SampleAfter small blocking calls, Begin
+// times one in SampleEvery; every counter stays exact, the time is scaled
+// from the timed calls, and a large call makes Begin time every call again.
+func TestSmallCallSampling(t *testing.T) {
+	r := profile.New(filepath.Join(t.TempDir(), "p"), 0, 2, "h")
+	const n = profile.SampleAfter + 16*100
+	untimed := 0
+	for range n {
+		t0 := r.Begin()
+		if t0 == profile.Untimed {
+			untimed++
+		}
+		c := call("allreduce", 8, "shm", t0, r.End(t0))
+		if t0 != profile.Untimed {
+			c.End = c.Start + 1000 // 1 µs each
+		}
+		r.Record(c)
+	}
+	s := r.Summary()
+	ar := s.Calls[0]
+	if ar.Calls != n || ar.Bytes != 8*n || ar.Hist[0].Calls != n || ar.Algos[0].Calls != n {
+		t.Errorf("counts %+v, want %d calls of 8 B", ar, n)
+	}
+	if untimed < 16*100-100-1 || untimed > 16*100 || ar.Timed != uint64(n-untimed) || s.Trace.Offered != ar.Timed {
+		t.Errorf("%d calls untimed, %d timed, %d traced; want about 15 in 16 of the %d after the first %d", untimed, ar.Timed, s.Trace.Offered, n-profile.SampleAfter, profile.SampleAfter)
+	}
+	if math.Abs(ar.TimeUs-n) > 1e-6 || math.Abs(ar.MeanUs-1) > 1e-9 || math.Abs(ar.Hist[0].TimeUs-n) > 1e-6 {
+		t.Errorf("time %v µs, mean %v, bin %v: want %d µs estimated, 1 µs per call", ar.TimeUs, ar.MeanUs, ar.Hist[0].TimeUs, n)
+	}
+	big := call("allreduce", 1<<20, "ring", 0, 0)
+	big.Start, big.End = r.Begin(), r.End(0)
+	r.Record(big)
+	for i := range 2 * profile.SampleEvery {
+		if r.Begin() == profile.Untimed {
+			t.Fatalf("call %d after a large one untimed", i)
+		}
+	}
 }
 
 // TestTraceSampling: beyond MaxEvents the trace keeps an even sample, every
@@ -301,6 +340,21 @@ func BenchmarkRecord(b *testing.B) {
 	for b.Loop() {
 		c.Start = r.Now()
 		c.End = r.Now()
+		r.Record(c)
+	}
+}
+
+// BenchmarkRecordSampled is the cost per small call once they are sampled:
+// Begin, End and Record, the clock read for one call in SampleEvery.
+func BenchmarkRecordSampled(b *testing.B) {
+	r := profile.New(filepath.Join(b.TempDir(), "p"), 0, 4, "h")
+	c := call("allreduce", 8, "shm", 0, 0)
+	for range profile.SampleAfter + 1 {
+		r.Record(c)
+	}
+	for b.Loop() {
+		c.Start = r.Begin()
+		c.End = r.End(c.Start)
 		r.Record(c)
 	}
 }

@@ -43,13 +43,15 @@ type CallStats struct {
 	Kind   string  `json:"kind"`   // "collective" or "p2p"
 	Async  bool    `json:"async"`  // the non-blocking method (IAllreduce, ISend, ...)
 	Calls  uint64  `json:"calls"`  // calls that returned without error
+	Timed  uint64  `json:"timed"`  // of them, those whose time was measured (see SampleBelow); the others' is estimated
 	Failed uint64  `json:"failed"` // calls that returned an error
 	Bytes  uint64  `json:"bytes"`  // the sum of the successful calls' sizes
 	TimeUs float64 `json:"time_us"`
 	Share  float64 `json:"share"` // TimeUs / the rank's wall time
 
 	// The time of one successful call, entry to return (a non-blocking
-	// call: issue to completion).
+	// call: issue to completion): the mean over all calls (estimated where
+	// some were not timed), the least and the most of the timed ones.
 	MeanUs float64 `json:"mean_us"`
 	MinUs  float64 `json:"min_us"`
 	MaxUs  float64 `json:"max_us"`
@@ -77,7 +79,8 @@ type CallStats struct {
 type Bin struct {
 	Upper  int64   `json:"upper_bytes"`
 	Calls  uint64  `json:"calls"`
-	TimeUs float64 `json:"time_us"` // their time, entry to return
+	Timed  uint64  `json:"timed"`   // of them, those whose time was measured
+	TimeUs float64 `json:"time_us"` // their time, entry to return (scaled from the timed ones)
 }
 
 // AlgoCount is how many calls of a size bin ran an algorithm.
@@ -100,7 +103,7 @@ type PeerStats struct {
 type TraceInfo struct {
 	File    string `json:"file"`    // its name, beside the summary
 	Events  int    `json:"events"`  // events it holds
-	Offered uint64 `json:"offered"` // calls and waits that ended; the trace keeps every Stride-th
+	Offered uint64 `json:"offered"` // timed calls and waits that ended; the trace keeps every Stride-th
 	Stride  uint64 `json:"stride"`
 	BaseNS  int64  `json:"base_ns"` // Unix time of the trace's ts 0, in ns
 }
