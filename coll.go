@@ -28,6 +28,10 @@ type call struct {
 	out  []byte
 	d    DType
 	op   Op
+
+	// What ran, for the profiler: set by runIssued.
+	algo string
+	seq  uint32
 }
 
 type planKey struct {
@@ -324,6 +328,7 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 // runIssued executes an issued call, and the MIAD agreement it carries.
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.p.Segment, k.p.Radix = r.seg, r.radix
+	k.algo, k.seq = r.pl.algo, r.seq
 	if r.ticket != 0 {
 		return c.runNode(ctx, k, r)
 	}

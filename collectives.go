@@ -68,13 +68,16 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	return c.collective(ctx, "barrier", sched.Barrier, nil, nil, 0, 0)
 }
 
-func (c *Comm) collective(ctx context.Context, name string, coll sched.Collective, send, recv any, op Op, root int) error {
+func (c *Comm) collective(ctx context.Context, name string, coll sched.Collective, send, recv any, op Op, root int) (err error) {
+	var k call
+	if p := c.w.prof; p != nil {
+		defer c.profCollective(p, &k, p.Begin(), &err)
+	}
 	if deviceArgs(send, recv) {
 		// GPU buffers take the device path (device.go).
 		return c.deviceCall(ctx, name, coll, send, recv, op, root)
 	}
-	k, err := c.prepare(name, coll, send, recv, op, root)
-	if err != nil {
+	if k, err = c.prepare(name, coll, send, recv, op, root); err != nil {
 		return err
 	}
 	return c.runCall(ctx, &k)
@@ -85,18 +88,28 @@ type Request struct {
 	done chan struct{}
 	err  error
 	once sync.Once
+	prof *profOp // the profiler's record of the call; nil when off
 }
 
 func newRequest() *Request { return &Request{done: make(chan struct{})} }
 
 func (r *Request) finish(err error) {
-	r.once.Do(func() { r.err = err; close(r.done) })
+	r.once.Do(func() {
+		if r.prof != nil {
+			r.prof.done(err)
+		}
+		r.err = err
+		close(r.done)
+	})
 }
 
 // Wait blocks until the call completes and returns its error. A ctx that
 // ends first makes Wait return ctx's error; the call itself goes on until
 // its own deadline.
 func (r *Request) Wait(ctx context.Context) error {
+	if o := r.prof; o != nil {
+		defer o.waited(r, o.rec.Now())
+	}
 	select {
 	case <-r.done:
 		return r.err
@@ -118,7 +131,7 @@ func (r *Request) Test() (bool, error) {
 // icollective checks the arguments now, takes the call's place in the
 // communicator's order now, and runs it in the background.
 func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collective, send, recv any, op Op, root int) *Request {
-	r := newRequest()
+	r := c.newRequest(name)
 	k, err := c.prepare(name, coll, send, recv, op, root)
 	if err != nil {
 		r.finish(err)
@@ -137,6 +150,7 @@ func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collecti
 		r.finish(e)
 		return r
 	}
+	r.prof.issued(&k)
 	go func() { r.finish(c.runIssued(ctx, &k, run)) }()
 	return r
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/plan"
+	"github.com/braid-ccl/braid/profile"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/shmcoll"
@@ -52,6 +53,8 @@ type world struct {
 	// report tells the launcher of the job's first failure, through the
 	// store (init.go); nil without one.
 	report func(e *Error, worldPeer int)
+
+	prof *profile.Recorder // BRAID_PROFILE's recorder (profile.go); nil when off
 }
 
 // setSpin chooses how long waiters poll: long while every local rank has a
@@ -396,6 +399,7 @@ func (c *Comm) Close() error {
 		}
 		return nil
 	}
+	perr := c.w.stopProfile()
 	if c.w.collectiveClose && c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
 		d := min(c.w.opts.Timeout, 10*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -404,7 +408,10 @@ func (c *Comm) Close() error {
 		}
 		cancel()
 	}
-	return c.w.close()
+	if err := c.w.close(); perr == nil {
+		return err
+	}
+	return perr
 }
 
 // Undefined is the color that excludes a rank from Split.

@@ -46,6 +46,7 @@ func Init(ctx context.Context, opts *Options) (*Comm, error) {
 	if err != nil {
 		return nil, classify(info.Rank, "init", err)
 	}
+	c.w.startProfile()
 	return c, nil
 }
 

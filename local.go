@@ -71,6 +71,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		}
 		comms[r] = newComm(w, 1, r, identity(n))
 		comms[r].root = true
+		w.startProfile()
 		if groups != nil {
 			comms[r].node = groups[r]
 			w.localAreas = areas

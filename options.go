@@ -149,6 +149,16 @@ type Options struct {
 	// shmcoll.SlotFor(the ranks on the host): 1 MiB up to 8 ranks, then
 	// less, so that the area stays within 32 MiB.
 	SharedSlot int
+
+	// Profile is the prefix of the profiler's files: each rank records its
+	// calls (counts, bytes, time and its share of the run, size histograms,
+	// overlap of non-blocking calls, point-to-point partners, algorithms)
+	// and writes PREFIX.RANK (JSON) and PREFIX.RANK.trace.json (a Chrome
+	// trace) when the communicator from Init or NewLocal closes; braid prof
+	// merges the ranks' files. Package profile describes them.
+	// BRAID_PROFILE. Empty profiles nothing. The directory must exist and
+	// be writable; a value such as "1" or "on" is InvalidArgument.
+	Profile string
 }
 
 // DefaultTimeout is the timeout of a call when neither the context nor
@@ -263,6 +273,12 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 				return r, fmt.Errorf("BRAID_TOPO: %v", err)
 			}
 			r.Topology = t
+		}
+	}
+	src = from("Profile", "BRAID_PROFILE", &r.Profile)
+	if r.Profile != "" {
+		if err := checkProfile(r.Profile); err != nil {
+			return r, fmt.Errorf("%s=%q: %v", src, r.Profile, err)
 		}
 	}
 	r.Devices = slices.Clone(r.Devices)

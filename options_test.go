@@ -143,6 +143,24 @@ func TestResolveKnobs(t *testing.T) {
 			}
 		}},
 		{name: "topo unknown", env: map[string]string{"BRAID_TOPO": "dgx9"}, want: []string{`BRAID_TOPO: "dgx9" is neither a preset`, "dgx1-v100"}},
+
+		// BRAID_PROFILE and Options.Profile.
+		{name: "profile", env: map[string]string{"BRAID_PROFILE": filepath.Join(dir, "prof")}, check: func(t *testing.T, o Options) {
+			if o.Profile != filepath.Join(dir, "prof") {
+				t.Errorf("profile %q", o.Profile)
+			}
+		}},
+		{name: "profile field wins", env: map[string]string{"BRAID_PROFILE": "1"}, opts: Options{Profile: filepath.Join(dir, "p")}},
+		{name: "profile on", env: map[string]string{"BRAID_PROFILE": "1"},
+			want: []string{`BRAID_PROFILE="1": want the prefix of the files to write`, "PREFIX.RANK.trace.json"}},
+		{name: "profile no directory", env: map[string]string{"BRAID_PROFILE": filepath.Join(dir, "nosuch", "p")},
+			want: []string{`BRAID_PROFILE="` + filepath.Join(dir, "nosuch", "p") + `": directory ` + filepath.Join(dir, "nosuch") + ": no such file or directory"}},
+		{name: "profile a directory", opts: Options{Profile: dir},
+			want: []string{`Options.Profile="` + dir + `": is a directory`}},
+		{name: "profile trailing slash", env: map[string]string{"BRAID_PROFILE": dir + "/"},
+			want: []string{`BRAID_PROFILE="` + dir + `/": want a file prefix, not a directory`}},
+		{name: "profile in a file", env: map[string]string{"BRAID_PROFILE": filepath.Join(goodTable, "p")},
+			want: []string{`BRAID_PROFILE=`, goodTable + " is not a directory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"BRAID_TUNING": "none"}

@@ -13,20 +13,24 @@ import (
 // Send sends buf to rank peer with tag and returns when the transport has
 // taken the data (which may be before the peer received it).
 func (c *Comm) Send(ctx context.Context, buf any, peer, tag int) error {
-	req, err := c.p2pStart("send", buf, peer, tag, true)
-	if err != nil {
-		return err
-	}
-	return c.p2pWait(ctx, "send", req)
+	return c.sendRecv(ctx, "send", buf, peer, tag, true)
 }
 
 // Recv receives the next message from rank peer with tag into buf.
 func (c *Comm) Recv(ctx context.Context, buf any, peer, tag int) error {
-	req, err := c.p2pStart("recv", buf, peer, tag, false)
+	return c.sendRecv(ctx, "recv", buf, peer, tag, false)
+}
+
+// sendRecv is a blocking Send or Recv.
+func (c *Comm) sendRecv(ctx context.Context, name string, buf any, peer, tag int, send bool) (err error) {
+	if p := c.w.prof; p != nil {
+		defer c.profP2P(p, name, buf, peer, tag, p.Begin(), &err)
+	}
+	req, err := c.p2pStart(name, buf, peer, tag, send)
 	if err != nil {
 		return err
 	}
-	return c.p2pWait(ctx, "recv", req)
+	return c.p2pWait(ctx, name, req)
 }
 
 // ISend starts Send and returns at once; buf must not change until the
@@ -42,12 +46,13 @@ func (c *Comm) IRecv(ctx context.Context, buf any, peer, tag int) *Request {
 
 // p2p starts a send or receive and waits for it in the background.
 func (c *Comm) p2p(ctx context.Context, name string, buf any, peer, tag int, send bool) *Request {
-	r := newRequest()
+	r := c.newRequest(name)
 	req, err := c.p2pStart(name, buf, peer, tag, send)
 	if err != nil {
 		r.finish(err)
 		return r
 	}
+	r.prof.issuedP2P(buf, peer, tag)
 	go func() { r.finish(c.p2pWait(ctx, name, req)) }()
 	return r
 }

@@ -31,7 +31,7 @@ func quiet(t *testing.T, f func() error) error {
 func TestBadArguments(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "nosuch")
-	cmds := map[string]func([]string) error{"bench": benchCmd, "run": runCmd, "tune": tuneCmd, "topo": topoCmd, "sim": simCmd}
+	cmds := map[string]func([]string) error{"bench": benchCmd, "run": runCmd, "tune": tuneCmd, "topo": topoCmd, "sim": simCmd, "prof": profCmd}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -101,6 +101,13 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"sim", "--topo", "dgx1-v100", "--links", "nv"}, `sim: --links "nv"`},
 		{[]string{"sim", "--topo", "dgx1-v100", "--timeline", filepath.Join(missing, "t.svg")}, "sim: --timeline " + filepath.Join(missing, "t.svg") + ": cannot write in"},
 		{[]string{"sim", "--topo", "dgx1-v100", "extra"}, "sim: unexpected argument extra"},
+
+		{[]string{"prof"}, "prof: which profile?"},
+		{[]string{"prof", filepath.Join(missing, "p")}, "prof: " + filepath.Join(missing, "p") + ": neither a profile nor the prefix of one"},
+		{[]string{"prof", filepath.Join(dir, "x")}, "prof: no profile " + filepath.Join(dir, "x") + " nor " + filepath.Join(dir, "x") + ".RANK files"},
+		{[]string{"prof", "p", "--hist", filepath.Join(dir, "h.pdf")}, "prof: --hist " + filepath.Join(dir, "h.pdf") + ": want a .png or .svg file"},
+		{[]string{"prof", "p", "--share", filepath.Join(missing, "s.png")}, "prof: --share " + filepath.Join(missing, "s.png") + ": cannot write in"},
+		{[]string{"prof", "p", "--trace", filepath.Join(missing, "t.json")}, "prof: --trace " + filepath.Join(missing, "t.json") + ": cannot write in"},
 	} {
 		err := quiet(t, func() error { return cmds[tc.args[0]](tc.args[1:]) })
 		var ue usageError
@@ -113,7 +120,7 @@ func TestBadArguments(t *testing.T) {
 // TestHelp: -h and --help of every subcommand print the usage and exit 0
 // (they exited 2 with "flag: help requested").
 func TestHelp(t *testing.T) {
-	for _, sub := range [][]string{{"run"}, {"bench"}, {"bench", "--device", "cuda"}, {"tune"}, {"tune", "--device", "cuda"}, {"topo"}, {"sim"}} {
+	for _, sub := range [][]string{{"run"}, {"bench"}, {"bench", "--device", "cuda"}, {"tune"}, {"tune", "--device", "cuda"}, {"topo"}, {"sim"}, {"prof"}} {
 		for _, h := range []string{"-h", "--help"} {
 			args := append(append([]string{}, sub...), h)
 			out, err := run(t, 30*time.Second, nil, args...)
@@ -144,7 +151,7 @@ func TestHelpListsEnvironment(t *testing.T) {
 			t.Errorf("braid help does not list %s", v[1])
 		}
 	}
-	for _, v := range []string{"BRAID_HOST", "BRAID_SHM_CMA", "BRAID_GPU_", "BRAID_TIMEOUT"} {
+	for _, v := range []string{"BRAID_HOST", "BRAID_SHM_CMA", "BRAID_GPU_", "BRAID_TIMEOUT", "BRAID_PROFILE"} {
 		if !strings.Contains(out, v) {
 			t.Errorf("braid help does not list %s", v)
 		}
@@ -154,7 +161,7 @@ func TestHelpListsEnvironment(t *testing.T) {
 // TestEnvironmentCheckedBeforeLaunch: with -n, a bad knob is reported once,
 // by the launching process, before any rank starts.
 func TestEnvironmentCheckedBeforeLaunch(t *testing.T) {
-	for _, env := range []string{"BRAID_ALGO=rign", "BRAID_TIMEOUT=0", "BRAID_TRANSPORT=udp"} {
+	for _, env := range []string{"BRAID_ALGO=rign", "BRAID_TIMEOUT=0", "BRAID_TRANSPORT=udp", "BRAID_PROFILE=1"} {
 		out, err := run(t, 30*time.Second, []string{env}, "bench", "-n", "2", "allreduce", "--max-size", "8")
 		name, _, _ := strings.Cut(env, "=")
 		if err == nil || !strings.Contains(out, name) || strings.Count(out, name) != 1 || strings.Contains(out, "rank 0 exited") {

@@ -1,8 +1,8 @@
 // Command braid is Braid's one binary: it launches local jobs (run),
 // benchmarks collectives (bench), tunes the planner for this machine
-// (tune), shows topologies and the trees packed on them (topo), and
-// simulates algorithms on them (sim). braid help lists the environment
-// variables.
+// (tune), shows topologies and the trees packed on them (topo),
+// simulates algorithms on them (sim), and merges the ranks' profiles that
+// BRAID_PROFILE writes (prof). braid help lists the environment variables.
 //
 //	braid run -n 4 -- braid bench allreduce --check
 //	braid bench -n 4 allreduce --check      (the same: bench launches itself)
@@ -22,6 +22,7 @@ usage:
   braid tune [-n 2,4] [flags]                    measure every algorithm here and write a tuning table
   braid topo [--topo PRESET|FILE] [flags]        show a topology, or the spanning trees packed on it (--plan)
   braid sim --topo PRESET|FILE --coll C [flags]  simulate algorithms on a topology; --sweep: trees vs rings on a DGX-1
+  braid prof FILE... [flags]                     merge the ranks' profiles (BRAID_PROFILE=FILE): tables, plots, one trace
   braid version
 
 Collectives: allreduce, reduce, bcast, allgather, reducescatter, gather,
@@ -44,6 +45,10 @@ that names the variable):
   BRAID_TIMEOUT    deadline of a call without one in its context: a duration (30s,
                    5m) or seconds, positive (default 30s); a dead peer is reported at once
   BRAID_DEBUG      info: plans and their reasons; trace: also every call
+  BRAID_PROFILE    FILE: every rank records its calls (counts, bytes, time share,
+                   size histograms, overlap, partners, algorithms) and writes
+                   FILE.RANK and the Chrome trace FILE.RANK.trace.json at Close;
+                   braid prof FILE merges them
   BRAID_HOST       host identity override (ranks with equal host use shared memory;
                    default: the host name and a hash of the boot id, namespaces
                    and /dev/shm's device)
@@ -86,6 +91,8 @@ func main() {
 		err = topoCmd(os.Args[2:])
 	case "sim":
 		err = simCmd(os.Args[2:])
+	case "prof":
+		err = profCmd(os.Args[2:])
 	case "version", "--version", "-v":
 		fmt.Println("braid", version)
 	case "help", "-h", "--help":
