@@ -28,6 +28,7 @@ type call struct {
 	out  []byte
 	d    DType
 	op   Op
+	sig  uint32 // chained signature (check.go), set when issued
 }
 
 type planKey struct {
@@ -63,8 +64,10 @@ type planned struct {
 // schedule up, the second is timed.
 const trialCalls = 2
 
-// signature summarises a call's arguments; every message of the call
-// carries it, and a receiver that expected another one reports Mismatch.
+// signature summarises a call's arguments. callSig adds the algorithm
+// and the check mode, and the communicator chains the result with the
+// earlier calls' into the signature every message of the call carries
+// (check.go); a receiver that expected another one reports Mismatch.
 func signature(p sched.Params, d DType, op Op) uint32 {
 	if !p.Coll.Reduces() {
 		op = 0
@@ -240,7 +243,8 @@ func (c *Comm) issue(k *call) (run, error) {
 		return run{}, err
 	}
 	if !pl.adapting.Load() {
-		return run{pl: pl, prog: pl.prog.Load(), seq: c.seq.Add(1), seg: pl.p.Segment, radix: pl.p.Radix}, nil
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix))
+		return run{pl: pl, prog: pl.prog.Load(), seq: seq, sig: sig, seg: pl.p.Segment, radix: pl.p.Radix}, nil
 	}
 	pl.mu.Lock()
 	for pl.pending != nil {
@@ -251,19 +255,20 @@ func (c *Comm) issue(k *call) (run, error) {
 	}
 	defer pl.mu.Unlock()
 	r := run{pl: pl, prog: pl.prog.Load(), seg: pl.p.Segment, radix: pl.p.Radix}
+	sig := c.callSig(k, pl.algo, r.seg, r.radix)
 	if pl.miad == nil || pl.miad.Done() {
-		r.seq = c.seq.Add(1)
+		r.seq, r.sig = c.chk.next(sig)
 		return r, nil
 	}
 	pl.calls++
 	if pl.calls < trialCalls {
-		r.seq = c.seq.Add(1)
+		r.seq, r.sig = c.chk.next(sig)
 		return r, nil
 	}
 	pl.calls = 0
 	pl.pending = make(chan struct{})
 	r.trial = true
-	r.seq = c.seq.Add(2) - 1
+	r.seq, r.sig, r.agreeSig = c.chk.next2(sig, c.agreeSig())
 	return r, nil
 }
 
@@ -273,6 +278,8 @@ type run struct {
 	prog  *sched.Program
 	seq   uint32
 	trial bool // the call ends a MIAD trial; seq+1 is the trial's agreement
+
+	sig, agreeSig uint32 // chained signatures of seq and seq+1 (check.go)
 
 	// The program's tuning parameters: they enter the call's signature,
 	// so that ranks that planned differently report Mismatch.
@@ -295,7 +302,7 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 
 // runIssued executes an issued call, and the MIAD agreement it carries.
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
-	k.p.Segment, k.p.Radix = r.seg, r.radix
+	k.p.Segment, k.p.Radix, k.sig = r.seg, r.radix, r.sig
 	if !r.trial {
 		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)
 	}
@@ -315,7 +322,7 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	// time, with a fixed 8-byte allreduce.
 	t := []float64{time.Since(t0).Seconds()}
 	agree := call{name: "allreduce (MIAD agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1},
-		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max}
+		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig}
 	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
 		pl.adapting.Store(false)
 		return err
@@ -365,20 +372,17 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 			rerr = e
 		}
 	}()
-	sig := signature(k.p, k.d, k.op)
-	if peer, other, bad := c.w.begin(c.id, seq, sig); bad {
-		c.w.end(c.id, seq)
-		e := &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: peer,
-			Err: fmt.Errorf("call %d: world rank %d sent a message for other arguments (signature %08x, here %08x): the ranks called with different counts, dtypes, ops, roots or collectives", seq, peer, other, sig)}
-		c.w.fail(e)
-		return e
+	if err := c.beginCall(ctx, k, algoName, seq); err != nil {
+		return err
 	}
 	defer c.w.end(c.id, seq)
 	env := exec.Env{
-		Conn: c.connFn,
-		Tag:  transport.Tag{Comm: c.id, Seq: seq, Sig: sig},
-		Fail: c.errFn,
-		Spin: c.w.spin,
+		Conn:       c.connFn,
+		Tag:        transport.Tag{Comm: c.id, Seq: seq, Sig: k.sig},
+		Fail:       c.errFn,
+		Spin:       c.w.spin,
+		Stall:      c.chk.stallFn,
+		StallAfter: c.w.stallAfter(),
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		// The executor starts this clock in its slow path, which is

@@ -49,6 +49,15 @@ type Options struct {
 	// communicator. BRAID_TIMEOUT (a Go duration or seconds); default 30 s.
 	Timeout time.Duration
 
+	// Check chooses how ranks that disagree about a call are found: ""
+	// (or "default") compares the signature every message carries, so
+	// that a disagreement is reported by the next call at the latest;
+	// "strict" (CheckStrict) also agrees on every call's arguments before
+	// any of its data moves, so that the call itself reports it, naming
+	// each rank's call. See "Disagreeing ranks" in the package
+	// documentation. BRAID_CHECK.
+	Check string
+
 	// Debug is "", "info" (log the topology and each new plan with its
 	// reason, from rank 0) or "trace" (also every call, from every rank).
 	// BRAID_DEBUG.
@@ -133,6 +142,17 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	}
 	if r.Timeout <= 0 {
 		r.Timeout = DefaultTimeout
+	}
+	if r.Check == "" {
+		r.Check = getenv("BRAID_CHECK")
+	}
+	switch strings.ToLower(r.Check) {
+	case "", "default":
+		r.Check = ""
+	case CheckStrict:
+		r.Check = CheckStrict
+	default:
+		return r, fmt.Errorf("BRAID_CHECK=%q (or Options.Check): want default or %s", r.Check, CheckStrict)
 	}
 	if r.Debug == "" {
 		r.Debug = getenv("BRAID_DEBUG")
