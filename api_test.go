@@ -568,6 +568,7 @@ func TestBadOptions(t *testing.T) {
 		{Transport: "carrier-pigeon"},
 		{Debug: "verbose"},
 		{Algo: "nosuchcoll=ring"},
+		{Check: "strcit"},
 	} {
 		comms, err := braid.NewLocal(2, &o)
 		if braid.KindOf(err) != braid.InvalidArgument || comms != nil {
@@ -580,7 +581,7 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 	// Valid spellings are accepted.
-	for _, o := range []braid.Options{{Transport: "inproc"}, {Debug: "none"}, {Debug: "INFO", Log: &syncBuffer{}}} {
+	for _, o := range []braid.Options{{Transport: "inproc"}, {Debug: "none"}, {Debug: "INFO", Log: &syncBuffer{}}, {Check: "STRICT"}, {Check: "default"}} {
 		comms, err := braid.NewLocal(1, &o)
 		if err != nil {
 			t.Errorf("NewLocal with %+v: %v", o, err)

@@ -32,6 +32,7 @@ type call struct {
 	// What ran, for the profiler: set by runIssued.
 	algo string
 	seq  uint32
+	sig  uint32 // chained signature (check.go), set when issued
 }
 
 type planKey struct {
@@ -67,8 +68,10 @@ type planned struct {
 // schedule up, the second is timed.
 const trialCalls = 2
 
-// signature summarises a call's arguments; every message of the call
-// carries it, and a receiver that expected another one reports Mismatch.
+// signature summarises a call's arguments. callSig adds the algorithm
+// and the check mode, and the communicator chains the result with the
+// earlier calls' into the signature every message of the call carries
+// (check.go); a receiver that expected another one reports Mismatch.
 func signature(p sched.Params, d DType, op Op) uint32 {
 	if !p.Coll.Reduces() {
 		op = 0
@@ -266,12 +269,14 @@ func (c *Comm) issue(k *call) (run, error) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
 		c.nodeMu.Lock()
-		r := run{pl: pl, seq: c.seq.Add(1), ticket: c.node.Ticket()}
+		seq, sig := c.chk.next(c.callSig(k, nodeAlgo, 0, 0))
+		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
 		c.nodeMu.Unlock()
 		return r, nil
 	}
 	if !pl.adapting.Load() {
-		return run{pl: pl, prog: pl.prog.Load(), seq: c.seq.Add(1), seg: pl.p.Segment, radix: pl.p.Radix}, nil
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix))
+		return run{pl: pl, prog: pl.prog.Load(), seq: seq, sig: sig, seg: pl.p.Segment, radix: pl.p.Radix}, nil
 	}
 	pl.mu.Lock()
 	for pl.pending != nil {
@@ -282,19 +287,20 @@ func (c *Comm) issue(k *call) (run, error) {
 	}
 	defer pl.mu.Unlock()
 	r := run{pl: pl, prog: pl.prog.Load(), seg: pl.p.Segment, radix: pl.p.Radix}
+	sig := c.callSig(k, pl.algo, r.seg, r.radix)
 	if pl.miad == nil || pl.miad.Done() {
-		r.seq = c.seq.Add(1)
+		r.seq, r.sig = c.chk.next(sig)
 		return r, nil
 	}
 	pl.calls++
 	if pl.calls < trialCalls {
-		r.seq = c.seq.Add(1)
+		r.seq, r.sig = c.chk.next(sig)
 		return r, nil
 	}
 	pl.calls = 0
 	pl.pending = make(chan struct{})
 	r.trial = true
-	r.seq = c.seq.Add(2) - 1
+	r.seq, r.sig, r.agreeSig = c.chk.next2(sig, c.agreeSig())
 	return r, nil
 }
 
@@ -305,6 +311,8 @@ type run struct {
 	seq    uint32
 	trial  bool   // the call ends a MIAD trial; seq+1 is the trial's agreement
 	ticket uint64 // the call's turn in the shared area (nodeAlgo)
+
+	sig, agreeSig uint32 // chained signatures of seq and seq+1 (check.go)
 
 	// The program's tuning parameters: they enter the call's signature,
 	// so that ranks that planned differently report Mismatch.
@@ -327,7 +335,7 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 
 // runIssued executes an issued call, and the MIAD agreement it carries.
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
-	k.p.Segment, k.p.Radix = r.seg, r.radix
+	k.p.Segment, k.p.Radix, k.sig = r.seg, r.radix, r.sig
 	k.algo, k.seq = r.pl.algo, r.seq
 	if r.ticket != 0 {
 		return c.runNode(ctx, k, r)
@@ -351,7 +359,7 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	// time, with a fixed 8-byte allreduce.
 	t := []float64{time.Since(t0).Seconds()}
 	agree := call{name: "allreduce (MIAD agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1},
-		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max}
+		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig}
 	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
 		pl.adapting.Store(false)
 		return err
@@ -401,20 +409,17 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 			rerr = e
 		}
 	}()
-	sig := signature(k.p, k.d, k.op)
-	if peer, other, bad := c.w.begin(c.id, seq, sig); bad {
-		c.w.end(c.id, seq)
-		e := &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: peer,
-			Err: fmt.Errorf("call %d: world rank %d sent a message for other arguments (signature %08x, here %08x): the ranks called with different counts, dtypes, ops, roots or collectives", seq, peer, other, sig)}
-		c.w.fail(e)
-		return e
+	if err := c.beginCall(ctx, k, algoName, seq); err != nil {
+		return err
 	}
 	defer c.w.end(c.id, seq)
 	env := exec.Env{
-		Conn: c.connFn,
-		Tag:  transport.Tag{Comm: c.id, Seq: seq, Sig: sig},
-		Fail: c.errFn,
-		Spin: c.w.spin,
+		Conn:       c.connFn,
+		Tag:        transport.Tag{Comm: c.id, Seq: seq, Sig: k.sig},
+		Fail:       c.errFn,
+		Spin:       c.w.spin,
+		Stall:      c.chk.stallFn,
+		StallAfter: c.w.stallAfter(),
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		// The executor starts this clock in its slow path, which is

@@ -35,9 +35,10 @@ type world struct {
 	opts       Options
 	logger     *log.Logger
 
-	failure atomic.Pointer[Error]
-	closed  atomic.Bool
-	once    sync.Once
+	failure  atomic.Pointer[Error]
+	closed   atomic.Bool
+	once     sync.Once
+	aborting sync.WaitGroup // aborts started by failAsync
 
 	sigs sigTable
 	spin time.Duration // how long waiters poll before yielding
@@ -67,82 +68,6 @@ func (w *world) setSpin(localRanks int) {
 	}
 }
 
-// sigTable notices ranks that disagree about a call even when none of
-// their messages is matched: every message carries its call's signature,
-// and a message for a call this rank is making (or makes later) with
-// another signature proves a mismatch.
-type sigTable struct {
-	mu     sync.Mutex
-	active []sigEntry // this rank's calls in flight (usually one)
-	seen   []sigEntry // unexpected messages for calls not begun yet
-}
-
-type sigEntry struct {
-	comm, seq, sig uint32
-	peer           int
-}
-
-func find(list []sigEntry, comm, seq uint32) int {
-	for i := range list {
-		if list[i].comm == comm && list[i].seq == seq {
-			return i
-		}
-	}
-	return -1
-}
-
-func remove(list []sigEntry, i int) []sigEntry {
-	list[i] = list[len(list)-1]
-	return list[:len(list)-1]
-}
-
-// begin registers this rank's call and reports a message already seen for
-// it with another signature.
-func (w *world) begin(comm, seq, sig uint32) (peer int, other uint32, bad bool) {
-	t := &w.sigs
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.active = append(t.active, sigEntry{comm, seq, sig, -1})
-	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
-		return t.seen[i].peer, t.seen[i].sig, true
-	}
-	return 0, 0, false
-}
-
-func (w *world) end(comm, seq uint32) {
-	t := &w.sigs
-	t.mu.Lock()
-	if i := find(t.active, comm, seq); i >= 0 {
-		t.active = remove(t.active, i)
-	}
-	for i := find(t.seen, comm, seq); i >= 0; i = find(t.seen, comm, seq) {
-		t.seen = remove(t.seen, i)
-	}
-	t.mu.Unlock()
-}
-
-// unexpected is the transports' callback for a message that arrived before
-// its receive was posted.
-func (w *world) unexpected(peer int, tag transport.Tag) {
-	if tag.Step&transport.P2PBit != 0 {
-		return
-	}
-	t := &w.sigs
-	t.mu.Lock()
-	var sig uint32
-	i := find(t.active, tag.Comm, tag.Seq)
-	if i >= 0 {
-		sig = t.active[i].sig
-	} else if find(t.seen, tag.Comm, tag.Seq) < 0 {
-		t.seen = append(t.seen, sigEntry{tag.Comm, tag.Seq, tag.Sig, peer})
-	}
-	t.mu.Unlock()
-	if i >= 0 && sig != tag.Sig {
-		w.fail(&Error{Kind: Mismatch, Rank: w.rank, Call: "transport", Peer: peer,
-			Err: fmt.Errorf("call %d of comm %08x: rank %d sent a message for other arguments (signature %08x, here %08x): the ranks called with different counts, dtypes, ops, roots or collectives", tag.Seq, tag.Comm, peer, tag.Sig, sig)})
-	}
-}
-
 // fail records the job's first failure and tells every peer (through the
 // transports' Abort) so that their pending calls end too.
 //
@@ -156,12 +81,17 @@ func (w *world) failPeer(e *Error, worldPeer int) {
 		w.report(e, worldPeer) // before the peers hear of it
 	}
 	if w.failure.CompareAndSwap(nil, e) {
-		reason := fmt.Errorf("braid-abort kind=%d peer=%d from=%d: %v", e.Kind, worldPeer, w.rank, e)
-		for _, m := range w.meshes {
-			m.Abort(reason)
-		}
-		w.debugf("info", "communicator failed: %v", e)
+		w.abortMeshes(e, worldPeer)
 	}
+}
+
+// abortMeshes tells every peer that the job failed with e.
+func (w *world) abortMeshes(e *Error, worldPeer int) {
+	reason := fmt.Errorf("braid-abort kind=%d peer=%d from=%d: %v", e.Kind, worldPeer, w.rank, e)
+	for _, m := range w.meshes {
+		m.Abort(reason)
+	}
+	w.debugf("info", "communicator failed: %v", e)
 }
 
 var abortToken = regexp.MustCompile(`braid-abort kind=(\d+) peer=(-?\d+) from=(\d+)`)
@@ -177,23 +107,36 @@ func (w *world) lost(peer int, err error) {
 	kind := PeerLost
 	if errors.Is(err, transport.ErrAborted) {
 		kind = Aborted
-		// The innermost token names the first cause.
-		if m := abortToken.FindAllStringSubmatch(err.Error(), -1); len(m) > 0 {
-			last := m[len(m)-1]
-			k, _ := strconv.Atoi(last[1])
-			p, _ := strconv.Atoi(last[2])
-			from, _ := strconv.Atoi(last[3])
-			switch ErrorKind(k) {
+		if k, p, from, ok := abortCause(err); ok {
+			switch k {
 			case PeerLost, Mismatch:
-				kind = ErrorKind(k)
+				kind = k
 				if p >= 0 {
 					err = fmt.Errorf("world rank %d reported %v with world rank %d first: %w", from, kind, p, err)
 					peer = p
 				}
+			case Timeout:
+				w.timedOut(from, p, err)
+				return
 			}
 		}
 	}
 	w.fail(&Error{Kind: kind, Rank: w.rank, Call: "transport", Peer: peer, Err: err})
+}
+
+// abortCause returns the kind and world ranks (the one concerned and the
+// one that reported it) of the innermost abort token in err, which names
+// the first cause.
+func abortCause(err error) (kind ErrorKind, peer, from int, ok bool) {
+	m := abortToken.FindAllStringSubmatch(err.Error(), -1)
+	if len(m) == 0 {
+		return 0, 0, 0, false
+	}
+	last := m[len(m)-1]
+	k, _ := strconv.Atoi(last[1])
+	peer, _ = strconv.Atoi(last[2])
+	from, _ = strconv.Atoi(last[3])
+	return ErrorKind(k), peer, from, true
 }
 
 func (w *world) err() error {
@@ -213,6 +156,7 @@ func (w *world) debugf(level, format string, args ...any) {
 func (w *world) close() error {
 	var first error
 	w.once.Do(func() {
+		w.aborting.Wait() // the peers hear why before the connections close
 		w.closed.Store(true)
 		for _, m := range w.meshes {
 			if err := m.Close(); err != nil && first == nil {
@@ -241,7 +185,7 @@ type Comm struct {
 	layout  *sched.Layout // hosts (and NUMA nodes) of the members, for the planner
 	force   algoForce
 
-	seq    atomic.Uint32
+	chk    commCheck // sequence numbers and signatures (check.go)
 	splits atomic.Uint32
 
 	mu    sync.Mutex
@@ -270,6 +214,7 @@ func newComm(w *world, id uint32, rank int, members []int) *Comm {
 		plans: map[planKey]*planned{}, p2pSend: map[[2]int]uint32{}, p2pRecv: map[[2]int]uint32{}}
 	c.force, _ = parseAlgo(w.opts.Algo)
 	c.connFn, c.errFn = c.conn, w.err
+	c.chk.stallFn = c.stall
 	me := w.hosts[members[rank]]
 	hosts := map[string]bool{}
 	for i, wr := range members {
@@ -359,8 +304,23 @@ func (c *Comm) deadline(ctx context.Context) (context.Context, context.CancelFun
 // failWith classifies err, records it as the job's failure and returns it.
 func (c *Comm) failWith(call string, err error) *Error {
 	e := classify(c.rank, call, err)
-	if e.Kind == Timeout {
-		e.Err = fmt.Errorf("no progress within the timeout (%v; set BRAID_TIMEOUT or a context deadline): %w", c.w.opts.Timeout, e.Err)
+	var be *Error
+	own := !errors.As(err, &be) // from the executor or a transport, not a recorded failure
+	if own && e.Kind == Timeout {
+		e.Err = fmt.Errorf("%s%w", c.waitedFor(err), e.Err)
+		if prior := c.w.failure.Load(); prior != nil {
+			// Another rank's timeout came while this one was held back
+			// (blame.go), or another failure: report that one.
+			e = &Error{Kind: prior.Kind, Rank: c.rank, Call: call, Peer: prior.Peer, Err: prior}
+		}
+	}
+	if own && e.Kind == Aborted && errors.Is(err, transport.ErrAborted) {
+		// The abort's token says why, as the Lost callback would.
+		wp := -1
+		if e.Peer >= 0 && e.Peer < len(c.members) {
+			wp = c.members[e.Peer]
+		}
+		c.w.lost(wp, err)
 	}
 	if prior := c.w.failure.Load(); prior != nil && (e.Kind == Aborted || e.Kind == Internal) {
 		// Report the cause rather than its echo.
@@ -391,7 +351,11 @@ func (c *Comm) Abort(reason error) {
 // Like MPI_Finalize, closing the job's communicator made by Init is
 // collective: it waits
 // (up to ten seconds, or the timeout if shorter) for every rank to close, so
-// that no rank leaves while a peer is still finishing its last call.
+// that no rank leaves while a peer is still finishing its last call. Being
+// a call on every rank, it reports a disagreement that no earlier call
+// reported (see "Disagreeing ranks" in the package documentation). Close
+// returns the job's failure, if the job failed, so that a failure that no
+// call reported is not lost.
 func (c *Comm) Close() error {
 	if !c.root {
 		if c.node != nil {
@@ -400,18 +364,25 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	perr := c.w.stopProfile()
+	var err error
 	if c.w.collectiveClose && c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
 		d := min(c.w.opts.Timeout, 10*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), d)
-		if err := c.Barrier(ctx); err != nil {
+		if err = c.Barrier(ctx); err != nil {
 			c.w.debugf("info", "close: not every rank closed within %v: %v", d, err)
 		}
 		cancel()
 	}
-	if err := c.w.close(); perr == nil {
-		return err
+	if cerr := c.w.close(); err == nil {
+		err = cerr
 	}
-	return perr
+	if f := c.w.failure.Load(); err == nil && f != nil {
+		err = &Error{Kind: f.Kind, Rank: c.rank, Call: "close", Peer: f.Peer, Err: fmt.Errorf("the communicator failed: %w", f)}
+	}
+	if err == nil {
+		err = perr
+	}
+	return err
 }
 
 // Undefined is the color that excludes a rank from Split.

@@ -17,4 +17,63 @@
 // failure; no call hangs on a dead peer or panics across the API. The
 // algorithm of each call is chosen by the planner (package plan) unless
 // BRAID_ALGO or Options.Algo forces one; BRAID_DEBUG=info logs the choices.
+//
+// # Disagreeing ranks
+//
+// Every rank must make the same calls on a communicator, in the same order,
+// with the same collective, count, dtype, op and root (and the same
+// BRAID_ALGO, so that they run the same algorithm with the same segment).
+// Braid reports a disagreement as Mismatch; what each mode of Options.Check
+// (BRAID_CHECK) guarantees:
+//
+// Default mode. Every message of a call carries a 32-bit signature that
+// chains the call's arguments (collective, count, dtype, op, root,
+// algorithm, segment, radix) with those of every earlier call on the
+// communicator, and every rank compares it with its own on every message
+// it receives: matched or not, for a call running here, one not begun yet,
+// or one of the last 64 that ended here. A call that has waited 250 ms (or
+// a quarter of the timeout, if shorter) also sends its signature to each
+// rank it waits for, so that ranks that wait for each other with no message
+// in flight (every rank naming itself the root of a gather) are compared
+// within about that time instead of timing out. Then:
+//
+//   - No call returns success with a result that depends on a rank that
+//     disagreed with this one, on this call or an earlier one: every rank
+//     whose data reach the result checked the signature of the rank it
+//     received them from.
+//   - A disagreement is reported as Mismatch on every rank at the latest
+//     by the first call after it whose result depends on every rank
+//     (allreduce, allgather, reduce-scatter, alltoall, barrier), and by
+//     Close of a communicator made by Init, which is such a call. The rank
+//     that finds it aborts the job, so in practice the others learn it
+//     within microseconds, in whatever call they make.
+//   - Before that, a call whose result does not depend on the rank that
+//     disagreed may succeed, with a correct result: the root of a
+//     broadcast or scatter (its data are its own), a rank of a reduce or
+//     gather that is not the root (it has no result), a broadcast's rank
+//     whose root agreed with it.
+//
+// Signatures are 32-bit hashes: two different calls look alike with
+// probability 2^-32. The cost is a hash and an atomic update per call
+// (about 25 ns) and nothing per message.
+//
+// Strict mode (BRAID_CHECK=strict, Options.Check = CheckStrict), like
+// PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL: before any of a call's data
+// moves, the ranks allgather a 48-byte description of their calls with a
+// fixed algorithm and compare them; a disagreement makes the call itself
+// fail with Mismatch on every rank, and the error names each rank's call,
+// e.g. "ranks 0, 2: bcast root 0 of 64 × float32 via binomial; rank 1:
+// reduce root 0 of 64 × float32 sum via binomial". It costs one more
+// exchange per call: an 8-byte allreduce on 2 local ranks took 1.5 µs
+// instead of 0.57, on 4 ranks (on 2 cores) 11.4 µs instead of 6.4 (braid
+// bench; README "Failures"). Ranks whose modes differ get Mismatch.
+//
+// # Timeouts
+//
+// A call that makes no progress within the timeout (BRAID_TIMEOUT, or its
+// context's deadline) fails with Timeout naming the rank and the step it
+// waited for, and the other ranks' calls fail with a Timeout that names
+// the same rank. When the rank waited for was itself waiting (one rank of a
+// ring hangs, and the others wait for each other), the error names the rank
+// at the end of the chain: the one that does not answer.
 package braid

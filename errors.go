@@ -17,7 +17,9 @@ type ErrorKind uint8
 const (
 	// InvalidArgument: a bad buffer, dtype, op, root or count on this rank.
 	InvalidArgument ErrorKind = iota + 1
-	// Mismatch: ranks called with different counts, dtypes, ops or roots.
+	// Mismatch: ranks called different collectives, or with different
+	// counts, dtypes, ops, roots or algorithms (see "Disagreeing ranks" in
+	// the package documentation).
 	Mismatch
 	// PeerLost: a peer process died or its connection closed.
 	PeerLost

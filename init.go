@@ -132,6 +132,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		m, err := t.Connect(ctx, transport.Config{
 			Self: self, Peers: peers, World: info.Size, Store: store,
 			Prefix: prefix + "/" + t.Name(), Secret: info.Secret, Lost: w.lost,
+			Unexpected: w.unexpected,
 		})
 		if err != nil {
 			return fmt.Errorf("connecting %s to ranks %v: %w", t.Name(), ranksOf(peers), err)

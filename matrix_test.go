@@ -76,6 +76,7 @@ type mcase struct {
 	count   int
 	root    int
 	inPlace bool
+	real    bool // the real-valued pattern (check.FillReal), not small integers
 }
 
 // runCases runs every case, in order, on one local job of n ranks with the
@@ -96,7 +97,11 @@ func runCases(t *testing.T, coll sched.Collective, algoName string, n int, hosts
 	errs := onRanks(t, n, opts, func(c *braid.Comm) error {
 		for _, k := range cases {
 			if err := oneCall(c, coll, k); err != nil {
-				return fmt.Errorf("%v %v count=%d root=%d inplace=%v: %w", k.d, k.op, k.count, k.root, k.inPlace, err)
+				err = fmt.Errorf("%v %v count=%d root=%d inplace=%v real=%v: %w", k.d, k.op, k.count, k.root, k.inPlace, k.real, err)
+				// A wrong result ends the job at once: the other ranks'
+				// next calls fail instead of waiting out the timeout.
+				c.Abort(err)
+				return err
 			}
 		}
 		return nil
@@ -117,12 +122,16 @@ func oneCall(c *braid.Comm, coll sched.Collective, k mcase) error {
 	for i := range out {
 		out[i] = 0xA5
 	}
+	fill, verify := check.Fill, check.Verify
+	if k.real {
+		fill, verify = check.FillReal, check.VerifyReal
+	}
 	if coll == sched.Bcast {
 		if rank == root {
-			check.Fill(d, op, out, rank, 0, salt)
+			fill(d, op, out, rank, 0, salt)
 		}
 	} else {
-		check.Fill(d, op, in, rank, 0, salt)
+		fill(d, op, in, rank, 0, salt)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -131,7 +140,7 @@ func oneCall(c *braid.Comm, coll sched.Collective, k mcase) error {
 	if err != nil {
 		return err
 	}
-	return check.Verify(p, d, op, rank, out[:p.OutLen(rank)*es], salt)
+	return verify(p, d, op, rank, out[:p.OutLen(rank)*es], salt)
 }
 
 func opsFor(coll sched.Collective, d dtype.DType) []dtype.Op {
@@ -163,7 +172,10 @@ func rootsFor(coll sched.Collective, n int) []int {
 //     1000, 65537, 1<<20+3} × roots × in-place and not, with float32 sum
 //     (schedules do not depend on the dtype or op);
 //   - kernels in collectives: every dtype × every op it supports × rank
-//     counts 1–9 × counts {0, 1, 7, 1000}, with every algorithm.
+//     counts 1–9 × counts {0, 1, 7, 1000}, with every algorithm; in place
+//     too for every op of float32 and int32; for the floating-point
+//     reductions also with real values (check.FillReal), within the
+//     tolerance check.RealTolerance states.
 //   - layouts: the algorithms of layoutDependent again on 2–9 ranks over
 //     emulated hosts (matrixLayouts), float32 sum, every count (see
 //     layoutCases for the roots).
@@ -323,13 +335,20 @@ func matrixCases(coll sched.Collective, a algo.Algorithm, n int) []mcase {
 				}
 				for _, op := range ops {
 					for _, inPlace := range []bool{false, true} {
-						// In place: every dtype and op in the full run; the
-						// first op of float32 otherwise (aliasing does not
-						// depend on the dtype).
-						if !full && inPlace && (d != dtype.Float32 || op != ops[0]) {
+						// In place: every op (its last step, avg's
+						// division, may treat an aliased buffer
+						// differently), of float32 and of int32 (the
+						// bitwise ops), every dtype in the full run; at
+						// the large counts float32's first op only.
+						if !full && inPlace && d != dtype.Float32 && d != dtype.Int32 {
 							continue
 						}
 						cases = append(cases, mcase{d: d, op: op, count: count, root: root, inPlace: inPlace})
+					}
+					// Real values, whose sums and products round, for the
+					// floating-point reductions at the small counts.
+					if coll.Reduces() && d.IsFloat() && !large {
+						cases = append(cases, mcase{d: d, op: op, count: count, root: root, real: true})
 					}
 				}
 			}
@@ -355,6 +374,9 @@ func TestMain(m *testing.M) {
 }
 
 func childMain(role string) int {
+	if f := childRoles[role]; f != nil {
+		return f()
+	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return 2
 }

@@ -117,7 +117,18 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 			rerr = e
 		}
 	}()
-	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: signature(k.p, k.d, k.op), Fail: c.errFn, Spin: c.w.spin, Name: k.name}
+	// The call's chained signature (check.go): a reader that finds
+	// another in a peer's flag knows that rank disagreed about this call
+	// or an earlier one. The sequence number is registered as the
+	// schedules' calls do, so that a peer that ran this call as a schedule
+	// is found by its messages; strict mode agrees before the area moves
+	// anything.
+	if err := c.beginCall(ctx, k, nodeAlgo, r.seq); err != nil {
+		c.node.Skip(ctx, r.ticket)
+		return err
+	}
+	defer c.w.end(c.id, r.seq)
+	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name}
 	if _, ok := ctx.Deadline(); !ok {
 		cl.Timeout = c.w.opts.Timeout
 	}

@@ -68,6 +68,15 @@ type Options struct {
 	// there is no "no timeout".
 	Timeout time.Duration
 
+	// Check chooses how ranks that disagree about a call are found: ""
+	// (or "default") compares the signature every message carries, so
+	// that a disagreement is reported by the next call at the latest;
+	// "strict" (CheckStrict) also agrees on every call's arguments before
+	// any of its data moves, so that the call itself reports it, naming
+	// each rank's call. See "Disagreeing ranks" in the package
+	// documentation. BRAID_CHECK.
+	Check string
+
 	// Debug is "" (or "none"), "info" (log the topology and each new plan
 	// with its reason, from rank 0) or "trace" (also every call, from
 	// every rank), in any case. BRAID_DEBUG.
@@ -216,6 +225,17 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 			}
 			r.SharedSlot = int(v)
 		}
+	}
+	if r.Check == "" {
+		r.Check = getenv("BRAID_CHECK")
+	}
+	switch strings.ToLower(r.Check) {
+	case "", "default":
+		r.Check = ""
+	case CheckStrict:
+		r.Check = CheckStrict
+	default:
+		return r, fmt.Errorf("BRAID_CHECK=%q (or Options.Check): want default or %s", r.Check, CheckStrict)
 	}
 	if r.SharedSlot != 0 {
 		if _, err := (shmcoll.Options{Slot: r.SharedSlot}).Check(1); err != nil {

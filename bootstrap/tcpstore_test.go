@@ -273,3 +273,81 @@ func TestTCPStoreServeContext(t *testing.T) {
 	}
 	srv.Close()
 }
+
+// nearMiss returns mac with bit 0 of byte i inverted (i < 0: mac as is).
+func nearMiss(mac []byte, i int) []byte {
+	m := append([]byte(nil), mac...)
+	if i >= 0 {
+		m[i] ^= 1
+	}
+	return m
+}
+
+// TestTCPStoreNearMissClient proves the secret to the store with the right
+// MAC except in one byte (each byte in turn, the last one included): the
+// store must refuse every one, and welcome the exact MAC.
+func TestTCPStoreNearMissClient(t *testing.T) {
+	srv := serve(t, testSecret, func(string, ...any) {})
+	for i := -1; i < macLen; i++ {
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		hello, err := readFrame(br, maxHandshakeFrame)
+		if err != nil || hello.op != opHello {
+			t.Fatalf("hello: %v %v", hello.op, err)
+		}
+		cnonce := make([]byte, nonceLen)
+		auth := append(cnonce, nearMiss(mac(testSecret, "braid-store-client", hello.value, cnonce), i)...)
+		w := &connWriter{c: c}
+		if err := w.write(frame{op: opAuth, value: auth}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := readFrame(br, maxHandshakeFrame)
+		c.Close()
+		switch {
+		case i < 0 && (err != nil || f.op != opWelcome):
+			t.Fatalf("the exact MAC: op %d, %v; want a welcome", f.op, err)
+		case i >= 0 && err == nil && f.op != opErr:
+			t.Errorf("a MAC wrong in byte %d only: the store answered op %d, want a refusal", i, f.op)
+		}
+	}
+}
+
+// TestTCPStoreNearMissServer has an impostor store welcome the client with
+// the right MAC except in one byte (each in turn): the client must refuse
+// every one with ErrAuth, and accept the exact MAC.
+func TestTCPStoreNearMissServer(t *testing.T) {
+	for i := -1; i < macLen; i++ {
+		srv, cli := net.Pipe()
+		go func() {
+			defer srv.Close()
+			snonce := make([]byte, nonceLen)
+			w := &connWriter{c: srv}
+			if w.write(frame{op: opHello, value: snonce}) != nil {
+				return
+			}
+			f, err := readFrame(bufio.NewReader(srv), maxHandshakeFrame)
+			if err != nil {
+				return
+			}
+			cnonce := f.value[:nonceLen]
+			w.write(frame{op: opWelcome, value: nearMiss(mac(testSecret, "braid-store-server", cnonce, snonce), i)})
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := clientHandshake(ctx, cli, "impostor", testSecret)
+		cancel()
+		if s != nil {
+			s.Close()
+		}
+		cli.Close()
+		switch {
+		case i < 0 && err != nil:
+			t.Fatalf("the exact MAC was refused: %v", err)
+		case i >= 0 && !errors.Is(err, transport.ErrAuth):
+			t.Errorf("a MAC wrong in byte %d only: %v, want ErrAuth", i, err)
+		}
+	}
+}

@@ -35,6 +35,14 @@ type Env struct {
 	Timeout time.Duration
 	// Hook, if not nil, is called once at the end of the run.
 	Hook func(prog *sched.Program, err error)
+	// Stall, if not nil, is called from the run's goroutine, once per run,
+	// when the run has waited StallAfter (counted, like Timeout, from its
+	// first slow poll): once for each peer the run waits for, with the
+	// index of the first step that waits for it (pending receives, or
+	// pending sends if no receive is pending), the step, and the run's Tag
+	// with Step set to the step's. It must not block.
+	Stall      func(index int, s *sched.Step, tag transport.Tag)
+	StallAfter time.Duration
 }
 
 // Buffers are the memory and element type of one call.
@@ -45,16 +53,20 @@ type Buffers struct {
 	NRanks  int      // divisor for Op avg
 }
 
-// StepError reports the step at which a run failed.
+// StepError reports the step at which a run failed. A run that ended
+// while it waited (its context or deadline ended, or Env.Fail reported a
+// failure) names the step it was waiting for: its first pending receive,
+// else its first pending send.
 type StepError struct {
 	Rank  int
+	Seq   uint32 // the call's sequence number (Env.Tag.Seq)
 	Index int
 	Step  sched.Step
 	Err   error
 }
 
 func (e *StepError) Error() string {
-	return fmt.Sprintf("rank %d, step %d (%v): %v", e.Rank, e.Index, e.Step, e.Err)
+	return fmt.Sprintf("rank %d, call %d, step %d (%v): %v", e.Rank, e.Seq, e.Index, e.Step, e.Err)
 }
 
 func (e *StepError) Unwrap() error { return e.Err }
@@ -77,6 +89,9 @@ type run struct {
 	kernel reduce.Kernel
 	bo     transport.Backoff
 	polls  int
+
+	stallAt time.Time // when Stall is due; zero before the first slow poll
+	stalled bool
 
 	status  []uint8
 	reqs    []transport.Request
@@ -152,7 +167,7 @@ func (r *run) slice(c sched.Chunk) []byte {
 }
 
 func (r *run) stepErr(i int, e error) error {
-	return &StepError{Rank: r.prog.Rank, Index: i, Step: r.prog.Steps[i], Err: e}
+	return &StepError{Rank: r.prog.Rank, Seq: r.env.Tag.Seq, Index: i, Step: r.prog.Steps[i], Err: e}
 }
 
 // finish completes step i whose request is done.
@@ -192,22 +207,23 @@ func (r *run) progress() error {
 	r.polls++
 	if r.polls&63 == 0 {
 		if e := r.ctx.Err(); e != nil {
-			return e
+			return r.waitErr(e)
 		}
-		if r.env.Timeout > 0 || !r.env.Deadline.IsZero() {
+		if r.env.Timeout > 0 || !r.env.Deadline.IsZero() || r.env.Stall != nil && !r.stalled {
 			now := time.Now()
-			if r.env.Deadline.IsZero() {
+			if r.env.Deadline.IsZero() && r.env.Timeout > 0 {
 				// Timeout counts from the first slow poll: a call that
 				// completes quickly never reads the clock.
 				r.env.Deadline = now.Add(r.env.Timeout)
 			}
-			if now.After(r.env.Deadline) {
-				return context.DeadlineExceeded
+			if !r.env.Deadline.IsZero() && now.After(r.env.Deadline) {
+				return r.waitErr(context.DeadlineExceeded)
 			}
+			r.stall(now)
 		}
 		if r.env.Fail != nil {
 			if e := r.env.Fail(); e != nil {
-				return e
+				return r.waitErr(e)
 			}
 		}
 	}
@@ -217,6 +233,59 @@ func (r *run) progress() error {
 	}
 	r.bo.Idle(ch)
 	return nil
+}
+
+// stall calls Env.Stall for the steps the run waits for once it has
+// waited Env.StallAfter.
+func (r *run) stall(now time.Time) {
+	if r.env.Stall == nil || r.stalled {
+		return
+	}
+	if r.stallAt.IsZero() {
+		r.stallAt = now.Add(r.env.StallAfter)
+		return
+	}
+	if now.Before(r.stallAt) {
+		return
+	}
+	r.stalled = true
+	recv := false
+	for _, i := range r.pending {
+		recv = recv || r.prog.Steps[i].Kind != sched.KindSend
+	}
+	for k, i := range r.pending {
+		s := &r.prog.Steps[i]
+		if recv && s.Kind == sched.KindSend {
+			continue
+		}
+		first := true
+		for _, j := range r.pending[:k] {
+			t := &r.prog.Steps[j]
+			first = first && (t.Peer != s.Peer || recv && t.Kind == sched.KindSend)
+		}
+		if first {
+			tag := r.env.Tag
+			tag.Step = uint32(s.Tag)
+			r.env.Stall(int(i), s, tag)
+		}
+	}
+}
+
+// waitErr returns e, which ended a wait, as a StepError of the step the
+// run was waiting for: its first pending receive, else its first pending
+// step. It returns e itself if nothing is pending.
+func (r *run) waitErr(e error) error {
+	if len(r.pending) == 0 {
+		return e
+	}
+	w := r.pending[0]
+	for _, i := range r.pending {
+		if r.prog.Steps[i].Kind != sched.KindSend {
+			w = i
+			break
+		}
+	}
+	return r.stepErr(int(w), e)
 }
 
 // release returns the run's memory to the pools. After a failure a
@@ -265,6 +334,7 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 	r.tmp = getBuf(prog.TmpLen * es)
 	r.bo = transport.Backoff{Spin: env.Spin}
 	r.polls = 0
+	r.stallAt, r.stalled = time.Time{}, false
 	r.status = resize(r.status, n)
 	r.reqs = resize(r.reqs, n)
 	r.stage = resize(r.stage, n)

@@ -512,3 +512,65 @@ func TestPrefixChain(t *testing.T) {
 		}
 	}
 }
+
+// stuckTwo is a rank-0 program that sends to rank 2 (which takes it at
+// once) and then waits for rank 1 twice: step 2 receives from rank 1,
+// after a first receive from rank 1 (step 1) that nothing matches either.
+func stuckTwo() sched.Program {
+	b := sched.NewBuilder(0)
+	b.Send(2, 0, sched.Chunk{Buf: sched.In, Len: 1})
+	b.Recv(1, 0, sched.Chunk{Buf: sched.Out, Len: 1})
+	b.Recv(1, 1, sched.Chunk{Buf: sched.Out, Off: 1, Len: 1})
+	return b.P
+}
+
+func TestTimeoutNamesWaitedStep(t *testing.T) {
+	// A run that times out says which step it waited for: its first
+	// pending receive, with the call's sequence number.
+	meshes := inproc.NewWorld(3, nil)
+	for _, m := range meshes {
+		defer m.Close()
+	}
+	env := envFor(meshes[0])
+	env.Timeout = 20 * time.Millisecond
+	prog := stuckTwo()
+	err := exec.Run(context.Background(), &prog, env, exec.Buffers{In: f32(1), Out: f32(0, 0), DType: dtype.Float32})
+	var se *exec.StepError
+	if !errors.As(err, &se) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a StepError wrapping context.DeadlineExceeded", err)
+	}
+	if se.Index != 1 || se.Step.Peer != 1 || se.Seq != baseTag.Seq {
+		t.Errorf("StepError %+v: want step 1, a receive from rank 1, call %d", se, baseTag.Seq)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "call 1, step 1") {
+		t.Errorf("message %q does not name the call and step", msg)
+	}
+}
+
+func TestStallNamesPeersOnce(t *testing.T) {
+	// Once the run has waited StallAfter, Stall is called once per peer
+	// waited for (rank 1, whose two receives are pending), with the first
+	// step that waits for it and the step's tag; not for rank 2, whose
+	// send completed.
+	meshes := inproc.NewWorld(3, nil)
+	for _, m := range meshes {
+		defer m.Close()
+	}
+	type call struct {
+		index int
+		peer  int
+		tag   transport.Tag
+	}
+	var calls []call
+	env := envFor(meshes[0])
+	env.Timeout = 200 * time.Millisecond
+	env.StallAfter = 10 * time.Millisecond
+	env.Stall = func(i int, s *sched.Step, tag transport.Tag) { calls = append(calls, call{i, s.Peer, tag}) }
+	prog := stuckTwo()
+	exec.Run(context.Background(), &prog, env, exec.Buffers{In: f32(1), Out: f32(0, 0), DType: dtype.Float32})
+	want := baseTag
+	want.Step = 0
+	if len(calls) != 1 || calls[0].index != 1 || calls[0].peer != 1 || calls[0].tag != want {
+		t.Errorf("Stall calls %+v, want one for step 1 (rank 1) with tag %v", calls, want)
+	}
+}

@@ -318,3 +318,69 @@ func TestBranchAndBound(t *testing.T) {
 		}
 	}
 }
+
+// TestBranchAndBoundRandomCapacities compares the integer program with
+// exhaustive search on packing problems whose capacities are random reals
+// of up to 40 (TestBranchAndBound's are integers up to 5, too small for a
+// solution to exceed one by a fraction of it): the solution must fit every
+// row and be optimal.
+func TestBranchAndBoundRandomCapacities(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for trial := range 400 {
+		m, n := 1+rng.IntN(4), 1+rng.IntN(3)
+		A := make([][]float64, m)
+		b := make([]float64, m)
+		for i := range A {
+			A[i] = make([]float64, n)
+			for j := range A[i] {
+				A[i][j] = float64(rng.IntN(4))
+			}
+			b[i] = 40 * rng.Float64()
+		}
+		for j := range n {
+			A[rng.IntN(m)][j]++
+		}
+		fits := func(x []int) bool {
+			for i := range m {
+				s := 0.0
+				for k := range n {
+					s += A[i][k] * float64(x[k])
+				}
+				if s > b[i]+1e-9 {
+					return false
+				}
+			}
+			return true
+		}
+		// Exhaustive search: every variable uses some row at least once,
+		// so it is at most 40.
+		best := 0
+		x := make([]int, n)
+		var rec func(j int)
+		rec = func(j int) {
+			if j == n {
+				if fits(x) {
+					best = max(best, sum(x))
+				}
+				return
+			}
+			for v := 0; v <= 40; v++ {
+				x[j] = v
+				if !fits(x) {
+					break
+				}
+				rec(j + 1)
+			}
+			x[j] = 0
+		}
+		rec(0)
+		bb := branchAndBound{A: A, b: b, budget: 1 << 20, target: math.MaxInt}
+		got := bb.solve()
+		if !fits(got) {
+			t.Fatalf("trial %d: branch and bound %v exceeds a capacity; A %v b %v", trial, got, A, b)
+		}
+		if sum(got) != best {
+			t.Fatalf("trial %d: branch and bound %v (%d), exhaustive %d; A %v b %v", trial, got, sum(got), best, A, b)
+		}
+	}
+}

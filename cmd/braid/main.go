@@ -44,6 +44,9 @@ that names the variable):
   BRAID_TRANSPORT  shm (default within a host) or tcp (everywhere)
   BRAID_TIMEOUT    deadline of a call without one in its context: a duration (30s,
                    5m) or seconds, positive (default 30s); a dead peer is reported at once
+  BRAID_CHECK      strict: the ranks agree on every call's arguments before its
+                   data move (a disagreement fails the call itself); default: a
+                   disagreement fails by the next call
   BRAID_DEBUG      info: plans and their reasons; trace: also every call
   BRAID_PROFILE    FILE: every rank records its calls (counts, bytes, time share,
                    size histograms, overlap, partners, algorithms) and writes

@@ -11,6 +11,7 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/bench"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -101,7 +102,8 @@ func TestRunAlgos(t *testing.T) {
 		}
 		switch {
 		case name == bench.Auto:
-			if _, err := algo.Lookup(sched.Allreduce, ran.Algo); err != nil {
+			// A schedule, or the ranks' shared area.
+			if err := choice.Check(sched.Allreduce, ran); err != nil {
 				t.Errorf("auto at %d B ran %q: %v", row.Bytes, row.Ran, err)
 			}
 		case name == "segring:seg=64":

@@ -129,17 +129,26 @@ func Expected(p sched.Params, op dtype.Op, rank, j, salt int) float64 {
 		return combine(op, n, j, salt)
 	case sched.ReduceScatter:
 		return combine(op, n, rank*p.Count+j, salt)
+	}
+	return expectedFrom(func(r, i int) float64 { return Value(op, r, i, salt) }, p, rank, j)
+}
+
+// expectedFrom returns element j of rank's output for p, a collective
+// that moves data without reducing it, where element i of rank r's input
+// is in(r, i).
+func expectedFrom(in func(r, i int) float64, p sched.Params, rank, j int) float64 {
+	switch p.Coll {
 	case sched.Bcast:
-		return Value(op, p.Root, j, salt)
+		return in(p.Root, j)
 	case sched.Allgather, sched.Gather:
 		// Block b of the output is rank b's input, whose element k is
-		// Value(b, k): inputs are filled from index 0.
-		return Value(op, j/p.Count, j%p.Count, salt)
+		// in(b, k): inputs are filled from index 0.
+		return in(j/p.Count, j%p.Count)
 	case sched.Scatter:
-		return Value(op, p.Root, rank*p.Count+j, salt)
+		return in(p.Root, rank*p.Count+j)
 	case sched.Alltoall:
 		// Block b of the output came from rank b's block `rank`.
-		return Value(op, j/p.Count, rank*p.Count+j%p.Count, salt)
+		return in(j/p.Count, rank*p.Count+j%p.Count)
 	}
 	return 0
 }

@@ -5,6 +5,12 @@
 // compared bit for bit; only avg, whose division rounds, is compared with a
 // tolerance.
 //
+// The real-valued pattern (FillReal, VerifyReal) uses numbers with every
+// mantissa bit in use, so that sums and products round, and checks
+// reductions within RealTolerance, the bound for any order of evaluation
+// in the dtype's precision. It catches rounding and division bugs that the
+// integers cannot show.
+//
 // Example:
 //
 //	check.Fill(d, op, in, rank, 0, 1)

@@ -149,12 +149,13 @@ func (m *Mesh) Abort(err error) {
 }
 
 // Close fails this rank's pending requests with ErrClosed; peers see the
-// rank as lost.
+// rank as closed (transport.ErrPeerClosed, a clean shutdown, which is also
+// ErrPeerLost for a request that still needed it).
 func (m *Mesh) Close() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
-	m.kill(fmt.Errorf("inproc: rank %d closed: %w", m.rank, transport.ErrPeerLost))
+	m.kill(fmt.Errorf("inproc: rank %d %w", m.rank, transport.ErrPeerClosed))
 	return nil
 }
 

@@ -48,8 +48,10 @@
 // take, since whoever holds it drains the ring for everyone; the send side
 // is under another. A small send that fits in the ring completes at once
 // without allocating; a receive allocates one small request unless its
-// message was already taken out of the ring. Config.Unexpected is called
-// with the receive side's mutex held: it must not use the Conn.
+// message was already taken out of the ring. The watchdog (below) also
+// drains each ring that nobody else is draining, so that a message no
+// receive waits for reaches Config.Unexpected within 50 ms. Config.Unexpected
+// is called with the receive side's mutex held: it must not use the Conn.
 //
 // # Failures
 //

@@ -107,7 +107,10 @@ func (m *mesh) release() error {
 }
 
 // watch checks, every Watchdog period until Close, that each peer's process
-// lives and that the peer neither aborted nor closed.
+// lives and that the peer neither aborted nor closed, and drains the
+// inbound rings that nobody is draining (pollRecv), so that messages no
+// receive waits for reach Config.Unexpected even from a peer whose
+// connection this rank does not poll.
 func (m *mesh) watch() {
 	defer close(m.stopped)
 	t := time.NewTicker(m.opts.Watchdog)
@@ -132,7 +135,9 @@ func (m *mesh) watch() {
 			}
 			if !c.alive() {
 				c.fail(fmt.Errorf("shm: rank %d: peer rank %d (pid %d) died: %w", m.rank, c.peer, c.peerPID, transport.ErrPeerLost), true)
+				continue
 			}
+			c.pollRecv()
 		}
 	}
 }

@@ -266,6 +266,22 @@ func (g *Group) verify(all bool) error {
 	return nil
 }
 
+// Skip gives up the call of ticket without running it (its caller found
+// the call wrong before it began): it waits for the ticket's turn, breaks
+// the group (the other ranks' chunk numbers now run ahead of this one's)
+// and lets the next ticket go.
+func (g *Group) Skip(ctx context.Context, ticket uint64) {
+	for i := 0; g.served.Load() != ticket-1; i++ {
+		if i&63 == 0 && ctx.Err() != nil {
+			break
+		}
+		runtime.Gosched()
+	}
+	e := ErrBroken
+	g.broken.CompareAndSwap(nil, &e)
+	g.served.Store(ticket)
+}
+
 // leave ends the call's turn; a failed call breaks the group.
 func (g *Group) leave(c *Call, err error) error {
 	if err != nil {

@@ -24,6 +24,7 @@ type mesh struct {
 	peers      []*peer // by world rank; nil where not connected
 
 	wg      sync.WaitGroup // readers, writers and abort senders
+	abortWG sync.WaitGroup // abort senders, for Close
 	aborted atomic.Bool
 	closed  atomic.Bool
 	inLost  atomic.Int32 // Lost callbacks running
@@ -363,6 +364,7 @@ func (m *mesh) Abort(err error) {
 		}
 		p.fail(local, false, false)
 		m.wg.Add(1)
+		m.abortWG.Add(1)
 		go p.sendAbort(reason)
 	}
 }
@@ -373,6 +375,7 @@ func (m *mesh) Abort(err error) {
 // (closing a socket with unread data would reset the connection).
 func (p *peer) sendAbort(reason string) {
 	defer p.m.wg.Done()
+	defer p.m.abortWG.Done()
 	for _, s := range p.streams {
 		<-s.wexit
 		if !s.acquireFinal(time.Second) {
@@ -426,6 +429,11 @@ func (s *stream) acquireFinal(d time.Duration) bool {
 func (m *mesh) Close() error {
 	if !m.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	if m.aborted.Load() && m.inLost.Load() == 0 {
+		// Let the abort frames out first: a socket closed before its
+		// last frame tells the peer only that this rank went away.
+		m.abortWG.Wait()
 	}
 	err := fmt.Errorf("tcp: rank %d: mesh %w", m.self, transport.ErrClosed)
 	for _, p := range m.peers {

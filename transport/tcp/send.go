@@ -185,14 +185,29 @@ func (s *stream) releaseKick(kick bool) {
 }
 
 // failWrite gives up the write side after a write error: the peer is lost.
+// The read side usually learns why first (an abort frame that the peer
+// sent before it closed is still to be read): it has writeErrGrace to say
+// so before the write error is reported.
 func (s *stream) failWrite(err error) {
 	s.mu.Lock()
 	s.broken = true
 	s.stopped = true
 	s.mu.Unlock()
 	s.release()
-	s.p.fail(s.p.lostErr(err), true, false)
+	p := s.p
+	p.m.wg.Add(1)
+	go func() {
+		defer p.m.wg.Done()
+		for end := time.Now().Add(writeErrGrace); !p.failed.Load() && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+		p.fail(p.lostErr(err), true, false)
+	}()
 }
+
+// writeErrGrace is how long a write error waits for the read side's
+// account of the peer's end.
+const writeErrGrace = 250 * time.Millisecond
 
 // writeDirect writes header and payload with non-blocking system calls
 // until they are written or the socket is full, and returns the number of
