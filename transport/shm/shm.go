@@ -207,7 +207,10 @@ func (m *mesh) connect(ctx context.Context) error {
 	return nil
 }
 
-// create makes and maps this rank's segment file.
+// create makes, sizes and maps this rank's segment file. Its pages are
+// allocated here (fallocate), so that a full /dev/shm fails the mesh's
+// creation with ENOSPC rather than killing the rank with SIGBUS at its
+// first write to a page that tmpfs cannot supply.
 func (m *mesh) create(l layout) error {
 	var rnd [4]byte
 	rand.Read(rnd[:])
@@ -220,8 +223,13 @@ func (m *mesh) create(l layout) error {
 		return fmt.Errorf("shm: rank %d: create segment: %w", m.rank, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, int64(l.size)); err != nil {
-		return fmt.Errorf("shm: rank %d: size segment %s: %w", m.rank, m.path, err)
+	if err := unix.Fallocate(fd, 0, 0, int64(l.size)); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("shm: rank %d: allocate segment %s (%d bytes) in %s: %w", m.rank, m.path, l.size, m.opts.Dir, err)
+		}
+		if err := unix.Ftruncate(fd, int64(l.size)); err != nil {
+			return fmt.Errorf("shm: rank %d: size segment %s: %w", m.rank, m.path, err)
+		}
 	}
 	mem, err := unix.Mmap(fd, 0, l.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/transporttest"
+	"golang.org/x/sys/unix"
 )
 
 func TestConformance(t *testing.T) {
@@ -119,4 +120,32 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(role))
 	}
 	os.Exit(m.Run())
+}
+
+// TestFullDir checks that a segment that does not fit its directory fails
+// Connect with ENOSPC, leaving no file, rather than being made sparse and
+// killing the rank with SIGBUS at its first write (found by the chaos
+// campaign's full /dev/shm). It mounts a 1 MiB tmpfs, so it needs root.
+func TestFullDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("braid-test", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, 0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Two rings of 1 MiB each: twice what the directory holds.
+	meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{Dir: dir, RingSize: 1 << 20}), 3, transporttest.Hooks{})
+	for _, m := range meshes {
+		m.Close()
+	}
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Connect in a full directory: %v; want ENOSPC", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
+		t.Errorf("files left: %v", files)
+	}
 }
