@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -150,6 +151,8 @@ func (m *mesh) connect(ctx context.Context) error {
 	cfg, opts := m.cfg, m.opts
 	n := len(cfg.Peers)
 	l := newLayout(n, opts.Slots, opts.RingSize)
+	ns := pidNS()
+	reapStale(opts.Dir, ns)
 	if err := m.create(l); err != nil {
 		return err
 	}
@@ -160,6 +163,7 @@ func (m *mesh) connect(ctx context.Context) error {
 	*seg.u32(offPID) = uint32(m.pid)
 	*seg.u64(offRingSize) = uint64(l.ringSize)
 	*seg.u32(offNSlots) = uint32(l.nSlots)
+	*seg.u64(offPidNS) = ns
 	h := secretHash(cfg.Secret)
 	copy(seg.mem[offSecret:offSecret+16], h[:])
 	for i, p := range cfg.Peers {
@@ -312,4 +316,58 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 		}
 	}
 	return c, nil
+}
+
+// pidNS returns the inode of this process's PID namespace, or 0.
+func pidNS() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// reapStale removes the segment files in dir that processes of PID
+// namespace ns made and left when they died before unlinking them (a
+// rank killed during Connect, while it waited for its peers to map its
+// segment: a launcher's death signal does that). It judges only files it
+// owns whose header is whole and names ns, so that a process it cannot
+// see (another namespace's) is never taken for dead; a pid that was
+// reused keeps its file, which the next reaper will judge again.
+// Shared-area files (braid-coll-*) are package shmcoll's.
+func reapStale(dir string, ns uint64) {
+	if ns == 0 {
+		return
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	uid := uint32(os.Geteuid())
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "braid-") || strings.HasPrefix(name, "braid-coll-") || !e.Type().IsRegular() {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		var hdr [64]byte
+		n := 0
+		if unix.Fstat(fd, &st) == nil && st.Uid == uid {
+			n, _ = unix.Pread(fd, hdr[:], 0)
+		}
+		unix.Close(fd)
+		if n != len(hdr) || binary.NativeEndian.Uint64(hdr[offMagic:]) != magic ||
+			binary.NativeEndian.Uint64(hdr[offPidNS:]) != ns {
+			continue
+		}
+		pid := int(binary.NativeEndian.Uint32(hdr[offPID:]))
+		if pid > 0 && unix.Kill(pid, 0) == unix.ESRCH {
+			unix.Unlink(path)
+		}
+	}
 }

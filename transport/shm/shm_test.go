@@ -2,8 +2,10 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -147,5 +149,54 @@ func TestFullDir(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
 		t.Errorf("files left: %v", files)
+	}
+}
+
+// TestReapStale: Connect removes the segment files that dead processes of
+// its PID namespace left (ranks killed while they waited for their peers
+// to map their segments), and nothing else.
+func TestReapStale(t *testing.T) {
+	dir := t.TempDir()
+	ns := pidNS()
+	if ns == 0 {
+		t.Skip("no /proc/self/ns/pid")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip(err)
+	}
+	seg := func(name string, pid int, ns uint64) string {
+		b := make([]byte, 4096)
+		binary.NativeEndian.PutUint64(b[offMagic:], magic)
+		binary.NativeEndian.PutUint32(b[offVersion:], version)
+		binary.NativeEndian.PutUint32(b[offPID:], uint32(pid))
+		binary.NativeEndian.PutUint64(b[offPidNS:], ns)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stale := seg("braid-0123-0-aa", dead.Process.Pid, ns)
+	live := seg("braid-0123-1-bb", os.Getpid(), ns)
+	other := seg("braid-0123-2-cc", dead.Process.Pid, ns+1) // another namespace's: its pid means nothing here
+	coll := seg("braid-coll-1-dd", dead.Process.Pid, ns)
+	notOurs := seg("other-file", dead.Process.Pid, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{Dir: dir}), 2, transporttest.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range meshes {
+		m.Close()
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead process's segment is still there (%v)", err)
+	}
+	for _, p := range []string{live, other, coll, notOurs} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v; want it left alone", filepath.Base(p), err)
+		}
 	}
 }
