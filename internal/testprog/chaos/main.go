@@ -691,16 +691,16 @@ func chaosJob(cfg config, id int, kind string, r *rand.Rand) record {
 		case kind == "killlauncher":
 			if strings.Contains(o.Err, "store") {
 				rec.Named++
-			} else if x := named(o); x >= 0 && x < len(outs) && outs[x] != nil && strings.Contains(outs[x].Err, "store") {
-				rec.Reasons = append(rec.Reasons, fmt.Sprintf("echo (names a rank that lost the store first): rank %d names rank %d: %s", rank, x, clip(o.Err)))
+			} else if x := echoOf(outs, o, func(o *outcome) bool { return strings.Contains(o.Err, "store") }); x >= 0 {
+				rec.Reasons = append(rec.Reasons, fmt.Sprintf("echo (names a rank that lost the store first, directly or through others): rank %d names rank %d: %s", rank, x, clip(o.Err)))
 			} else {
 				rec.Reasons = append(rec.Reasons, fmt.Sprintf("does not name the lost store: rank %d: %s", rank, clip(o.Err)))
 			}
 		default:
 			if names(o, rec.Faulty) {
 				rec.Named++
-			} else if x := named(o); x >= 0 && x < len(outs) && outs[x] != nil && outs[x].Err != "" {
-				rec.Reasons = append(rec.Reasons, fmt.Sprintf("echo (names a rank that failed first, not the faulty one): rank %d names rank %d, not %v: %s", rank, x, rec.Faulty, clip(o.Err)))
+			} else if x := echoOf(outs, o, func(o *outcome) bool { return names(o, rec.Faulty) }); x >= 0 {
+				rec.Reasons = append(rec.Reasons, fmt.Sprintf("echo (names a rank that failed from the fault first, directly or through others): rank %d names rank %d, not %v: %s", rank, x, rec.Faulty, clip(o.Err)))
 			} else {
 				rec.Reasons = append(rec.Reasons, fmt.Sprintf("%s: rank %d, faulty %v: %s (peer %d)", unnamedClass(o), rank, rec.Faulty, clip(o.Err), o.Peer))
 			}
@@ -748,6 +748,25 @@ func named(o *outcome) int {
 }
 
 var rankRe = regexp.MustCompile(`\brank ([0-9]+)\b`)
+
+// echoOf follows the ranks that errors name, from o's, and returns the
+// first rank o names if the chain reaches a rank whose error is right
+// (names the fault), else -1: o's error echoes a rank that failed from
+// the fault before it rather than naming the fault itself.
+func echoOf(outs []*outcome, o *outcome, right func(*outcome) bool) int {
+	first := named(o)
+	seen := map[int]bool{o.Rank: true}
+	for x := first; x >= 0 && x < len(outs) && !seen[x]; x = named(outs[x]) {
+		seen[x] = true
+		if outs[x] == nil || outs[x].Err == "" {
+			return -1
+		}
+		if right(outs[x]) {
+			return first
+		}
+	}
+	return -1
+}
 
 // failed reports whether a rank other than except failed with an error
 // of its own (not a termination).
