@@ -16,6 +16,7 @@ func FuzzOptionsResolve(f *testing.F) {
 	f.Add("", "allreduce=recdouble,bcast=chain:seg=256K", "30", "", "trace", "", "0", "", "^docker,lo", "", "2xdgx1-v100", "none")
 	f.Add("rdma", "rign", "0", "-5", "loud", "maybe", "2", "a b", "=ib", "[::1]", "9xnothing", "missing-table")
 	f.Add("shm", "shm", "-5s", "3", "NONE", "TRUE", "", "h\x00", "eth,ib", "host:1", "0xdgx1-v100", "")
+	f.Add("", "", "", "", "", "", "", "", "", "", "100000000xdgx1-v100", "none") // a typo that used to exhaust the memory
 	f.Fuzz(func(t *testing.T, transport, algo, timeout, slot, debug, miad, cma, host, ifname, addr, topoSpec, tuning string) {
 		if strings.Contains(topoSpec, "/") || strings.Contains(tuning, "/") {
 			return
