@@ -476,8 +476,12 @@ func chaos(cfg config, rep io.Writer) bool {
 			t.passed++
 		} else {
 			ok = false
+			classes := map[string]bool{}
 			for _, why := range rec.Reasons {
-				t.reasons[reasonClass(why)]++
+				classes[reasonClass(why)] = true
+			}
+			for c := range classes {
+				t.reasons[c]++ // jobs with at least one such reason
 			}
 		}
 		b, _ := json.Marshal(rec)
@@ -492,12 +496,12 @@ func chaos(cfg config, rep io.Writer) bool {
 		}
 	}
 	fmt.Printf("\nchaos: %d jobs in %v, BRAID_TIMEOUT=%v, seed %d\n", cfg.jobs, time.Since(t0).Round(time.Second), cfg.timeout, cfg.seed)
-	fmt.Printf("%-13s %5s %9s %7s %7s  %s\n", "fault", "jobs", "injected", "passed", "maxend", "failures")
+	fmt.Printf("%-13s %5s %9s %7s %7s  %s\n", "fault", "jobs", "injected", "passed", "maxend", "jobs failed, by reason (a job may have several)")
 	for _, k := range cfg.kinds {
 		t := tallies[k]
 		var rs []string
 		for why, c := range t.reasons {
-			rs = append(rs, fmt.Sprintf("%d× %s", c, why))
+			rs = append(rs, fmt.Sprintf("%d %s", c, why))
 		}
 		sort.Strings(rs)
 		fmt.Printf("%-13s %5d %9d %7d %6.1fs  %s\n", k, t.jobs, t.injected, t.passed, float64(t.endMax)/1000, strings.Join(rs, "; "))
