@@ -9,7 +9,7 @@ import (
 // slots of its rendezvous sends, and one inbound ring per peer.
 //
 //	offset     size               contents
-//	0          64                 magic, version, nPeers, rank, pid, ring size, slots per peer, secret hash, PID namespace
+//	0          64                 magic, version, nPeers, rank, pid, ring size, slots per peer, secret hash
 //	64         8 (own line)       state: alive, aborted or closed (written by the owner)
 //	128        8 (own line)       mapped: how many peers mapped the segment (added to by peers)
 //	192        512                why the owner aborted: a 2-byte length, then the text
@@ -36,7 +36,6 @@ const (
 	offRingSize = 24
 	offNSlots   = 32
 	offSecret   = 40 // 16 bytes
-	offPidNS    = 56 // the owner's PID namespace, for reapStale
 	offState    = 64
 	offMapped   = 128
 	offReason   = 192

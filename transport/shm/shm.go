@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -151,8 +151,7 @@ func (m *mesh) connect(ctx context.Context) error {
 	cfg, opts := m.cfg, m.opts
 	n := len(cfg.Peers)
 	l := newLayout(n, opts.Slots, opts.RingSize)
-	ns := pidNS()
-	reapStale(opts.Dir, ns)
+	reapStale(opts.Dir)
 	if err := m.create(l); err != nil {
 		return err
 	}
@@ -163,7 +162,6 @@ func (m *mesh) connect(ctx context.Context) error {
 	*seg.u32(offPID) = uint32(m.pid)
 	*seg.u64(offRingSize) = uint64(l.ringSize)
 	*seg.u32(offNSlots) = uint32(l.nSlots)
-	*seg.u64(offPidNS) = ns
 	h := secretHash(cfg.Secret)
 	copy(seg.mem[offSecret:offSecret+16], h[:])
 	for i, p := range cfg.Peers {
@@ -220,7 +218,7 @@ func (m *mesh) create(l layout) error {
 	rand.Read(rnd[:])
 	h := fnv.New64a()
 	h.Write([]byte(m.cfg.Prefix))
-	m.path = filepath.Join(m.opts.Dir, fmt.Sprintf("braid-%016x-%d-%x", h.Sum64(), m.rank, rnd))
+	m.path = filepath.Join(m.opts.Dir, segmentName(h.Sum64(), m.rank, m.pid, pidNS(), rnd))
 	fd, err := unix.Open(m.path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		m.path = ""
@@ -327,15 +325,25 @@ func pidNS() uint64 {
 	return st.Ino
 }
 
-// reapStale removes the segment files in dir that processes of PID
-// namespace ns made and left when they died before unlinking them (a
-// rank killed during Connect, while it waited for its peers to map its
-// segment: a launcher's death signal does that). It judges only files it
-// owns whose header is whole and names ns, so that a process it cannot
-// see (another namespace's) is never taken for dead; a pid that was
-// reused keeps its file, which the next reaper will judge again.
-// Shared-area files (braid-coll-*) are package shmcoll's.
-func reapStale(dir string, ns uint64) {
+// segmentName is the name of a segment file: the job's prefix hash, the
+// rank, and the maker's pid and PID namespace, by which reapStale judges
+// the file without opening it (a rank killed while making it leaves a
+// file without a whole header).
+func segmentName(prefix uint64, rank, pid int, ns uint64, rnd [4]byte) string {
+	return fmt.Sprintf("braid-%016x-%d-p%d-n%d-%x", prefix, rank, pid, ns, rnd)
+}
+
+var segmentRe = regexp.MustCompile(`^braid-[0-9a-f]{16}-[0-9]+-p([0-9]+)-n([0-9]+)-[0-9a-f]+$`)
+
+// reapStale removes the segment files in dir that dead processes of this
+// PID namespace made and left: a rank killed during Connect (a launcher's
+// death signal does that) leaves its file, since it unlinks it only once
+// every peer has mapped it. It judges only files it owns whose name
+// names its PID namespace, so that a process it cannot see is never taken
+// for dead; a pid that was reused keeps its file, which the next reaper
+// judges again. Shared-area files (braid-coll-*) are package shmcoll's.
+func reapStale(dir string) {
+	ns := pidNS()
 	if ns == 0 {
 		return
 	}
@@ -345,28 +353,17 @@ func reapStale(dir string, ns uint64) {
 	}
 	uid := uint32(os.Geteuid())
 	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasPrefix(name, "braid-") || strings.HasPrefix(name, "braid-coll-") || !e.Type().IsRegular() {
+		m := segmentRe.FindStringSubmatch(e.Name())
+		if m == nil || m[2] != strconv.FormatUint(ns, 10) || !e.Type().IsRegular() {
 			continue
 		}
-		path := filepath.Join(dir, name)
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
 			continue
 		}
+		path := filepath.Join(dir, e.Name())
 		var st unix.Stat_t
-		var hdr [64]byte
-		n := 0
-		if unix.Fstat(fd, &st) == nil && st.Uid == uid {
-			n, _ = unix.Pread(fd, hdr[:], 0)
-		}
-		unix.Close(fd)
-		if n != len(hdr) || binary.NativeEndian.Uint64(hdr[offMagic:]) != magic ||
-			binary.NativeEndian.Uint64(hdr[offPidNS:]) != ns {
-			continue
-		}
-		pid := int(binary.NativeEndian.Uint32(hdr[offPID:]))
-		if pid > 0 && unix.Kill(pid, 0) == unix.ESRCH {
+		if unix.Lstat(path, &st) == nil && st.Uid == uid {
 			unix.Unlink(path)
 		}
 	}

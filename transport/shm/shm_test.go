@@ -2,8 +2,8 @@ package shm
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,7 +154,7 @@ func TestFullDir(t *testing.T) {
 
 // TestReapStale: Connect removes the segment files that dead processes of
 // its PID namespace left (ranks killed while they waited for their peers
-// to map their segments), and nothing else.
+// to map their segments, or while they made them), and nothing else.
 func TestReapStale(t *testing.T) {
 	dir := t.TempDir()
 	ns := pidNS()
@@ -165,23 +165,19 @@ func TestReapStale(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Skip(err)
 	}
-	seg := func(name string, pid int, ns uint64) string {
-		b := make([]byte, 4096)
-		binary.NativeEndian.PutUint64(b[offMagic:], magic)
-		binary.NativeEndian.PutUint32(b[offVersion:], version)
-		binary.NativeEndian.PutUint32(b[offPID:], uint32(pid))
-		binary.NativeEndian.PutUint64(b[offPidNS:], ns)
+	file := func(name string) string {
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	stale := seg("braid-0123-0-aa", dead.Process.Pid, ns)
-	live := seg("braid-0123-1-bb", os.Getpid(), ns)
-	other := seg("braid-0123-2-cc", dead.Process.Pid, ns+1) // another namespace's: its pid means nothing here
-	coll := seg("braid-coll-1-dd", dead.Process.Pid, ns)
-	notOurs := seg("other-file", dead.Process.Pid, ns)
+	rnd := [4]byte{1, 2, 3, 4}
+	stale := file(segmentName(0x0123, 0, dead.Process.Pid, ns, rnd))
+	live := file(segmentName(0x0123, 1, os.Getpid(), ns, rnd))
+	other := file(segmentName(0x0123, 2, dead.Process.Pid, ns+1, rnd)) // another namespace's: its pid means nothing here
+	coll := file(fmt.Sprintf("braid-coll-%d-dd", dead.Process.Pid))
+	old := file("braid-0123456789abcdef-0-deadbeef") // an older release's name
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{Dir: dir}), 2, transporttest.Hooks{})
@@ -194,7 +190,7 @@ func TestReapStale(t *testing.T) {
 	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the dead process's segment is still there (%v)", err)
 	}
-	for _, p := range []string{live, other, coll, notOurs} {
+	for _, p := range []string{live, other, coll, old} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s: %v; want it left alone", filepath.Base(p), err)
 		}
