@@ -436,11 +436,12 @@ func (m *mesh) Close() error {
 	if !m.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if m.aborted.Load() && m.inLost.Load() == 0 {
+	if m.aborted.Load() {
 		// Let the abort frames go out first: a process that closes (and
 		// exits) right after a failure would otherwise reach its peers
 		// as a connection closed without a reason, and they would name
-		// it rather than the rank that failed first.
+		// it rather than the rank that failed first. The senders never
+		// call Lost, so this waits from inside a Lost callback too.
 		done := make(chan struct{})
 		go func() { m.aborts.Wait(); close(done) }()
 		select {
