@@ -192,7 +192,7 @@ func (e env) int(name string) (int, error) {
 
 // optInt parses an optional non-negative integer variable; def if unset.
 func (e env) optInt(name string, def int) (int, error) {
-	if !e.has(name) {
+	if name == "" || !e.has(name) { // "": the launcher has no such variable
 		return def, nil
 	}
 	return e.int(name)

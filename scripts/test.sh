@@ -34,3 +34,5 @@ echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
 echo "== the correctness matrix at full size, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
+echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
+scripts/chaos.sh chaos -jobs 20 -seed "$(date +%s)" 2>&1 | tee -a /tmp/braid-test.log

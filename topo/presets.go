@@ -333,6 +333,11 @@ func Presets() []string {
 	return names
 }
 
+// MaxClusterNodes bounds the nodes of a cluster preset (Cluster,
+// "<n>x<preset>"): 4096 DGX-1 nodes take about 200 MB, while a typo of a
+// few more digits would exhaust the memory before failing.
+const MaxClusterNodes = 4096
+
 // Cluster returns n nodes of the named preset, hosts "node0" to
 // "node<n-1>", joined by one network switch with NIC links of nicGBps per
 // direction; nicGBps 0 takes the preset's NIC line rate (100 Gb/s for the
@@ -342,8 +347,8 @@ func Cluster(name string, n int, nicGBps float64) (*Topology, error) {
 	if !ok {
 		return nil, fmt.Errorf("topo: unknown preset %q (want one of %v)", name, Presets())
 	}
-	if n < 1 {
-		return nil, fmt.Errorf("topo: cluster of %d nodes", n)
+	if n < 1 || n > MaxClusterNodes {
+		return nil, fmt.Errorf("topo: cluster of %d nodes: want 1 to %d", n, MaxClusterNodes)
 	}
 	if nicGBps == 0 {
 		nicGBps = p.nicGBps

@@ -189,3 +189,14 @@ func TestCluster(t *testing.T) {
 		t.Error("Join accepted a zero NIC rate")
 	}
 }
+
+// TestClusterTooLarge: a cluster preset beyond MaxClusterNodes is an error
+// at once, not an allocation that exhausts the memory (BRAID_TOPO=
+// 100000000xdgx1-v100, a few digits too many, used to try).
+func TestClusterTooLarge(t *testing.T) {
+	for _, spec := range []string{"100000000xdgx1-v100", "4097xdgx1-v100", "0xdgx1-v100", "-3xdgx1-v100"} {
+		if _, err := topo.Preset(spec); err == nil || !strings.Contains(err.Error(), "want 1 to 4096") {
+			t.Errorf("Preset(%q): %v; want an error giving the bounds", spec, err)
+		}
+	}
+}

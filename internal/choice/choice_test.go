@@ -122,3 +122,50 @@ func TestCheckTable(t *testing.T) {
 		t.Error("CheckTable(nil) failed")
 	}
 }
+
+// FuzzParseAlgo checks that ParseAlgo never panics, that whatever it
+// accepts passes Check (or CheckAny for the bare entry), and that the
+// accepted entries written back with Choice.String parse to the same.
+func FuzzParseAlgo(f *testing.F) {
+	for _, s := range []string{
+		"", "ring", "shm", "rign", "allreduce=ring", "allreduce=recdouble,bcast=binomial",
+		"bcast=chain:seg=256K", "reduce=knomial:k=4", "chain:seg=64K", "knomial:k=3",
+		"allreduce=ring,allreduce=ring", "ring,recdouble", "allreduce=shm", "gather=shm",
+		"bcast=chain:seg=0", "bcast=chain:seg=-1", "reduce=knomial:k=1", "allreduce=ring:k=2",
+		"=ring", "allreduce=", ",,,", " allreduce = ring ", "bcast=chain:seg=1G:seg=2K", "ring:",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		bare, per, err := ParseAlgo(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "entry") {
+				t.Fatalf("ParseAlgo(%q): %v does not quote the entry", s, err)
+			}
+			return
+		}
+		var parts []string
+		if bare.Algo != "" {
+			if err := CheckAny(bare); err != nil {
+				t.Fatalf("ParseAlgo(%q) accepted bare %v: %v", s, bare, err)
+			}
+			parts = append(parts, bare.String())
+		}
+		for c, ch := range per {
+			if err := Check(c, ch); err != nil {
+				t.Fatalf("ParseAlgo(%q) accepted %v=%v: %v", s, c, ch, err)
+			}
+			parts = append(parts, c.String()+"="+ch.String())
+		}
+		again := strings.Join(parts, ",")
+		bare2, per2, err := ParseAlgo(again)
+		if err != nil || bare2 != bare || len(per2) != len(per) {
+			t.Fatalf("ParseAlgo(%q) = %v %v; written back %q: %v %v, %v", s, bare, per, again, bare2, per2, err)
+		}
+		for c, ch := range per {
+			if per2[c] != ch {
+				t.Fatalf("ParseAlgo(%q): %v=%v; written back %q gives %v", s, c, ch, again, per2[c])
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -292,6 +293,27 @@ func (j *job) stop(sig syscall.Signal) {
 	}
 }
 
+// allStopped reports whether every rank still running (not in ended) is
+// stopped by a signal (SIGSTOP): one that cannot notice a failure and end
+// by itself, so that lingering for it is pointless.
+func (j *job) allStopped(ended []*exit) bool {
+	for r, c := range j.cmds {
+		if ended[r] != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Process.Pid))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which ends at the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
+}
+
 // exit is a rank's end.
 type exit struct {
 	rank int
@@ -341,6 +363,9 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 			stopping = true
 			signalled()
 			j.stop(syscall.SIGTERM)
+			// A stopped rank (SIGSTOP, a debugger gone) acts on SIGTERM
+			// only once continued.
+			j.stop(syscall.SIGCONT)
 			kill = time.After(j.cfg.Grace)
 		}
 	}
@@ -351,13 +376,18 @@ func (j *job) wait(ctx context.Context, sigs <-chan os.Signal) error {
 			ended[e.rank] = &e
 			if e.err != nil && first == nil {
 				first = e.err
-				if j.cfg.Linger > 0 {
+				if j.cfg.Linger > 0 && !j.allStopped(ended) {
 					// The others should notice and end by themselves,
 					// each with its own message.
 					linger = time.After(j.cfg.Linger)
 				} else {
 					stopAll()
 				}
+			}
+			if linger != nil && j.allStopped(ended) {
+				// Those left cannot end by themselves.
+				linger = nil
+				stopAll()
 			}
 		case <-linger:
 			linger = nil

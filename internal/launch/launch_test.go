@@ -453,3 +453,17 @@ func alive(pid int) bool {
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
+
+// TestRunStoppedRank: a rank stopped by SIGSTOP neither ends by itself
+// nor acts on SIGTERM; once every other rank has ended, Run stops it at
+// once rather than after the linger and grace periods (an hour each here,
+// so a Run that waited for either would not return before the test's
+// context ends).
+func TestRunStoppedRank(t *testing.T) {
+	cfg := sh(3, `case "$BRAID_RANK" in 0) sleep 0.2; exit 1;; 1) kill -STOP $$; exit 0;; esac; exit 0`)
+	cfg.Grace, cfg.Linger = time.Hour, time.Hour
+	_, _, took, err := run(t, cfg)
+	if err == nil || err.Error() != "rank 0 exited with status 1" {
+		t.Fatalf("Run = %v after %v; want rank 0 exited with status 1", err, took)
+	}
+}

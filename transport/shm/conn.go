@@ -9,6 +9,10 @@ import (
 	"github.com/braid-ccl/braid/transport"
 )
 
+// maxMessage bounds a message's length as a frame announces it (as over
+// TCP): a larger one is a corrupt frame.
+const maxMessage = 1 << 42
+
 // key is the part of a tag that matching uses.
 type key [3]uint32
 
@@ -299,8 +303,7 @@ func (c *conn) drain() (moved bool) {
 		chunk := h.chunk
 		switch {
 		case h.kind == kindData && len(payload) == int(chunk) && c.onData(h, payload):
-		case h.kind == kindRndv:
-			c.onRndv(h)
+		case h.kind == kindRndv && c.onRndv(h):
 		default:
 			c.fail(fmt.Errorf("shm: rank %d: corrupt frame (kind %d) from rank %d: %w", c.m.rank, h.kind, c.peer, transport.ErrPeerLost), true)
 			return moved
@@ -316,7 +319,7 @@ func (c *conn) onData(h *frameHdr, p []byte) bool {
 	k := key{h.comm, h.seq, h.step}
 	sig, total, off := h.sig, h.total, h.off
 	n := uint64(len(p))
-	if off > total || total-off < n {
+	if total > maxMessage || off > total || total-off < n {
 		return false
 	}
 	last := off+n == total
@@ -380,23 +383,29 @@ func (c *conn) onData(h *frameHdr, p []byte) bool {
 	return true
 }
 
-// onRndv handles a rendezvous descriptor.
-func (c *conn) onRndv(h *frameHdr) {
+// onRndv handles a rendezvous descriptor. It returns false if the frame
+// is corrupt: a completion slot outside the peer's, which the receiver
+// would write to, or an impossible length.
+func (c *conn) onRndv(h *frameHdr) bool {
+	if h.slot >= uint32(c.peerSeg.l.nSlots) || h.total > maxMessage {
+		return false
+	}
 	k := key{h.comm, h.seq, h.step}
 	r := c.popPosted(k)
 	if r == nil {
 		u := c.newUnexp(kindRndv, h.sig, h.total)
 		u.addr, u.slot, u.gen = h.off, h.slot, h.gen
 		c.pushUnexp(k, u)
-		return
+		return true
 	}
 	if err := c.mismatch(r.tag, r.buf, h.sig, h.total); err != nil {
 		c.ack(h.slot, h.gen, ackMismatch)
 		r.complete(err)
-		return
+		return true
 	}
 	r.addr, r.slot, r.gen = h.off, h.slot, h.gen
 	r.state.Store(recvRndv) // the receive's owner copies in Test
+	return true
 }
 
 // ack tells the peer that its rendezvous send in slot completed. Called

@@ -5,7 +5,12 @@
 // that holds one inbound ring per peer. Connect publishes the file's name
 // and the rank's PID through the job's KV store, maps every peer's segment,
 // and unlinks its own file as soon as every peer has mapped it, so that a
-// crash leaves nothing behind.
+// crash leaves nothing behind. A rank killed before then (during Connect:
+// a launcher's death signal does that) leaves its file; the next Connect
+// on the host removes the files whose makers, processes of its PID
+// namespace, are dead. The segment's pages are allocated when it is made,
+// so a full /dev/shm fails Connect with ENOSPC rather than a later write
+// with SIGBUS.
 //
 // # Messages
 //

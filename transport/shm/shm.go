@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -150,6 +151,7 @@ func (m *mesh) connect(ctx context.Context) error {
 	cfg, opts := m.cfg, m.opts
 	n := len(cfg.Peers)
 	l := newLayout(n, opts.Slots, opts.RingSize)
+	reapStale(opts.Dir)
 	if err := m.create(l); err != nil {
 		return err
 	}
@@ -207,21 +209,29 @@ func (m *mesh) connect(ctx context.Context) error {
 	return nil
 }
 
-// create makes and maps this rank's segment file.
+// create makes, sizes and maps this rank's segment file. Its pages are
+// allocated here (fallocate), so that a full /dev/shm fails the mesh's
+// creation with ENOSPC rather than killing the rank with SIGBUS at its
+// first write to a page that tmpfs cannot supply.
 func (m *mesh) create(l layout) error {
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	h := fnv.New64a()
 	h.Write([]byte(m.cfg.Prefix))
-	m.path = filepath.Join(m.opts.Dir, fmt.Sprintf("braid-%016x-%d-%x", h.Sum64(), m.rank, rnd))
+	m.path = filepath.Join(m.opts.Dir, segmentName(h.Sum64(), m.rank, m.pid, pidNS(), rnd))
 	fd, err := unix.Open(m.path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		m.path = ""
 		return fmt.Errorf("shm: rank %d: create segment: %w", m.rank, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, int64(l.size)); err != nil {
-		return fmt.Errorf("shm: rank %d: size segment %s: %w", m.rank, m.path, err)
+	if err := unix.Fallocate(fd, 0, 0, int64(l.size)); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("shm: rank %d: allocate segment %s (%d bytes) in %s: %w", m.rank, m.path, l.size, m.opts.Dir, err)
+		}
+		if err := unix.Ftruncate(fd, int64(l.size)); err != nil {
+			return fmt.Errorf("shm: rank %d: size segment %s: %w", m.rank, m.path, err)
+		}
 	}
 	mem, err := unix.Mmap(fd, 0, l.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -304,4 +314,57 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 		}
 	}
 	return c, nil
+}
+
+// pidNS returns the inode of this process's PID namespace, or 0.
+func pidNS() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// segmentName is the name of a segment file: the job's prefix hash, the
+// rank, and the maker's pid and PID namespace, by which reapStale judges
+// the file without opening it (a rank killed while making it leaves a
+// file without a whole header).
+func segmentName(prefix uint64, rank, pid int, ns uint64, rnd [4]byte) string {
+	return fmt.Sprintf("braid-%016x-%d-p%d-n%d-%x", prefix, rank, pid, ns, rnd)
+}
+
+var segmentRe = regexp.MustCompile(`^braid-[0-9a-f]{16}-[0-9]+-p([0-9]+)-n([0-9]+)-[0-9a-f]+$`)
+
+// reapStale removes the segment files in dir that dead processes of this
+// PID namespace made and left: a rank killed during Connect (a launcher's
+// death signal does that) leaves its file, since it unlinks it only once
+// every peer has mapped it. It judges only files it owns whose name
+// names its PID namespace, so that a process it cannot see is never taken
+// for dead; a pid that was reused keeps its file, which the next reaper
+// judges again. Shared-area files (braid-coll-*) are package shmcoll's.
+func reapStale(dir string) {
+	ns := pidNS()
+	if ns == 0 {
+		return
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	uid := uint32(os.Geteuid())
+	for _, e := range ents {
+		m := segmentRe.FindStringSubmatch(e.Name())
+		if m == nil || m[2] != strconv.FormatUint(ns, 10) || !e.Type().IsRegular() {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) == nil && st.Uid == uid {
+			unix.Unlink(path)
+		}
+	}
 }

@@ -3,13 +3,16 @@ package shm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/transporttest"
+	"golang.org/x/sys/unix"
 )
 
 func TestConformance(t *testing.T) {
@@ -119,4 +122,77 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild(role))
 	}
 	os.Exit(m.Run())
+}
+
+// TestFullDir checks that a segment that does not fit its directory fails
+// Connect with ENOSPC, leaving no file, rather than being made sparse and
+// killing the rank with SIGBUS at its first write (found by the chaos
+// campaign's full /dev/shm). It mounts a 1 MiB tmpfs, so it needs root.
+func TestFullDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("braid-test", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, 0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Two rings of 1 MiB each: twice what the directory holds.
+	meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{Dir: dir, RingSize: 1 << 20}), 3, transporttest.Hooks{})
+	for _, m := range meshes {
+		m.Close()
+	}
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Connect in a full directory: %v; want ENOSPC", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
+		t.Errorf("files left: %v", files)
+	}
+}
+
+// TestReapStale: Connect removes the segment files that dead processes of
+// its PID namespace left (ranks killed while they waited for their peers
+// to map their segments, or while they made them), and nothing else.
+func TestReapStale(t *testing.T) {
+	dir := t.TempDir()
+	ns := pidNS()
+	if ns == 0 {
+		t.Skip("no /proc/self/ns/pid")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip(err)
+	}
+	file := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	rnd := [4]byte{1, 2, 3, 4}
+	stale := file(segmentName(0x0123, 0, dead.Process.Pid, ns, rnd))
+	live := file(segmentName(0x0123, 1, os.Getpid(), ns, rnd))
+	other := file(segmentName(0x0123, 2, dead.Process.Pid, ns+1, rnd)) // another namespace's: its pid means nothing here
+	coll := file(fmt.Sprintf("braid-coll-%d-dd", dead.Process.Pid))
+	old := file("braid-0123456789abcdef-0-deadbeef") // an older release's name
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{Dir: dir}), 2, transporttest.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range meshes {
+		m.Close()
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dead process's segment is still there (%v)", err)
+	}
+	for _, p := range []string{live, other, coll, old} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v; want it left alone", filepath.Base(p), err)
+		}
+	}
 }

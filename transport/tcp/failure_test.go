@@ -383,3 +383,31 @@ func TestCloseMidFrame(t *testing.T) {
 		t.Errorf("receive: %v, want ErrClosed", err)
 	}
 }
+
+// TestAbortThenClose: a process that aborts its mesh and closes it at once
+// (as one does that exits after a failure) still gives every peer its
+// reason: the peers fail with ErrAborted carrying it, not with a
+// connection closed without a word, which would make them name this rank
+// instead of the cause (the chaos campaign's echoes over TCP).
+func TestAbortThenClose(t *testing.T) {
+	defer checkGoroutines(t)()
+	for _, streams := range []int{1, 3} {
+		ms := connect(t, New(local(streams, 0)), 3, func(int, int, error) {})
+		var reqs []transport.Request
+		for _, r := range []int{1, 2} {
+			req, _ := ms[r].Conn(0).Irecv(transport.Tag{Comm: 1}, make([]byte, 8))
+			reqs = append(reqs, req)
+		}
+		ms[0].Abort(errors.New("braid-abort kind=3 peer=7 from=0: rank 7 died"))
+		ms[0].Close()
+		for i, req := range reqs {
+			err := wait(t, req)
+			if !errors.Is(err, transport.ErrAborted) || !strings.Contains(err.Error(), "rank 7 died") {
+				t.Errorf("streams=%d: rank %d's receive: %v; want ErrAborted with the reason", streams, i+1, err)
+			}
+		}
+		for _, m := range ms[1:] {
+			m.Close()
+		}
+	}
+}

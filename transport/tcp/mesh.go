@@ -24,7 +24,7 @@ type mesh struct {
 	peers      []*peer // by world rank; nil where not connected
 
 	wg      sync.WaitGroup // readers, writers and abort senders
-	abortWG sync.WaitGroup // abort senders, for Close
+	aborts  sync.WaitGroup // abort senders, which Close lets finish
 	aborted atomic.Bool
 	closed  atomic.Bool
 	inLost  atomic.Int32 // Lost callbacks running
@@ -364,7 +364,7 @@ func (m *mesh) Abort(err error) {
 		}
 		p.fail(local, false, false)
 		m.wg.Add(1)
-		m.abortWG.Add(1)
+		m.aborts.Add(1)
 		go p.sendAbort(reason)
 	}
 }
@@ -375,7 +375,7 @@ func (m *mesh) Abort(err error) {
 // (closing a socket with unread data would reset the connection).
 func (p *peer) sendAbort(reason string) {
 	defer p.m.wg.Done()
-	defer p.m.abortWG.Done()
+	defer p.m.aborts.Done()
 	for _, s := range p.streams {
 		<-s.wexit
 		if !s.acquireFinal(time.Second) {
@@ -423,17 +423,31 @@ func (s *stream) acquireFinal(d time.Duration) bool {
 	return true
 }
 
+// abortWait bounds how long Close waits for the abort frames of an
+// aborted mesh to be written.
+const abortWait = 2 * time.Second
+
 // Close closes every connection; pending requests fail with ErrClosed.
 // It waits for the mesh's own goroutines, which exit as their sockets
 // close, but not for peers; from inside a Lost callback it does not wait.
+// After Abort it first lets the abort frames be written (up to
+// abortWait), so that the peers learn the reason before the close.
 func (m *mesh) Close() error {
 	if !m.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if m.aborted.Load() && m.inLost.Load() == 0 {
-		// Let the abort frames out first: a socket closed before its
-		// last frame tells the peer only that this rank went away.
-		m.abortWG.Wait()
+	if m.aborted.Load() {
+		// Let the abort frames go out first: a process that closes (and
+		// exits) right after a failure would otherwise reach its peers
+		// as a connection closed without a reason, and they would name
+		// it rather than the rank that failed first. The senders never
+		// call Lost, so this waits from inside a Lost callback too.
+		done := make(chan struct{})
+		go func() { m.aborts.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(abortWait):
+		}
 	}
 	err := fmt.Errorf("tcp: rank %d: mesh %w", m.self, transport.ErrClosed)
 	for _, p := range m.peers {
