@@ -128,7 +128,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		return err
 	}
 	defer c.w.end(c.id, r.seq)
-	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name}
+	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq}
 	if _, ok := ctx.Deadline(); !ok {
 		cl.Timeout = c.w.opts.Timeout
 	}

@@ -130,7 +130,7 @@ func TestShmTimeoutNamesPeer(t *testing.T) {
 	for range 2 {
 		err := <-errs
 		var be *braid.Error
-		if !errors.As(err, &be) || !strings.Contains(err.Error(), "waiting for rank 2") {
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "waited for rank 2 (call ") {
 			t.Errorf("%v, want an error naming rank 2", err)
 		}
 	}

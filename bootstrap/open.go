@@ -225,7 +225,14 @@ func (js *jobStore) removeFiles() error {
 			case f.ifEmpty:
 				os.Remove(f.path) // fails if something is left: fine
 			case f.all:
-				err = os.RemoveAll(f.path)
+				// A rank still counting itself out (its closer) may
+				// write into the directory while it goes: try again.
+				for try := 0; ; try++ {
+					if err = os.RemoveAll(f.path); err == nil || try == 4 {
+						break
+					}
+					time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
+				}
 			default:
 				if err = os.Remove(f.path); errors.Is(err, os.ErrNotExist) {
 					err = nil

@@ -440,6 +440,17 @@ func (j *job) blame(ended []*exit, stopAt time.Time) *ExitError {
 	bad := func(r int) bool {
 		return r >= 0 && r < len(ended) && ended[r] != nil && ended[r].err != nil && before(ended[r].at)
 	}
+	// A job whose every rank exited with status 0 succeeded, whatever its
+	// ranks reported on the way (a program may handle a failed call, as
+	// the disagreement tests do): the reports only say who to blame for a
+	// failed exit.
+	failed := false
+	for r := range ended {
+		failed = failed || bad(r)
+	}
+	if !failed {
+		return nil
+	}
 	reported := map[int]bool{}
 	var (
 		best   *ExitError

@@ -130,8 +130,10 @@ type Call struct {
 	Timeout time.Duration
 	// Spin is how long a waiter polls before yielding (transport.Backoff).
 	Spin time.Duration
-	// Name names the call in errors ("allreduce").
+	// Name names the call in errors ("allreduce"), and Seq numbers it (the
+	// communicator's sequence number).
 	Name string
+	Seq  uint32
 
 	bo      transport.Backoff
 	wake    *wake       // goroutine ranks: the group's wake-up
@@ -145,13 +147,14 @@ type Call struct {
 // WaitError reports a wait that ended before the awaited rank arrived.
 type WaitError struct {
 	Peer  int    // the rank waited for
+	Seq   uint32 // the call (Call.Seq)
 	What  string // what was awaited
 	Chunk uint64 // the call's chunk, counted from 1
 	Err   error  // context.DeadlineExceeded, the context's error, or Fail's
 }
 
 func (e *WaitError) Error() string {
-	return fmt.Sprintf("waiting for rank %d (%s, chunk %d of the call): %v", e.Peer, e.What, e.Chunk, e.Err)
+	return fmt.Sprintf("waited for rank %d (call %d, chunk %d: %s): %v", e.Peer, e.Seq, e.Chunk, e.What, e.Err)
 }
 
 func (e *WaitError) Unwrap() error { return e.Err }
@@ -309,7 +312,7 @@ func (c *Call) idle(q int, what string, chunk uint64) error {
 			}
 		}
 		if err != nil {
-			return &WaitError{Peer: q, What: what, Chunk: chunk, Err: err}
+			return &WaitError{Peer: q, Seq: c.Seq, What: what, Chunk: chunk, Err: err}
 		}
 	}
 	if c.wake != nil {
