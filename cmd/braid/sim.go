@@ -19,6 +19,7 @@ import (
 )
 
 const simUsage = `usage: braid sim --topo PRESET|FILE [--gpus 0,1,2,5] --coll bcast|allreduce --size S [--algos A,B,...]
+                 [--imbalance MIF [--seed N] [--trials K] | --start LIST|FILE]
        braid sim --sweep dgx1-p100|dgx1-v100 --coll bcast|allreduce [--size 256M]
 
 Runs Braid's schedules in the flow-level simulator (package sim) on a
@@ -64,10 +65,28 @@ alone: the packing's rate against k NVLink rings at one lane's bandwidth
 each, or, without NVLink rings, one PCIe ring at half a lane's bandwidth
 (Blink's assumption); an allreduce's ring moves 2(n−1)/n of the data.
 
+--imbalance MIF times every algorithm again under process arrival
+patterns, as "Efficient Process Arrival Pattern Aware Collective
+Communication for Deep Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1)
+induces them: each rank starts after a random offset uniform in
+[0, MIF × α], α the fastest balanced average latency of the algorithms
+compared; --trials patterns are drawn from --seed and the times are their
+mean. --start gives one pattern instead: each rank's offset in
+microseconds, as a list (0,12.5,0,300) or a file of numbers. Each
+algorithm runs in the variant (segment, ring construction) it picked
+balanced. The table gives the patterns' imbalance (§2.2: worst-case Ω,
+the spread of the arrivals, and average-case Δ̄, the mean distance of an
+arrival from the mean arrival, in µs and over α) and per algorithm its
+latency as the paper's micro-benchmarks measure it, each rank from its own
+arrival to its exit, averaged over the ranks (balanced and under the
+pattern, and their ratio), the largest rank's, and the time from the last
+arrival to the end.
+
 Examples:
   braid sim --topo dgx1-v100 --gpus 1,4,5,6 --coll bcast --size 256M
   braid sim --topo dgx1-v100 --coll allreduce --size 64M --algos treepack,rings,ring,segring
   braid sim --sweep dgx1-v100 --coll bcast --size 256M
+  braid sim --topo 16xcedar --coll allreduce --size 64K --algos ring,rabenseifner,hier --imbalance 20
 
 `
 
