@@ -318,7 +318,7 @@ func TestSimArrivals(t *testing.T) {
 	if err != nil {
 		t.Fatalf("braid sim --imbalance: %v\n%s", err, out)
 	}
-	for _, want := range []string{"arrival patterns: 3 drawn with seed 7", "MIF 10", "factor Ω/α", "balanced(us)", "binomial", "linear"} {
+	for _, want := range []string{"arrival patterns: 3 drawn with seed 7", "MIF 10", "factor Ω/α", "mean wait for the last arrival", "balanced(us)", "binomial", "linear"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("braid sim --imbalance output lacks %q:\n%s", want, out)
 		}
