@@ -54,6 +54,17 @@
 // flow starts or ends, for the flows connected to it through shared links;
 // a link of infinite bandwidth never limits a flow.
 //
+// # Arrival
+//
+// By default every rank starts its program at time 0. Config.Start gives
+// each rank its own start, a process arrival pattern: a rank issues
+// nothing before its start, so its peers' messages to it wait for it and
+// so does whatever depends on them. Result.AvgLatency then measures the
+// collective as the PAP-aware collectives paper (Alizadeh et al.,
+// EuroMPI/USA 2022, §6.1) does, each rank from its own arrival to its
+// exit, averaged over the ranks; Result.AfterLast is the time after the
+// last arrival.
+//
 // # Output
 //
 // Run returns a Result: the collective's time (when the last rank

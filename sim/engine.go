@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/braid-ccl/braid/sched"
 )
@@ -63,6 +64,7 @@ const (
 	evCompute evKind = iota // a (rank) b (step): a computation ended
 	evLatency               // a (message): latency paid, data may move
 	evFlowEnd               // a (message), ver: its last byte arrived
+	evStart                 // a (rank): the rank enters (Config.Start)
 )
 
 type event struct {
@@ -130,6 +132,9 @@ func newEngine(p sched.Params, progs []sched.Program, net *Network, cfg Config) 
 		e.base[r+1] = e.base[r] + len(progs[r].Steps)
 		e.left[r] = len(progs[r].Steps)
 		e.waiting[r] = -1
+		if len(cfg.Start) > 0 {
+			e.finish[r] = cfg.Start[r] // an empty program ends when it starts
+		}
 		if cfg.InPlace {
 			inner, off, ok := p.InPlaceAlias(r)
 			e.alias[r] = aliasInfo{inner, off, ok}
@@ -343,7 +348,11 @@ func (e *engine) pop() event {
 // run processes events until none is left.
 func (e *engine) run(ctx context.Context) error {
 	for r := range e.progs {
-		if e.left[r] > 0 {
+		switch {
+		case e.left[r] == 0:
+		case len(e.cfg.Start) > 0 && e.cfg.Start[r] > 0:
+			e.schedule(e.cfg.Start[r], evStart, int32(r), 0, 0)
+		default:
 			e.issue(r)
 		}
 	}
@@ -396,6 +405,8 @@ func (e *engine) run(ctx context.Context) error {
 		case evFlowEnd:
 			e.removeFlow(ev.a)
 			e.deliver(ev.a)
+		case evStart:
+			e.issue(int(ev.a))
 		}
 	}
 }
@@ -704,7 +715,11 @@ func (e *engine) reshare() {
 
 // result collects what the run measured.
 func (e *engine) result() *Result {
-	res := &Result{Finish: e.finish, Messages: len(e.msgs), Events: e.events, Flows: e.flows, Computes: e.computes, timeline: e.cfg.Timeline}
+	start := slices.Clone(e.cfg.Start)
+	if len(start) == 0 {
+		start = make([]float64, len(e.progs))
+	}
+	res := &Result{Finish: e.finish, Start: start, Messages: len(e.msgs), Events: e.events, Flows: e.flows, Computes: e.computes, timeline: e.cfg.Timeline}
 	for _, t := range e.finish {
 		res.Time = max(res.Time, t)
 	}

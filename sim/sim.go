@@ -37,16 +37,28 @@ type Config struct {
 	// Timeline records every message and computation in Result.Flows and
 	// Result.Computes.
 	Timeline bool
+	// Start[r], if Start is not empty, is when rank r enters the
+	// collective, in seconds from the simulation's time 0: the rank
+	// issues nothing before it, so messages to it wait (eager ones at
+	// the receiver) and its peers' steps that depend on them wait too.
+	// This is a process arrival pattern, (a_0, ..., a_{n-1}) in the
+	// PAP-aware collectives paper (Alizadeh et al., EuroMPI/USA 2022,
+	// §2.2). Empty means every rank starts at 0; otherwise it has one
+	// finite offset ≥ 0 per rank.
+	Start []float64
 }
 
 // Result is what a simulation measured. Times are in seconds from the
-// moment every rank starts its program.
+// simulation's time 0, when every rank starts its program unless
+// Config.Start delays it.
 type Result struct {
 	// Time is when the last rank completed its last step.
 	Time float64
-	// Finish[r] is when rank r completed its last step (0 for an empty
-	// program).
+	// Finish[r] is when rank r completed its last step (its start time
+	// for an empty program).
 	Finish []float64
+	// Start[r] is when rank r started: Config.Start[r], or 0.
+	Start []float64
 	// Links[i] is the traffic of the network's link i.
 	Links []LinkStats
 	// Messages is the number of messages and Bytes their total size.
@@ -61,6 +73,50 @@ type Result struct {
 	Computes []Compute
 
 	timeline bool // Config.Timeline was set
+}
+
+// Latency returns rank r's time in the collective: from its start
+// (Result.Start[r]) to its finish.
+func (r *Result) Latency(rank int) float64 { return r.Finish[rank] - r.Start[rank] }
+
+// AvgLatency returns the ranks' mean Latency. This is the collective's
+// time as the PAP-aware collectives paper (Alizadeh et al., EuroMPI/USA
+// 2022, §6.1) measures it under an arrival pattern, with OSU's
+// micro-benchmarks: each process times its call from its own arrival to
+// its exit (so an early rank's time includes its wait for the late ones),
+// and the latency is the average over processes. It is measured from
+// each rank's own arrival, neither from the first arrival nor from the
+// last. With every rank starting at 0 it is the mean finish time, at most
+// Time.
+func (r *Result) AvgLatency() float64 {
+	if len(r.Finish) == 0 {
+		return 0
+	}
+	var sum float64
+	for k := range r.Finish {
+		sum += r.Latency(k)
+	}
+	return sum / float64(len(r.Finish))
+}
+
+// MaxLatency returns the largest Latency of any rank.
+func (r *Result) MaxLatency() float64 {
+	var m float64
+	for k := range r.Finish {
+		m = max(m, r.Latency(k))
+	}
+	return m
+}
+
+// AfterLast returns the time from the last rank's start to the end of
+// the collective (Time): what the collective still costs once everyone
+// has arrived.
+func (r *Result) AfterLast() float64 {
+	var last float64
+	for _, t := range r.Start {
+		last = max(last, t)
+	}
+	return r.Time - last
 }
 
 // LinkStats is the traffic of one link during a simulation.
@@ -143,6 +199,13 @@ func Run(ctx context.Context, p sched.Params, progs []sched.Program, net *Networ
 		return nil, fmt.Errorf("sim: step overhead %g s is not valid", cfg.StepOverhead)
 	case cfg.Eager < 0:
 		return nil, fmt.Errorf("sim: eager limit %d B is negative", cfg.Eager)
+	case len(cfg.Start) != 0 && len(cfg.Start) != p.NRanks:
+		return nil, fmt.Errorf("sim: %d start offsets for %d ranks", len(cfg.Start), p.NRanks)
+	}
+	for r, t := range cfg.Start {
+		if !(t >= 0) || math.IsInf(t, 0) {
+			return nil, fmt.Errorf("sim: start offset %g s of rank %d is not a finite time ≥ 0", t, r)
+		}
 	}
 	e, err := newEngine(p, progs, net, cfg)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 )
 
 const simUsage = `usage: braid sim --topo PRESET|FILE [--gpus 0,1,2,5] --coll bcast|allreduce --size S [--algos A,B,...]
+                 [--imbalance MIF [--seed N] [--trials K] | --start LIST|FILE]
        braid sim --sweep dgx1-p100|dgx1-v100 --coll bcast|allreduce [--size 256M]
 
 Runs Braid's schedules in the flow-level simulator (package sim) on a
@@ -64,10 +65,28 @@ alone: the packing's rate against k NVLink rings at one lane's bandwidth
 each, or, without NVLink rings, one PCIe ring at half a lane's bandwidth
 (Blink's assumption); an allreduce's ring moves 2(n−1)/n of the data.
 
+--imbalance MIF times every algorithm again under process arrival
+patterns, as "Efficient Process Arrival Pattern Aware Collective
+Communication for Deep Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1)
+induces them: each rank starts after a random offset uniform in
+[0, MIF × α], α the fastest balanced average latency of the algorithms
+compared; --trials patterns are drawn from --seed and the times are their
+mean. --start gives one pattern instead: each rank's offset in
+microseconds, as a list (0,12.5,0,300) or a file of numbers. Each
+algorithm runs in the variant (segment, ring construction) it picked
+balanced. The table gives the patterns' imbalance (§2.2: worst-case Ω,
+the spread of the arrivals, and average-case Δ̄, the mean distance of an
+arrival from the mean arrival, in µs and over α) and per algorithm its
+latency as the paper's micro-benchmarks measure it, each rank from its own
+arrival to its exit, averaged over the ranks (balanced and under the
+pattern, and their ratio), the largest rank's, and the time from the last
+arrival to the end.
+
 Examples:
   braid sim --topo dgx1-v100 --gpus 1,4,5,6 --coll bcast --size 256M
   braid sim --topo dgx1-v100 --coll allreduce --size 64M --algos treepack,rings,ring,segring
   braid sim --sweep dgx1-v100 --coll bcast --size 256M
+  braid sim --topo 16xcedar --coll allreduce --size 64K --algos ring,rabenseifner,hier --imbalance 20
 
 `
 
@@ -85,6 +104,10 @@ func simCmd(args []string) error {
 	timeline := fs.String("timeline", "", "write the first algorithm's timeline as SVG to this file")
 	sweep := fs.String("sweep", "", "dgx1-p100 or dgx1-v100: every unique allocation of 3-8 GPUs, trees against rings")
 	pcie := fs.Float64("pcie", 0, "set every PCIe link to this many GB/s per direction (e.g. a measured figure; 0 keeps the topology's)")
+	imb := fs.Float64("imbalance", 0, "time the algorithms again under random arrival patterns of this maximum imbalance factor (MIF)")
+	startF := fs.String("start", "", "time the algorithms again with these per-rank start offsets: microseconds, a list (0,10,250) or a file")
+	seed := fs.Uint64("seed", 1, "seed of --imbalance's arrival patterns")
+	trials := fs.Int("trials", 10, "arrival patterns drawn for --imbalance (the times are their mean)")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, simUsage); fs.PrintDefaults() }
 	if done, err := parseFlags(fs, args); done {
 		return err
@@ -115,8 +138,28 @@ func simCmd(args []string) error {
 		return usageError{fmt.Sprintf("sim: --links %q: want nvlink, all or auto", *links)}
 	}
 	set := given(fs)
+	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
+		return usageError{fmt.Sprintf("sim: --imbalance %v: want a maximum imbalance factor ≥ 0", *imb)}
+	}
+	if *trials < 1 {
+		return usageError{fmt.Sprintf("sim: --trials %d: want at least 1 arrival pattern", *trials)}
+	}
+	if set["imbalance"] && set["start"] {
+		return usageError{"sim: --imbalance draws the arrival patterns and --start gives one: use one of them"}
+	}
+	for _, f := range []string{"seed", "trials"} {
+		if set[f] && *imb == 0 {
+			return usageError{fmt.Sprintf("sim: --%s applies only to --imbalance MIF (MIF > 0)", f)}
+		}
+	}
+	arr := arrivals{mif: *imb, seed: *seed, trials: *trials, from: *startF}
+	if set["start"] {
+		if arr.start, err = parseStart(*startF); err != nil {
+			return err
+		}
+	}
 	if *sweep != "" {
-		for _, f := range []string{"topo", "gpus", "algos", "root", "timeline", "links"} {
+		for _, f := range []string{"topo", "gpus", "algos", "root", "timeline", "links", "imbalance", "start"} {
 			if set[f] {
 				return usageError{fmt.Sprintf("sim: --%s does not apply to --sweep (which runs every allocation of the preset it names, packed over NVLink, against rings)", f)}
 			}
@@ -155,6 +198,9 @@ func simCmd(args []string) error {
 	if err != nil {
 		return usageError{"sim: " + err.Error()}
 	}
+	if arr.start != nil && len(arr.start) != len(devs) {
+		return usageError{fmt.Sprintf("sim: --start %s: %d offsets for %d ranks", *startF, len(arr.start), len(devs))}
+	}
 	if coll.Rooted() && (*root < 0 || *root >= len(devs)) {
 		return usageError{fmt.Sprintf("sim: --root %d outside ranks 0-%d", *root, len(devs)-1)}
 	}
@@ -175,21 +221,16 @@ func simCmd(args []string) error {
 		gpuNames = append(gpuNames, devName(t, devs, r))
 	}
 	fmt.Printf("%v of %s per rank on %s, %d ranks on %s\n", coll, plan.FormatSize(size), t.Name, len(devs), strings.Join(gpuNames, " "))
-	type row struct {
-		name, desc string
-		res        *sim.Result
-		err        error
-	}
-	var rows []row
+	var rows []simRow
 	for _, name := range names {
 		name = strings.TrimSpace(name)
 		c, err := candidate(t, devs, coll, count, *root, name, *links)
 		if err != nil {
-			rows = append(rows, row{name: name, err: err})
+			rows = append(rows, simRow{name: name, err: err})
 			continue
 		}
-		res, desc, err := c.best(net, cfg, int(segment/4), count)
-		rows = append(rows, row{name: name, desc: desc, res: res, err: err})
+		pk, err := c.pick(net, cfg, int(segment/4), count)
+		rows = append(rows, simRow{name: name, desc: pk.desc, res: pk.res, again: pk.again, err: err})
 	}
 	best := math.Inf(1)
 	for _, r := range rows {
@@ -225,6 +266,9 @@ func simCmd(args []string) error {
 			break
 		}
 	}
+	if arr.mif > 0 || arr.start != nil {
+		return runArrivals(os.Stdout, rows, cfg, len(devs), arr)
+	}
 	return nil
 }
 
@@ -255,12 +299,22 @@ func defaultAlgos(c sched.Collective) []string {
 	return names
 }
 
-// runner is something braid sim can time: best returns the simulated
-// result of its fastest variant on net (segment, or ring construction)
-// and a description of that variant. segment, in elements, fixes the
-// segment of pipelined schedules (0: search for the fastest).
+// runner is something braid sim can time: pick returns the simulated
+// result of its fastest variant on net (segment, or ring construction),
+// a description of that variant, and a way to run that variant again.
+// segment, in elements, fixes the segment of pipelined schedules (0:
+// search for the fastest).
 type runner interface {
-	best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error)
+	pick(net *sim.Network, cfg sim.Config, segment, count int) (picked, error)
+}
+
+// picked is the variant a runner chose.
+type picked struct {
+	res  *sim.Result
+	desc string
+	// again simulates the same schedule under another configuration
+	// (braid sim --imbalance: the same variant under an arrival pattern).
+	again func(cfg sim.Config) (*sim.Result, error)
 }
 
 // schedule makes one algorithm's schedule for a segment in elements (0:
@@ -278,19 +332,26 @@ func simulate(net *sim.Network, cfg sim.Config, p sched.Params, progs []sched.Pr
 	return sim.Run(ctx, p, progs, net, cfg)
 }
 
-func (s *schedule) run(net *sim.Network, cfg sim.Config, seg int) (*sim.Result, string, error) {
+func (s *schedule) run(net *sim.Network, cfg sim.Config, seg int) (picked, error) {
 	p, progs, desc, err := s.make(seg)
 	if err != nil {
-		return nil, "", err
+		return picked{}, err
 	}
 	res, err := simulate(net, cfg, p, progs)
 	if err != nil {
-		return nil, "", err
+		return picked{}, err
 	}
 	if s.pipelined && p.Segment > 0 {
 		desc = strings.TrimSpace(desc + " seg " + plan.FormatSize(int64(p.Segment)*int64(cfg.ElemSize)))
 	}
-	return res, desc, nil
+	again := func(c sim.Config) (*sim.Result, error) { return simulate(net, c, p, progs) }
+	return picked{res, desc, again}, nil
+}
+
+// best is pick without the variant.
+func (s *schedule) best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error) {
+	pk, err := s.pick(net, cfg, segment, count)
+	return pk.res, pk.desc, err
 }
 
 // best times the schedule at the given segment, or searches for the fastest
@@ -299,7 +360,7 @@ func (s *schedule) run(net *sim.Network, cfg sim.Config, seg int) (*sim.Result, 
 // was not, halving while that is (down to 1 KiB): a multiplicative search
 // like Blink's MIAD (MLSys 2020, §4.2.1), run in the simulator
 // instead of over the first iterations of a job.
-func (s *schedule) best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error) {
+func (s *schedule) pick(net *sim.Network, cfg sim.Config, segment, count int) (picked, error) {
 	if !s.pipelined || segment > 0 || count == 0 {
 		return s.run(net, cfg, segment)
 	}
@@ -307,17 +368,17 @@ func (s *schedule) best(net *sim.Network, cfg sim.Config, segment, count int) (*
 	quiet := cfg
 	quiet.Timeline = false
 	seg := max(1, min(count, max(64<<10, pow2Above(count*es/256))/es))
-	bestRes, _, err := s.run(net, quiet, seg)
+	first, err := s.run(net, quiet, seg)
 	if err != nil {
-		return nil, "", err
+		return picked{}, err
 	}
-	bestSeg := seg
+	bestRes, bestSeg := first.res, seg
 	try := func(next int) bool {
-		res, _, err := s.run(net, quiet, next)
-		if err != nil || res.Time >= bestRes.Time {
+		pk, err := s.run(net, quiet, next)
+		if err != nil || pk.res.Time >= bestRes.Time {
 			return false
 		}
-		bestRes, bestSeg = res, next
+		bestRes, bestSeg = pk.res, next
 		return true
 	}
 	up := false
@@ -346,27 +407,26 @@ type ringChoice struct {
 	makes []*schedule
 }
 
-func (c *ringChoice) best(net *sim.Network, cfg sim.Config, segment, count int) (*sim.Result, string, error) {
-	var best *sim.Result
-	var desc string
+func (c *ringChoice) pick(net *sim.Network, cfg sim.Config, segment, count int) (picked, error) {
+	var best picked
 	var firstErr error
 	for k, m := range c.makes {
-		res, d, err := m.best(net, cfg, segment, count)
+		pk, err := m.pick(net, cfg, segment, count)
 		if err != nil {
 			firstErr = cmpErr(firstErr, fmt.Errorf("%s rings: %w", c.names[k], err))
 			continue
 		}
-		if best == nil || res.Time < best.Time {
-			best, desc = res, d
+		if best.res == nil || pk.res.Time < best.res.Time {
+			best = pk
 		}
 	}
-	if best == nil {
+	if best.res == nil {
 		if firstErr == nil {
 			firstErr = fmt.Errorf("no ring construction")
 		}
-		return nil, "", firstErr
+		return picked{}, firstErr
 	}
-	return best, desc, nil
+	return best, nil
 }
 
 func cmpErr(a, b error) error {

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"math"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -277,6 +280,47 @@ func TestTopoSimCommands(t *testing.T) {
 		out, err := run(t, time.Minute, nil, args...)
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 			t.Errorf("braid %v: %v, want exit 2:\n%s", args, err, out)
+		}
+	}
+}
+
+// TestSimArrivals: braid sim --start with one rank of the ring allreduce
+// on two Cedar nodes 800 µs late: the ring's last steps wait for it, so
+// the collective ends 800 µs after its balanced end (the largest latency is
+// the balanced time + 800 µs and the time after the last arrival the
+// balanced time), and the pattern's Ω is 800 µs and Δ̄ 2·800·7/8² = 175 µs;
+// --imbalance prints the patterns' imbalance and every algorithm.
+func TestSimArrivals(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "start")
+	if err := os.WriteFile(file, []byte("# one late rank\n0 0 0 0\n0 0 0 800\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, time.Minute, nil, "sim", "--topo", "2xcedar", "--coll", "allreduce", "--size", "64K", "--algos", "ring", "--start", file)
+	if err != nil {
+		t.Fatalf("braid sim --start: %v\n%s", err, out)
+	}
+	var T, max, after float64
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 4 && f[0] == "ring":
+			T, _ = strconv.ParseFloat(f[1], 64)
+		case len(f) == 7 && f[0] == "ring":
+			max, _ = strconv.ParseFloat(f[4], 64)
+			after, _ = strconv.ParseFloat(f[5], 64)
+		}
+	}
+	if !strings.Contains(out, "worst-case Ω 800.0 us") || !strings.Contains(out, "average-case Δ̄ 175.0 us") || T == 0 || math.Abs(max-(T+800)) > 0.11 || math.Abs(after-T) > 0.11 {
+		t.Errorf("braid sim --start: balanced time %g, max latency %g, after-last %g us; want max = balanced + 800, after-last = balanced, Ω 800 and Δ̄ 175 us:\n%s", T, max, after, out)
+	}
+	out, err = run(t, time.Minute, nil, "sim", "--topo", "2xcedar", "--coll", "reduce", "--size", "4K", "--algos", "binomial,linear", "--imbalance", "10", "--trials", "3", "--seed", "7")
+	if err != nil {
+		t.Fatalf("braid sim --imbalance: %v\n%s", err, out)
+	}
+	for _, want := range []string{"arrival patterns: 3 drawn with seed 7", "MIF 10", "factor Ω/α", "mean wait for the last arrival", "balanced(us)", "binomial", "linear"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("braid sim --imbalance output lacks %q:\n%s", want, out)
 		}
 	}
 }
