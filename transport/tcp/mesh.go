@@ -25,6 +25,7 @@ type mesh struct {
 
 	wg      sync.WaitGroup // readers, writers and abort senders
 	aborts  sync.WaitGroup // abort senders, which Close lets finish
+	abortMu sync.Mutex     // orders Abort's start of senders and Close's wait
 	aborted atomic.Bool
 	closed  atomic.Bool
 	inLost  atomic.Int32 // Lost callbacks running
@@ -347,6 +348,11 @@ func (s *stream) signal() {
 // once the frame in progress there is out. Local requests fail with
 // ErrAborted; Lost is not called.
 func (m *mesh) Abort(err error) {
+	// Under abortMu, so that Close either sees every abort sender counted
+	// or keeps Abort from starting any (a WaitGroup's Add may not race its
+	// Wait).
+	m.abortMu.Lock()
+	defer m.abortMu.Unlock()
 	if m.closed.Load() || !m.aborted.CompareAndSwap(false, true) {
 		return
 	}
@@ -433,10 +439,14 @@ const abortWait = 2 * time.Second
 // After Abort it first lets the abort frames be written (up to
 // abortWait), so that the peers learn the reason before the close.
 func (m *mesh) Close() error {
-	if !m.closed.CompareAndSwap(false, true) {
+	m.abortMu.Lock()
+	first := m.closed.CompareAndSwap(false, true)
+	aborted := m.aborted.Load()
+	m.abortMu.Unlock()
+	if !first {
 		return nil
 	}
-	if m.aborted.Load() {
+	if aborted {
 		// Let the abort frames go out first: a process that closes (and
 		// exits) right after a failure would otherwise reach its peers
 		// as a connection closed without a reason, and they would name
