@@ -359,10 +359,18 @@ func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name strin
 }
 
 // failAsync records e as the job's failure, if it is the first, and
-// aborts the meshes from a goroutine (Close waits for it).
+// aborts the meshes from a goroutine (close waits for it).
 func (w *world) failAsync(e *Error, worldPeer int) {
 	if w.failure.CompareAndSwap(nil, e) {
-		w.aborting.Add(1)
+		w.meshMu.Lock()
+		closing := w.closing
+		if !closing {
+			w.aborting.Add(1)
+		}
+		w.meshMu.Unlock()
+		if closing {
+			return // the peers learn that this rank closed
+		}
 		go func() {
 			defer w.aborting.Done()
 			w.abortMeshes(e, worldPeer)

@@ -8,6 +8,7 @@ import (
 	"log"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -39,6 +40,12 @@ type world struct {
 	closed   atomic.Bool
 	once     sync.Once
 	aborting sync.WaitGroup // aborts started by failAsync
+
+	// meshMu guards meshes (Init appends while transports' callbacks may
+	// already abort) and closing, and orders aborting's Add before close's
+	// Wait.
+	meshMu  sync.Mutex
+	closing bool
 
 	sigs sigTable
 	spin time.Duration // how long waiters poll before yielding
@@ -88,7 +95,7 @@ func (w *world) failPeer(e *Error, worldPeer int) {
 // abortMeshes tells every peer that the job failed with e.
 func (w *world) abortMeshes(e *Error, worldPeer int) {
 	reason := fmt.Errorf("braid-abort kind=%d peer=%d from=%d: %v", e.Kind, worldPeer, w.rank, e)
-	for _, m := range w.meshes {
+	for _, m := range w.meshList() {
 		m.Abort(reason)
 	}
 	w.debugf("info", "communicator failed: %v", e)
@@ -124,6 +131,13 @@ func (w *world) lost(peer int, err error) {
 	w.fail(&Error{Kind: kind, Rank: w.rank, Call: "transport", Peer: peer, Err: err})
 }
 
+// meshList returns the world's meshes.
+func (w *world) meshList() []transport.Mesh {
+	w.meshMu.Lock()
+	defer w.meshMu.Unlock()
+	return slices.Clone(w.meshes)
+}
+
 // abortCause returns the kind and world ranks (the one concerned and the
 // one that reported it) of the innermost abort token in err, which names
 // the first cause.
@@ -156,9 +170,12 @@ func (w *world) debugf(level, format string, args ...any) {
 func (w *world) close() error {
 	var first error
 	w.once.Do(func() {
+		w.meshMu.Lock()
+		w.closing = true
+		w.meshMu.Unlock()
 		w.aborting.Wait() // the peers hear why before the connections close
 		w.closed.Store(true)
-		for _, m := range w.meshes {
+		for _, m := range w.meshList() {
 			if err := m.Close(); err != nil && first == nil {
 				first = err
 			}

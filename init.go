@@ -137,7 +137,9 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		if err != nil {
 			return fmt.Errorf("connecting %s to ranks %v: %w", t.Name(), ranksOf(peers), err)
 		}
+		w.meshMu.Lock()
 		w.meshes = append(w.meshes, m)
+		w.meshMu.Unlock()
 		for _, p := range peers {
 			w.conns[p.Rank] = m.Conn(p.Rank)
 			if w.conns[p.Rank] == nil {
@@ -163,6 +165,11 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	if err := connect(tcp.New(topts), remote); err != nil {
 		return fail(err)
+	}
+	if e := w.failure.Load(); e != nil {
+		// A peer's message or abort failed the job while the meshes were
+		// being connected: tell the peers of the meshes made since.
+		w.abortMeshes(e, e.Peer)
 	}
 	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
 	c.root = true

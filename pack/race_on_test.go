@@ -1,0 +1,5 @@
+//go:build race
+
+package pack_test
+
+const raceEnabled = true
