@@ -3,7 +3,8 @@
 # test program internal/testprog/mix and the driver internal/testprog/chaos,
 # and runs the driver. Needs root (every job mounts its own /dev/shm and
 # /tmp in a mount namespace) and ss(8) from iproute2 for the closed-socket
-# faults; without root it says so and exits 0.
+# faults; without root, or where it cannot mount in a new mount namespace,
+# it says so and exits 0.
 #
 #	scripts/chaos.sh chaos [-jobs 200] [-seed 1] [-v] ...    faults, counts per kind
 #	scripts/chaos.sh soak [-duration 1h] [-ranks 4] ...      one long job, RSS and fds
@@ -16,6 +17,10 @@ mode=${1:-chaos}
 shift || true
 if [ "$(id -u)" != 0 ]; then
     echo "chaos.sh: skipped: needs root to give every job its own /dev/shm and /tmp"
+    exit 0
+fi
+if ! unshare -m sh -c 'mount -t tmpfs chaos-probe /dev/shm' 2>/dev/null; then
+    echo "chaos.sh: skipped: cannot mount a tmpfs in a new mount namespace (no CAP_SYS_ADMIN, or no unshare)"
     exit 0
 fi
 if [ "$mode" = chaos ] && ! command -v ss >/dev/null 2>&1; then

@@ -25,13 +25,15 @@ summary="$LOG/summary.txt"
 status=0
 for t in $TARGETS; do
     pkg=${t%%:*} name=${t##*:}
-    out="$LOG/${pkg//\//_}-$name.log"
+    base=${pkg#./}
+    [ "$base" = . ] && base=root
+    out="$LOG/${base//\//_}-$name.log"
     echo "== $pkg $name for $FUZZTIME" | tee -a "$summary"
     start=$(date +%s)
     (cd "$src" && nice -n 10 go test -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" -parallel 1 "$pkg") >"$out" 2>&1
     rc=$?
     mins=$(( ($(date +%s) - start) / 60 ))
-    last=$(grep -E '^fuzz: elapsed' "$out" | tail -1)
+    last=$(grep -E '^fuzz: elapsed.*execs:' "$out" | tail -1)
     execs=$(sed -n 's/.*execs: \([0-9]*\).*/\1/p' <<<"$last")
     newc=$(sed -n 's/.*new interesting: \([0-9]*\).*/\1/p' <<<"$last")
     verdict=pass

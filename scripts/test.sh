@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, vet, and every test with the race
 # detector, plus the multi-process tests under Debian's Open MPI.
-# Installs what it needs (openmpi-bin) on a fresh Debian machine with Go.
+# Installs what it needs (openmpi-bin, iproute2) on a fresh Debian machine
+# with Go. Ends with a short chaos campaign (scripts/chaos.sh), which needs
+# root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -15,6 +17,13 @@ if ! command -v mpirun.openmpi >/dev/null 2>&1; then
     else
         echo "note: openmpi-bin missing and not root; the mpirun tests will skip"
     fi
+fi
+
+if ! command -v ss >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "== installing iproute2 (ss, for the chaos campaign's closed sockets)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends iproute2 >/dev/null \
+        || echo "warning: could not install iproute2; the chaos step will fail"
 fi
 
 echo "== gofmt"

@@ -680,12 +680,13 @@ func chaosJob(cfg config, id int, kind string, r *rand.Rand) record {
 		case o.Err == "":
 			rec.Completed++
 		case o.Kind == "terminated":
-			// braid run stopped it after another rank failed: that rank's
-			// error is the one to judge.
-			if failed(outs, rank) {
+			// braid run stopped it after another rank failed (or died: a
+			// rank killed during Init, before its peers connect to it):
+			// that rank's error, or braid run's, is the one to judge.
+			if failed(outs, rank) || launcherNames(rec.Launcher, rec.Faulty) {
 				rec.Stopped++
 			} else {
-				rec.Reasons = append(rec.Reasons, fmt.Sprintf("terminated, no rank failed: rank %d", rank))
+				rec.Reasons = append(rec.Reasons, fmt.Sprintf("terminated, no rank failed and braid run names none: rank %d", rank))
 			}
 		case !rec.Injected:
 			rec.Reasons = append(rec.Reasons, fmt.Sprintf("failed without a fault: rank %d: %s", rank, o.Err))
@@ -770,6 +771,16 @@ func echoOf(outs []*outcome, o *outcome, right func(*outcome) bool) int {
 		}
 	}
 	return -1
+}
+
+// launcherNames reports whether braid run's verdict names a faulty rank.
+func launcherNames(verdict string, faulty []int) bool {
+	for _, f := range faulty {
+		if regexp.MustCompile(fmt.Sprintf(`\brank %d\b`, f)).MatchString(verdict) {
+			return true
+		}
+	}
+	return false
 }
 
 // failed reports whether a rank other than except failed with an error
