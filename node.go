@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/choice"
@@ -130,7 +131,12 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	defer c.w.end(c.id, r.seq)
 	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq}
 	if _, ok := ctx.Deadline(); !ok {
+		// As the schedules' calls hold their timeout for a peer that
+		// waits too (blame.go), a call through the area waits a little
+		// past its own for the failure the rank at the end of the chain
+		// reports.
 		cl.Timeout = c.w.opts.Timeout
+		cl.Hold = min(time.Second, c.w.opts.Timeout/3)
 	}
 	if c.w.opts.Debug == "trace" {
 		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, nodeAlgo)

@@ -126,8 +126,11 @@ type Call struct {
 	// elsewhere; a waiting call ends with it.
 	Fail func() error
 	// Timeout, if not zero, ends a call that has waited this long without
-	// progress.
+	// progress. Hold then keeps waiting that much longer for a failure
+	// reported elsewhere (Fail): the rank waited for may itself wait for
+	// the one that is really stuck, which its own timeout will name.
 	Timeout time.Duration
+	Hold    time.Duration
 	// Spin is how long a waiter polls before yielding (transport.Backoff).
 	Spin time.Duration
 	// Name names the call in errors ("allreduce"), and Seq numbers it (the
@@ -141,6 +144,7 @@ type Call struct {
 	timer   *time.Timer
 	polls   int
 	since   time.Time // when the current slow wait began
+	held    time.Time // when Timeout passed and Hold began
 	chunk0  uint64
 }
 
@@ -305,9 +309,13 @@ func (c *Call) idle(q int, what string, chunk uint64) error {
 		}
 		if err == nil && c.Timeout > 0 {
 			now := time.Now()
-			if c.since.IsZero() {
+			switch {
+			case c.since.IsZero():
 				c.since = now
-			} else if now.Sub(c.since) > c.Timeout {
+			case now.Sub(c.since) <= c.Timeout:
+			case c.Hold > 0 && c.held.IsZero():
+				c.held = now
+			case c.Hold <= 0 || now.Sub(c.held) > c.Hold:
 				err = context.DeadlineExceeded
 			}
 		}
@@ -349,7 +357,7 @@ func (c *Call) arrived() {
 	if c.polls != 0 {
 		c.bo.Reset()
 		c.polls = 0
-		c.since = time.Time{}
+		c.since, c.held = time.Time{}, time.Time{}
 	}
 }
 
