@@ -44,4 +44,8 @@ go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
 echo "== the correctness matrix at full size, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
 echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
-scripts/chaos.sh chaos -jobs 20 -seed "$(date +%s)" 2>&1 | tee -a /tmp/braid-test.log
+# A hang, a slow end, a wrong result, a file left behind or a failure without a
+# fault fails CI; an error that names another rank than the faulty one is
+# counted and printed (-soft-naming), and the full campaign (docs/RELIABILITY.md)
+# reports how often.
+scripts/chaos.sh chaos -jobs 20 -soft-naming -seed "$(date +%s)" 2>&1 | tee -a /tmp/braid-test.log
