@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -460,7 +461,15 @@ func alive(pid int) bool {
 // so a Run that waited for either would not return before the test's
 // context ends).
 func TestRunStoppedRank(t *testing.T) {
-	cfg := sh(3, `case "$BRAID_RANK" in 0) sleep 0.2; exit 1;; 1) kill -STOP $$; exit 0;; esac; exit 0`)
+	// Rank 0 fails once rank 1 is stopped, so that Run finds it stopped
+	// however slowly the shells start.
+	cfg := sh(3, `case "$BRAID_RANK" in
+	0) while [ ! -s "$STOPPED" ]; do sleep 0.01; done
+	   until [ "$(sed 's/.*) //' /proc/$(cat "$STOPPED")/stat | cut -c1)" = T ]; do sleep 0.01; done
+	   exit 1;;
+	1) echo $$ >"$STOPPED.tmp"; mv "$STOPPED.tmp" "$STOPPED"; kill -STOP $$; exit 0;;
+	esac; exit 0`)
+	cfg.Env = []string{"STOPPED=" + filepath.Join(t.TempDir(), "stopped")}
 	cfg.Grace, cfg.Linger = time.Hour, time.Hour
 	_, _, took, err := run(t, cfg)
 	if err == nil || err.Error() != "rank 0 exited with status 1" {
