@@ -150,14 +150,14 @@ func packTrees(t *topo.Topology, devs []int, coll sched.Collective, root int) (*
 	if len(devs) == 1 {
 		return &sched.Trees{Tree: []sched.Tree{{Root: 0, Parent: []int{-1}, Weight: 1}}}, nil, "", nil
 	}
-	pl, _, links, err := pack.ForCollective(t, devs, coll, root, "nvlink", "all")
+	pl, g, links, err := pack.ForCollective(t, devs, coll, root, "nvlink", "all")
 	if errors.Is(err, pack.ErrDisconnected) {
 		return nil, nil, "", fmt.Errorf("no spanning trees over any links: %w", err)
 	}
 	if err != nil {
 		return nil, nil, "", err
 	}
-	ts := pl.SchedTrees()
+	ts := pl.SchedTrees(g)
 	if err := ts.Validate(len(devs)); err != nil {
 		return nil, nil, "", fmt.Errorf("packing over %s links: %v", links, err)
 	}

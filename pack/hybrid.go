@@ -3,49 +3,65 @@ package pack
 import (
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/topo"
 )
 
-// Hybrid is a broadcast over two sets of trees that run at the same time
-// on disjoint links (Blink §3.4): one over the direct NVLinks between the
-// ranks, one over the routes through switches and CPUs (PCIe on a DGX-1 or
-// Cedar, the GPUs' NVLinks to the host on Mist). Either plan may be nil
-// when its links do not reach every rank from the root.
+// Hybrid is a collective over two sets of trees that run at the same time
+// on disjoint links (Blink, MLSys 2020, §3.4): one over the direct NVLinks
+// between the ranks, one over the routes through switches and CPUs (PCIe
+// on a DGX-1 or Cedar, the GPUs' NVLinks to the host on Mist). Either plan
+// may be nil when its links do not reach every rank from the root; each
+// graph is the one its plan was packed on (nil with it).
 type Hybrid struct {
 	NVLink *Plan
 	PCIe   *Plan
+
+	NVLinkGraph, PCIeGraph *Graph
 }
 
 // PlanHybrid returns the two tree sets of a broadcast from rank root among
-// the ranks placed on devices ranks of t: Broadcast on the direct NVLink
-// graph, and Broadcast on the graph of relayed routes over every link
-// class (FromTopology with Relayed). It fails only if neither set reaches
-// every rank.
+// the ranks placed on devices ranks of t (HybridFor of sched.Bcast).
 func PlanHybrid(t *topo.Topology, ranks []int, root int, o Options) (*Hybrid, error) {
+	return HybridFor(t, ranks, sched.Bcast, root, o)
+}
+
+// HybridFor returns the two tree sets of collective coll (bcast, reduce
+// or allreduce, packed as ForCollective packs them) among the ranks
+// placed on devices ranks of t: one on the direct NVLink graph, one on the
+// graph of relayed routes over every link class (FromTopology with
+// Relayed). It fails only if neither set spans the ranks.
+func HybridFor(t *topo.Topology, ranks []int, coll sched.Collective, root int, o Options) (*Hybrid, error) {
 	var h Hybrid
 	for _, s := range []struct {
-		sel  Select
-		plan **Plan
+		sel   Select
+		plan  **Plan
+		graph **Graph
 	}{
-		{Select{Classes: []topo.Class{topo.NVLink}, Routes: Direct}, &h.NVLink},
-		{Select{Routes: Relayed}, &h.PCIe},
+		{Select{Classes: []topo.Class{topo.NVLink}, Routes: Direct}, &h.NVLink, &h.NVLinkGraph},
+		{Select{Routes: Relayed}, &h.PCIe, &h.PCIeGraph},
 	} {
 		g, err := FromTopology(t, ranks, s.sel)
 		if err != nil {
 			return nil, err
 		}
-		p, err := Broadcast(g, root, o)
+		oo := o
+		if s.plan == &h.PCIe {
+			oo.Threshold = 0.2
+		}
+		p, err := packFor(g, coll, root, oo)
 		if errors.Is(err, ErrDisconnected) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		*s.plan = p
+		*s.plan, *s.graph = p, g
 	}
 	if h.NVLink == nil && h.PCIe == nil {
-		return nil, fmt.Errorf("pack: hybrid broadcast from rank %d: %w", root, ErrDisconnected)
+		return nil, fmt.Errorf("pack: hybrid %v from rank %d: %w", coll, root, ErrDisconnected)
 	}
 	return &h, nil
 }
@@ -64,6 +80,49 @@ func (h *Hybrid) Split(total, tDPA float64) (pcie, nvl float64) {
 	return SplitHybrid(total, rate(h.PCIe), rate(h.NVLink), tDPA)
 }
 
+// Trees returns the trees of a call of total bytes split as Split does:
+// the NVLink trees and the PCIe trees (their edges marked relayed) with
+// their weights scaled so that each set's share of the data is its part of
+// the split, in GB/s of the two sets together (so with tDPA 0 the weights
+// are the plans' own), and the PCIe share in [0, 1]. A set whose part is
+// empty is left out. The rate of the result, bytes over the slower set's
+// time plus tDPA where PCIe trees are used, is returned too (GB/s).
+func (h *Hybrid) Trees(total, tDPA float64) (ts *sched.Trees, pcieShare, rate float64) {
+	pcie, nvl := h.Split(total, tDPA)
+	if total <= 0 {
+		pcie, nvl = 0, 1
+		if h.NVLink == nil {
+			pcie, nvl = 1, 0
+		}
+		total = 1
+	}
+	var sum float64
+	for _, p := range []*Plan{h.NVLink, h.PCIe} {
+		if p != nil {
+			sum += p.Rate
+		}
+	}
+	ts = &sched.Trees{}
+	var time float64
+	for _, s := range []struct {
+		p     *Plan
+		g     *Graph
+		bytes float64
+		delay float64
+	}{{h.NVLink, h.NVLinkGraph, nvl, 0}, {h.PCIe, h.PCIeGraph, pcie, tDPA}} {
+		if s.p == nil || s.bytes <= 0 {
+			continue
+		}
+		scale := s.bytes / total * sum / s.p.Rate
+		for _, t := range s.p.SchedTrees(s.g).Tree {
+			t.Weight *= scale
+			ts.Tree = append(ts.Tree, t)
+		}
+		time = max(time, s.delay+s.bytes/(s.p.Rate*1e9))
+	}
+	return ts, pcie / total, total / time / 1e9
+}
+
 // SplitHybrid divides total bytes between PCIe and NVLink tree sets of
 // rates bwPCIe and bwNVL (bytes per second) so that both finish together
 // when the PCIe set starts tDPA seconds late (Blink eq. 8):
@@ -79,4 +138,18 @@ func SplitHybrid(total, bwPCIe, bwNVL, tDPA float64) (pcie, nvl float64) {
 	pcie = (total*bwPCIe - tDPA*bwPCIe*bwNVL) / (bwPCIe + bwNVL)
 	pcie = min(max(pcie, 0), total)
 	return pcie, total - pcie
+}
+
+// relayedFlags returns, for each rank of tree t of a plan packed on g,
+// whether the edge from its parent is a relayed route (its Path crosses a
+// device between the two ranks); nil if none is.
+func relayedFlags(t Tree, g *Graph) []bool {
+	if g == nil || !slices.ContainsFunc(t.Edge, func(e int) bool { return e >= 0 && len(g.Edges[e].Path) > 2 }) {
+		return nil
+	}
+	out := make([]bool, len(t.Parent))
+	for v, e := range t.Edge {
+		out[v] = e >= 0 && v != t.Root && len(g.Edges[e].Path) > 2
+	}
+	return out
 }

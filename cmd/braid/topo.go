@@ -186,11 +186,55 @@ func allocation(t *topo.Topology, list string) ([]int, error) {
 type packedTrees struct {
 	plan  *pack.Plan
 	graph *pack.Graph
-	links string // "nvlink" or "all"
+	links string // "nvlink", "all" or "nvlink+pcie"
+	// With links "nvlink+pcie", the hybrid of Blink (MLSys 2020, §3.4):
+	// plan and graph are its NVLink set's, ts the trees of both sets with
+	// eq. 8's split of the call, rate their rate together (GB/s) and
+	// pcieShare the part of the bytes on the PCIe trees.
+	hybrid    *pack.Hybrid
+	ts        *sched.Trees
+	rate      float64
+	pcieShare float64
 }
 
 // trees returns the packing as the sched.Trees that algo's treepack takes.
-func (pt *packedTrees) trees() *sched.Trees { return pt.plan.SchedTrees() }
+func (pt *packedTrees) trees() *sched.Trees {
+	if pt.ts != nil {
+		return pt.ts
+	}
+	return pt.plan.SchedTrees(pt.graph)
+}
+
+// treeRate returns the rate of the trees together, GB/s.
+func (pt *packedTrees) treeRate() float64 {
+	if pt.ts != nil {
+		return pt.rate
+	}
+	return pt.plan.Rate
+}
+
+// packHybrid packs the hybrid of Blink (MLSys 2020, §3.4) for coll among
+// the ranks on devs, its split (eq. 8) for a call of bytes with the PCIe
+// trees starting tDPA seconds late: NVLink trees and PCIe trees together
+// where NVLink spans the ranks and the split gives PCIe a part; NVLink
+// trees alone where it gives none; where NVLink does not span the ranks,
+// packTrees's "all".
+func packHybrid(t *topo.Topology, devs []int, coll sched.Collective, root int, bytes, tDPA float64) (*packedTrees, error) {
+	h, err := pack.HybridFor(t, devs, coll, root, pack.Options{})
+	if err != nil || h.NVLink == nil {
+		return packTrees(t, devs, coll, root, "all")
+	}
+	pt := &packedTrees{plan: h.NVLink, graph: h.NVLinkGraph, links: "nvlink"}
+	if h.PCIe == nil {
+		return pt, nil
+	}
+	ts, share, rate := h.Trees(bytes, tDPA)
+	if share == 0 {
+		return pt, nil
+	}
+	pt.links, pt.hybrid, pt.ts, pt.rate, pt.pcieShare = "nvlink+pcie", h, ts, rate, share
+	return pt, nil
+}
 
 // packTrees packs trees for coll among the ranks on devs as
 // pack.ForCollective does. links says over what: "nvlink" the direct NVLinks,
