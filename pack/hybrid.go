@@ -33,6 +33,16 @@ func PlanHybrid(t *topo.Topology, ranks []int, root int, o Options) (*Hybrid, er
 // placed on devices ranks of t: one on the direct NVLink graph, one on the
 // graph of relayed routes over every link class (FromTopology with
 // Relayed). It fails only if neither set spans the ranks.
+//
+// The PCIe set is packed with the fewest trees within pcieThreshold of its
+// optimum (o.Threshold is for the NVLink set): its trees share the few
+// PCIe links of the switches and CPUs, where every tree pays the relayed
+// route's latency on every piece, so that many light trees cost more than
+// the rate they add. On the DGX-1 V100 (braid sim --sweep dgx1-v100 --coll
+// allreduce --size 256M, segments searched by powers of two) the 1 % of
+// the NVLink set made GPUs 0-6 a hybrid of 9 trees at 1.049× the rings,
+// slower than the 2 NVLink trees alone (1.195×); 20 % made it 4 trees at
+// 1.270×.
 func HybridFor(t *topo.Topology, ranks []int, coll sched.Collective, root int, o Options) (*Hybrid, error) {
 	var h Hybrid
 	for _, s := range []struct {
@@ -49,7 +59,7 @@ func HybridFor(t *topo.Topology, ranks []int, coll sched.Collective, root int, o
 		}
 		oo := o
 		if s.plan == &h.PCIe {
-			oo.Threshold = 0.2
+			oo.Threshold = pcieThreshold
 		}
 		p, err := packFor(g, coll, root, oo)
 		if errors.Is(err, ErrDisconnected) {
@@ -65,6 +75,9 @@ func HybridFor(t *topo.Topology, ranks []int, coll sched.Collective, root int, o
 	}
 	return &h, nil
 }
+
+// pcieThreshold is the Options.Threshold of the PCIe set of a hybrid.
+const pcieThreshold = 0.2
 
 // Split returns how many of total bytes go over the PCIe trees and how
 // many over the NVLink trees (SplitHybrid with the two plans' rates in
@@ -85,17 +98,14 @@ func (h *Hybrid) Split(total, tDPA float64) (pcie, nvl float64) {
 // their weights scaled so that each set's share of the data is its part of
 // the split, in GB/s of the two sets together (so with tDPA 0 the weights
 // are the plans' own), and the PCIe share in [0, 1]. A set whose part is
-// empty is left out. The rate of the result, bytes over the slower set's
+// empty is left out; a total of 0 or less splits the bytes in proportion
+// to the rates (eq. 8 for large calls, or tDPA 0). The rate of the result, bytes over the slower set's
 // time plus tDPA where PCIe trees are used, is returned too (GB/s).
 func (h *Hybrid) Trees(total, tDPA float64) (ts *sched.Trees, pcieShare, rate float64) {
-	pcie, nvl := h.Split(total, tDPA)
-	if total <= 0 {
-		pcie, nvl = 0, 1
-		if h.NVLink == nil {
-			pcie, nvl = 1, 0
-		}
-		total = 1
+	if total <= 0 { // the split of the rates, which eq. 8 tends to
+		total, tDPA = 1, 0
 	}
+	pcie, nvl := h.Split(total, tDPA)
 	var sum float64
 	for _, p := range []*Plan{h.NVLink, h.PCIe} {
 		if p != nil {
@@ -152,4 +162,55 @@ func relayedFlags(t Tree, g *Graph) []bool {
 		out[v] = e >= 0 && v != t.Root && len(g.Edges[e].Path) > 2
 	}
 	return out
+}
+
+// Packed is the trees a tree-based collective runs on: what TreesFor
+// decides.
+type Packed struct {
+	// Trees are the trees with their weights (GB/s) and relayed edges.
+	Trees *sched.Trees
+	// Links is what they were packed over: "nvlink", "nvlink+pcie" (the
+	// hybrid) or "all".
+	Links string
+	// Plan and Graph are the packing of the NVLink set (the hybrid's) or
+	// of every link ("all").
+	Plan  *Plan
+	Graph *Graph
+	// Hybrid is the two sets, with Links "nvlink+pcie".
+	Hybrid *Hybrid
+	// Rate is the trees' rate together (GB/s) and PCIeShare the part of
+	// the bytes on the PCIe trees.
+	Rate, PCIeShare float64
+}
+
+// TreesFor decides the trees of collective coll (bcast, reduce or
+// allreduce) among the ranks on devices devs of t for a call of bytes
+// whose PCIe transfers start tDPA seconds late (the time to switch peer
+// access off, Blink, MLSys 2020, §3.4): where the direct NVLinks span the
+// ranks, the NVLink trees, with the PCIe trees beside them (HybridFor)
+// carrying the part of the bytes that eq. 8 gives them where that part is
+// not empty; where they do not, trees packed over every link and route
+// (ForCollective's "all").
+func TreesFor(t *topo.Topology, devs []int, coll sched.Collective, root int, bytes, tDPA float64) (*Packed, error) {
+	h, err := HybridFor(t, devs, coll, root, Options{})
+	if err != nil && !errors.Is(err, ErrDisconnected) {
+		return nil, err
+	}
+	if err != nil || h.NVLink == nil {
+		p, g, l, err := ForCollective(t, devs, coll, root, "all")
+		if err != nil {
+			return nil, err
+		}
+		return &Packed{Trees: p.SchedTrees(g), Links: l, Plan: p, Graph: g, Rate: p.Rate}, nil
+	}
+	pk := &Packed{Links: "nvlink", Plan: h.NVLink, Graph: h.NVLinkGraph, Rate: h.NVLink.Rate}
+	if h.PCIe != nil {
+		ts, share, rate := h.Trees(bytes, tDPA)
+		if share > 0 {
+			pk.Trees, pk.Links, pk.Hybrid, pk.Rate, pk.PCIeShare = ts, "nvlink+pcie", h, rate, share
+			return pk, nil
+		}
+	}
+	pk.Trees = h.NVLink.SchedTrees(h.NVLinkGraph)
+	return pk, nil
 }

@@ -213,27 +213,17 @@ func (pt *packedTrees) treeRate() float64 {
 	return pt.plan.Rate
 }
 
-// packHybrid packs the hybrid of Blink (MLSys 2020, §3.4) for coll among
-// the ranks on devs, its split (eq. 8) for a call of bytes with the PCIe
-// trees starting tDPA seconds late: NVLink trees and PCIe trees together
-// where NVLink spans the ranks and the split gives PCIe a part; NVLink
-// trees alone where it gives none; where NVLink does not span the ranks,
-// packTrees's "all".
+// packHybrid returns the trees pack.TreesFor decides for coll among the
+// ranks on devs and a call of bytes whose PCIe trees start tDPA seconds
+// late: Blink's hybrid (MLSys 2020, §3.4) where NVLink spans the ranks and
+// eq. 8 gives the PCIe trees a part, the NVLink trees alone where it
+// gives none, else trees over every link.
 func packHybrid(t *topo.Topology, devs []int, coll sched.Collective, root int, bytes, tDPA float64) (*packedTrees, error) {
-	h, err := pack.HybridFor(t, devs, coll, root, pack.Options{})
-	if err != nil || h.NVLink == nil {
-		return packTrees(t, devs, coll, root, "all")
+	pk, err := pack.TreesFor(t, devs, coll, root, bytes, tDPA)
+	if err != nil {
+		return nil, fmt.Errorf("topo: no spanning trees: %w", err)
 	}
-	pt := &packedTrees{plan: h.NVLink, graph: h.NVLinkGraph, links: "nvlink"}
-	if h.PCIe == nil {
-		return pt, nil
-	}
-	ts, share, rate := h.Trees(bytes, tDPA)
-	if share == 0 {
-		return pt, nil
-	}
-	pt.links, pt.hybrid, pt.ts, pt.rate, pt.pcieShare = "nvlink+pcie", h, ts, rate, share
-	return pt, nil
+	return &packedTrees{plan: pk.Plan, graph: pk.Graph, links: pk.Links, hybrid: pk.Hybrid, ts: pk.Trees, rate: pk.Rate, pcieShare: pk.PCIeShare}, nil
 }
 
 // packTrees packs trees for coll among the ranks on devs as
