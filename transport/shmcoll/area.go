@@ -55,7 +55,7 @@ func (o Options) resolve(n int) (Options, error) {
 }
 
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
-	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, blocks: blocks, srcs: make([][]byte, n), arrive: make([]uint64, n)}
+	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, blocks: blocks, srcs: make([][]byte, n)}
 }
 
 // NewLocal returns the groups of n goroutine ranks of one process, sharing

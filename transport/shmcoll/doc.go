@@ -11,7 +11,7 @@
 //
 //	line 0, 1   in[0], in[1]: the chunk number whose input is in slot in[p],
 //	            the call's signature, its length, up to 40 bytes inline,
-//	            and the writer's arrival stamp (Call.Arrive, Arrivals)
+//	            and the writer's arrival stamp (Call.Arrive)
 //	line 2, 3   res[0], res[1]: the chunk number whose partial result is in res[p]
 //	line 4      done: the last chunk this rank finished reading
 //	slots       in[0], in[1], res[0], res[1]

@@ -72,7 +72,6 @@ type Group struct {
 	flatMax int
 	blocks  [][]byte // blocks[q]: rank q's block, mapped here
 	srcs    [][]byte // scratch: one source per rank
-	arrive  []uint64 // the last call's arrival stamps (Arrivals)
 
 	f     uint64 // the last chunk this rank used
 	known uint64 // every rank has finished reading chunk known
@@ -85,6 +84,7 @@ type Group struct {
 	hist    [histLen]uint64 // hash after chunk f, at f mod histLen
 	partial bool            // the last call did not read every rank's input flag
 	sink    uint64          // keeps touch's loads
+	stamp   uint64          // the current call's Call.Arrive
 	wake    *wake           // goroutine ranks: woken whenever a rank publishes
 
 	tickets atomic.Uint64 // handed out by Ticket
@@ -142,9 +142,14 @@ type Call struct {
 	Name string
 	Seq  uint32
 	// Arrive is this rank's arrival stamp, opaque here (the caller's
-	// clock): it travels in the call's input flag lines, and the stamps
-	// of the ranks whose input this rank read come back in Arrivals.
-	Arrive uint64
+	// clock): it travels in the call's input flag lines. Arrivals, if
+	// not nil, has one word per rank and receives, by rank, this rank's
+	// own stamp and those of the ranks whose input flag it read (every
+	// rank's in allreduce, allgather, reducescatter and barrier; the
+	// root's in bcast; in reduce, the root reads every rank's, the others
+	// only when a chunk exceeds FlatMax); zero for the others.
+	Arrive   uint64
+	Arrivals []uint64
 
 	bo      transport.Backoff
 	wake    *wake       // goroutine ranks: the group's wake-up
@@ -240,8 +245,13 @@ func (g *Group) enter(c *Call) error {
 	}
 	c.chunk0 = g.f
 	c.wake = g.wake
-	clear(g.arrive)
-	g.arrive[g.rank] = c.Arrive
+	g.stamp = c.Arrive
+	if len(c.Arrivals) == g.n {
+		clear(c.Arrivals)
+		c.Arrivals[g.rank] = c.Arrive
+	} else {
+		c.Arrivals = nil
+	}
 	if g.partial {
 		// The last call did not see every rank's signature: compare the
 		// running hashes of the ranks that have finished it.
@@ -452,7 +462,7 @@ func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
 	*u32(l[flagSig:]) = sig
 	*u32(l[flagLen:]) = uint32(nbytes)
 	if kind == slotIn {
-		*u64(l[flagArrive:]) = g.arrive[g.rank]
+		*u64(l[flagArrive:]) = g.stamp
 	}
 	atomic.StoreUint64(u64(l[flagSeq:]), f)
 	if g.wake != nil {
@@ -497,22 +507,14 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 	if v != f || sig != c.Sig || n != nbytes {
 		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
 	}
-	if kind == slotIn {
-		g.arrive[q] = *u64(l[flagArrive:])
+	if kind == slotIn && c.Arrivals != nil {
+		c.Arrivals[q] = *u64(l[flagArrive:])
 	}
 	if n <= inline {
 		return l[flagBytes : flagBytes+n], nil
 	}
 	return g.slotBuf(q, kind, int(f&1))[:n], nil
 }
-
-// Arrivals returns the arrival stamps (Call.Arrive) of the last call, by
-// rank: this rank's own, and those of the ranks whose input flag it read
-// (every rank's in allreduce, allgather, reducescatter and barrier; the
-// root's in bcast; in reduce, the root reads every rank's, the others
-// only when a chunk exceeds FlatMax); zero for the others. The slice is
-// reused by the next call.
-func (g *Group) Arrivals() []uint64 { return g.arrive }
 
 // touch loads every rank's flag of kind for chunk f without waiting: the
 // loads are independent, so the processor overlaps their cache misses,

@@ -346,8 +346,9 @@ func TestArrivals(t *testing.T) {
 	runAll(t, n, o, func(g *Group, c *Call) error {
 		r := g.Rank()
 		call := 0
+		c.Arrivals = make([]uint64, n)
 		check := func(name string, readers func(q int) bool) error {
-			got := g.Arrivals()
+			got := c.Arrivals
 			for q := range n {
 				want := uint64(0)
 				if q == r || readers(q) {
