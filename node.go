@@ -128,8 +128,13 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		c.node.Skip(ctx, r.ticket)
 		return err
 	}
-	defer c.w.end(c.id, r.seq)
-	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq}
+	var stamps [64]uint64
+	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq,
+		Arrive: uint64(k.arrive)}
+	if n := c.Size(); n <= len(stamps) {
+		cl.Arrivals = stamps[:n]
+	}
+	defer func() { c.endCall(k, r.seq, rerr != nil, cl.Arrivals) }()
 	if _, ok := ctx.Deadline(); !ok {
 		// As the schedules' calls hold their timeout for a peer that
 		// waits too (blame.go), a call through the area waits a little
