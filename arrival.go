@@ -213,11 +213,11 @@ func (s ArrivalStats) AverageFactor() float64 {
 
 // siteStats accumulates one site's ArrivalStats.
 type siteStats struct {
-	calls, known                         uint64
+	calls, known                          uint64
 	sumWorst, maxWorst, sumAvg, lastWorst int64
-	lastRank                             int
-	alpha                                int64
-	sumTime, maxTime                     int64
+	lastRank                              int
+	alpha                                 int64
+	sumTime, maxTime                      int64
 }
 
 // sizeClasses is the number of message size classes of a site: bin n
