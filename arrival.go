@@ -352,3 +352,12 @@ func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64) {
 	}
 	c.w.end(c.id, seq, failed, p, &c.arrivals, k.p.Coll)
 }
+
+// ClockOffset returns the offset this rank adds to its host's monotonic
+// clock to read the job's common clock (that of rank 0's host), and a
+// bound of its error: both zero on rank 0's host, where the ranks read the
+// clock itself; elsewhere Init's estimate from ping-pongs with rank 0 and
+// half the shortest round trip.
+func (c *Comm) ClockOffset() (offset, bound time.Duration) {
+	return time.Duration(c.w.clock.off), time.Duration(c.w.clock.err)
+}
