@@ -361,3 +361,19 @@ func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64) {
 func (c *Comm) ClockOffset() (offset, bound time.Duration) {
 	return time.Duration(c.w.clock.off), time.Duration(c.w.clock.err)
 }
+
+// stampPool recycles the slices that calls through the shared area
+// receive the ranks' stamps in.
+var stampPool sync.Pool
+
+// getStamps returns a zeroed slice of n stamps from stampPool.
+func getStamps(n int) *[]uint64 {
+	p, _ := stampPool.Get().(*[]uint64)
+	if p == nil || cap(*p) < n {
+		s := make([]uint64, n)
+		return &s
+	}
+	*p = (*p)[:n]
+	clear(*p)
+	return p
+}
