@@ -20,8 +20,9 @@ import (
 // the paper's Tables 1 and 2 average them. Times are µs.
 type Patterns struct {
 	Name  string
-	Calls int // calls whose every rank's arrival is in the logs
-	Hosts int // hosts of the largest communicator measured
+	Upper int64 // the calls' size bin (see SizeBin, BinUpper): (Upper/2, Upper] bytes
+	Calls int   // calls whose every rank's arrival is in the logs
+	Hosts int   // hosts of the largest communicator measured
 
 	Worst, MaxWorst, Average float64 // cluster-wide: mean Ω, largest Ω, mean Δ̄
 	NodeWorst, NodeAverage   float64 // node-wide: mean Ω, mean Δ̄
@@ -35,8 +36,8 @@ type Patterns struct {
 }
 
 // Patterns measures the arrival pattern of every collective call that is
-// in the arrival log of every rank of its communicator, by call name in
-// the order names first appear.
+// in the arrival log of every rank of its communicator, by call name (in
+// the order names first appear) and size bin (increasing).
 func (r *Report) Patterns() []Patterns {
 	type key struct{ comm, seq uint32 }
 	type rec struct {
@@ -98,10 +99,11 @@ func (r *Report) Patterns() []Patterns {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		name := rs[0].a.Name
+		up := BinUpper(SizeBin(rs[0].a.Bytes))
+		name := rs[0].a.Name + "\x00" + BinLabel(up)
 		p := by[name]
 		if p == nil {
-			p = &Patterns{Name: name}
+			p = &Patterns{Name: rs[0].a.Name, Upper: up}
 			by[name] = p
 			names = append(names, name)
 		}
@@ -120,6 +122,19 @@ func (r *Report) Patterns() []Patterns {
 			factors[name] = fs
 		}
 	}
+	first := map[string]int{}
+	for i, n := range names {
+		if _, ok := first[by[n].Name]; !ok {
+			first[by[n].Name] = i
+		}
+	}
+	slices.SortStableFunc(names, func(a, b string) int {
+		pa, pb := by[a], by[b]
+		if pa.Name != pb.Name {
+			return first[pa.Name] - first[pb.Name]
+		}
+		return int(pa.Upper - pb.Upper)
+	})
 	out := make([]Patterns, 0, len(names))
 	for _, name := range names {
 		p := by[name]
@@ -143,9 +158,9 @@ func (r *Report) writePatterns(w io.Writer, ms []*Merged) {
 	ps := r.Patterns()
 	if len(ps) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "call\tcalls\thosts\tΩ µs mean\tmax\tΔ̄ µs mean\tΩ/α\tΔ̄/α\tnode-wide Ω µs\tΔ̄ µs\tΩ/α\tΔ̄/α\t")
+		fmt.Fprintln(tw, "call\tbytes\tcalls\thosts\tΩ µs mean\tmax\tΔ̄ µs mean\tΩ/α\tΔ̄/α\tnode-wide Ω µs\tΔ̄ µs\tΩ/α\tΔ̄/α\t")
 		for _, p := range ps {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Name, p.Calls, p.Hosts,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Name, BinLabel(p.Upper), p.Calls, p.Hosts,
 				usText(p.Worst), usText(p.MaxWorst), usText(p.Average), factorText(p.WorstFactor, p.Factored), factorText(p.AverageFactor, p.Factored),
 				usText(p.NodeWorst), usText(p.NodeAverage), factorText(p.NodeWorstFactor, p.Factored), factorText(p.NodeAverageFactor, p.Factored))
 		}

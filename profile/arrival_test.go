@@ -49,7 +49,7 @@ func TestPatterns(t *testing.T) {
 			t.Errorf("%s = %v, want %v", what, got, want)
 		}
 	}
-	if p.Name != "allreduce" || p.Calls != 2 || p.Hosts != 2 || p.Factored != 2 {
+	if p.Name != "allreduce" || p.Upper != 8 || p.Calls != 2 || p.Hosts != 2 || p.Factored != 2 {
 		t.Errorf("%+v: want 2 calls on 2 hosts, both with α", p)
 	}
 	near("Ω", p.Worst, 50)
@@ -65,7 +65,7 @@ func TestPatterns(t *testing.T) {
 	if err := rep.WriteText(&out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "allreduce      2      2       50.0  50.0        15.0  2.5  0.75            20.0   10.0    1   0.5") {
+	if !strings.Contains(out.String(), "allreduce    ≤ 8      2      2       50.0  50.0        15.0  2.5  0.75            20.0   10.0    1   0.5") {
 		t.Errorf("the report lacks the pattern's row:\n%s", out.String())
 	}
 }
