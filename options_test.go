@@ -161,7 +161,7 @@ func TestResolveKnobs(t *testing.T) {
 			want: []string{`BRAID_PROFILE="` + dir + `/": want a file prefix, not a directory`}},
 		{name: "profile in a file", env: map[string]string{"BRAID_PROFILE": filepath.Join(goodTable, "p")},
 			want: []string{`BRAID_PROFILE=`, goodTable + " is not a directory"}},
-			{name: "flight stderr", env: map[string]string{"BRAID_FLIGHT": ""}},
+		{name: "flight stderr", env: map[string]string{"BRAID_FLIGHT": ""}},
 		{name: "flight off", env: map[string]string{"BRAID_FLIGHT": "off"}},
 		{name: "flight dir", env: map[string]string{"BRAID_FLIGHT": dir}},
 		{name: "flight on", env: map[string]string{"BRAID_FLIGHT": "1"},
