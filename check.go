@@ -245,7 +245,7 @@ func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSit
 				f.state = flightFailed
 			}
 			if p != nil {
-				f.pat, f.end = *p, p.end
+				f.pat, f.end = *p, p.end // 0: not read (flightEntry)
 			} else {
 				f.end = w.clock.now()
 			}

@@ -3,6 +3,7 @@ package profile
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"text/tabwriter"
 
@@ -89,7 +90,11 @@ func (r *Report) Patterns() []Patterns {
 			}
 			hostIdx[i] = h
 			last = max(last, x.a.ArriveNS)
-			ret = max(ret, x.a.ReturnNS)
+			if x.a.ReturnNS == 0 {
+				ret = math.MinInt64 // a rank did not read its clock at the end: no α
+			} else if ret != math.MinInt64 {
+				ret = max(ret, x.a.ReturnNS)
+			}
 		}
 		if !ok {
 			continue
@@ -114,7 +119,7 @@ func (r *Report) Patterns() []Patterns {
 		p.Average += cl.Average
 		p.NodeWorst += nw.Worst
 		p.NodeAverage += nw.Average
-		if alpha := float64(ret-last) / 1e3; alpha > 0 {
+		if alpha := float64(ret-last) / 1e3; ret != math.MinInt64 && alpha > 0 {
 			f1, _ := cl.Factors(alpha)
 			f2, _ := nw.Factors(alpha)
 			fs := factors[name]

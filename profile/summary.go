@@ -52,7 +52,7 @@ type Arrival struct {
 	Rank     int    `json:"rank"`  // the rank in the communicator
 	Bytes    int64  `json:"bytes"`
 	ArriveNS int64  `json:"arrive_ns"` // on the job's clock: CLOCK_MONOTONIC of rank 0's host
-	ReturnNS int64  `json:"return_ns"`
+	ReturnNS int64  `json:"return_ns"` // 0 where the rank did not read its clock (a sample of small calls)
 }
 
 // CallStats counts the calls of one name, kind and blocking.
