@@ -63,6 +63,9 @@ that names the variable):
                    as NCCL_SOCKET_IFNAME: eth0, prefixes eth,ib, ^docker,lo to
                    exclude, =eth0 exact
   BRAID_ADVERTISE_ADDR  the address other hosts dial to reach this rank over TCP
+  BRAID_BIND       pin ranks to CPUs like mpirun --bind-to: none (default),
+                   auto (one CPU per rank unless already bound or
+                   outnumbered), core or share
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
                    (process_vm_readv)
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
