@@ -74,6 +74,11 @@ type commCheck struct {
 	strictOnce sync.Once
 	strictProg *sched.Program
 	strictErr  error
+
+	// The lagged confirmations (confirm.go).
+	confMu    sync.Mutex
+	conf      []confirmEntry
+	confProgs map[confirmKey]*sched.Program
 }
 
 // mix64 is splitmix64's finaliser.
@@ -272,7 +277,7 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 		return
 	}
 	ctl := tag.Step & (probeStep | noticeStep)
-	if tag.Step&ctlStep != 0 && ctl == ctlStep {
+	if tag.Step&ctlStep != 0 && ctl == ctlStep && tag.Step&confirmStep != confirmStep {
 		// A message of the strict check.
 		if w.opts.Check != CheckStrict {
 			w.failAsync(&Error{Kind: Mismatch, Rank: w.rank, Call: "transport", Peer: peer,
@@ -486,7 +491,7 @@ func (c *Comm) strictProgram() (*sched.Program, error) {
 		prog := a.Program(sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: descWords}, c.rank)
 		prog.Steps = slices.Clone(prog.Steps)
 		for i := range prog.Steps {
-			if prog.Steps[i].Tag < 0 || prog.Steps[i].Tag >= 1<<28 {
+			if prog.Steps[i].Tag < 0 || prog.Steps[i].Tag >= 1<<27 {
 				k.strictErr = fmt.Errorf("strict check: tag %d out of range", prog.Steps[i].Tag)
 				return
 			}

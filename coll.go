@@ -338,10 +338,16 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.p.Segment, k.p.Radix, k.sig = r.seg, r.radix, r.sig
 	k.algo, k.seq = r.pl.algo, r.seq
 	if r.ticket != 0 {
-		return c.runNode(ctx, k, r)
+		if err := c.runNode(ctx, k, r); err != nil {
+			return err
+		}
+		return c.confirm(ctx, k, r.seq)
 	}
 	if !r.trial {
-		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)
+		if err := c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq); err != nil {
+			return err
+		}
+		return c.confirm(ctx, k, r.seq)
 	}
 	pl := r.pl
 	defer func() {
@@ -355,12 +361,20 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 		pl.adapting.Store(false)
 		return err
 	}
+	if err := c.confirm(ctx, k, r.seq); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
 	// Every rank must make the same move: agree on the slowest rank's
 	// time, with a fixed 8-byte allreduce.
 	t := []float64{time.Since(t0).Seconds()}
 	agree := call{name: "allreduce (MIAD agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1},
 		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig}
 	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
+	if err := c.settle(ctx, k.name, r.seq+1); err != nil {
 		pl.adapting.Store(false)
 		return err
 	}
