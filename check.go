@@ -3,6 +3,7 @@ package braid
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -126,8 +127,9 @@ func (k *commCheck) next2(sig, sig2 uint32) (seq, chained, chained2 uint32) {
 }
 
 // callSig returns the signature of call k run by algorithm algoName with
-// the given segment and radix.
-func (c *Comm) callSig(k *call, algoName string, seg, radix int) uint32 {
+// the given segment and radix, and the trees it packs (treesSig; 0 for
+// an algorithm that packs none).
+func (c *Comm) callSig(k *call, algoName string, seg, radix int, trees uint32) uint32 {
 	p := k.p
 	p.Segment, p.Radix = seg, radix
 	h := uint32(2166136261) // FNV-1a of the algorithm's name
@@ -137,13 +139,35 @@ func (c *Comm) callSig(k *call, algoName string, seg, radix int) uint32 {
 	if c.w.opts.Check == CheckStrict {
 		h ^= 1 << 31
 	}
-	return chain(signature(p, k.d, k.op), 0, h)
+	sig := chain(signature(p, k.d, k.op), 0, h)
+	if trees != 0 {
+		sig = chain(sig, 1, trees)
+	}
+	return sig
+}
+
+// treesSig returns a signature of the spanning trees t (nil: 0): ranks
+// whose packings differ (another topology, other devices) run different
+// schedules of the same algorithm, segment and radix, and must not be
+// taken to agree.
+func treesSig(t *sched.Trees) uint32 {
+	if t == nil {
+		return 0
+	}
+	x := uint64(len(t.Tree))
+	for _, tr := range t.Tree {
+		x = mix64(x ^ uint64(uint32(tr.Root)) ^ math.Float64bits(tr.Weight)*0x9e3779b97f4a7c15)
+		for _, p := range tr.Parent {
+			x = mix64(x ^ uint64(uint32(p)))
+		}
+	}
+	return uint32(x) ^ uint32(x>>32) | 1
 }
 
 // agreeSig is the signature of MIAD's agreement call (see runIssued).
 func (c *Comm) agreeSig() uint32 {
 	k := call{p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1}, d: Float64, op: Max}
-	return c.callSig(&k, "recdouble", 0, 0)
+	return c.callSig(&k, "recdouble", 0, 0, 0)
 }
 
 // stallAfter is how long a call waits before it probes the peers it waits
@@ -560,7 +584,7 @@ func (c *Comm) strictCheck(ctx context.Context, k *call, algoName string, seq ui
 		if slices.ContainsFunc(groups, func(h group) bool {
 			return !slices.Equal(h.desc, g.desc) && slices.Equal(h.desc[:descWords-1], g.desc[:descWords-1])
 		}) {
-			what += fmt.Sprintf(" after other earlier calls (signature %08x)", g.desc[descWords-1])
+			what += fmt.Sprintf(" after other earlier calls or with other packed trees (signature %08x)", g.desc[descWords-1])
 		}
 		who := "rank "
 		if len(g.ranks) > 1 {

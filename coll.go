@@ -62,6 +62,10 @@ type planned struct {
 	bytes    float64       // bytes a call moves, for throughput
 	calls    int           // calls issued in the current trial
 	pending  chan struct{} // closed when the last trial's agreement is done
+
+	// treesSig is the signature of the trees the program packs (check.go),
+	// 0 if it packs none.
+	treesSig uint32
 }
 
 // trialCalls is the calls per MIAD trial: the first warms the new
@@ -192,6 +196,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		return nil, &Error{Kind: Internal, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("planner chose %s with %+v: %v", d.Algo, gp, err)}
 	}
 	pl := &planned{algo: d.Algo, reason: d.Reason, a: a, p: gp, bytes: float64(plan.Size(p, es))}
+	if a == algo.Treepack(p.Coll) {
+		pl.treesSig = treesSig(gp.Trees)
+	}
 	// MIAD adapts the segment of a pipelined algorithm whose segment the
 	// model chose (not one that BRAID_ALGO or a tuning table fixed), when
 	// the call is long enough for segments to matter.
@@ -269,13 +276,13 @@ func (c *Comm) issue(k *call) (run, error) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
 		c.nodeMu.Lock()
-		seq, sig := c.chk.next(c.callSig(k, nodeAlgo, 0, 0))
+		seq, sig := c.chk.next(c.callSig(k, nodeAlgo, 0, 0, 0))
 		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
 		c.nodeMu.Unlock()
 		return r, nil
 	}
 	if !pl.adapting.Load() {
-		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix))
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix, pl.treesSig))
 		return run{pl: pl, prog: pl.prog.Load(), seq: seq, sig: sig, seg: pl.p.Segment, radix: pl.p.Radix}, nil
 	}
 	pl.mu.Lock()
@@ -287,7 +294,7 @@ func (c *Comm) issue(k *call) (run, error) {
 	}
 	defer pl.mu.Unlock()
 	r := run{pl: pl, prog: pl.prog.Load(), seg: pl.p.Segment, radix: pl.p.Radix}
-	sig := c.callSig(k, pl.algo, r.seg, r.radix)
+	sig := c.callSig(k, pl.algo, r.seg, r.radix, pl.treesSig)
 	if pl.miad == nil || pl.miad.Done() {
 		r.seq, r.sig = c.chk.next(sig)
 		return r, nil
