@@ -381,7 +381,7 @@ func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name strin
 		name = "transport"
 	}
 	e := &Error{Kind: Mismatch, Rank: w.rank, Call: name, Peer: peer,
-		Err: fmt.Errorf("call %d of comm %08x: rank %d's messages carry signature %08x, this rank's %08x: the ranks made different calls (collective, count, dtype, op, root or algorithm) in this call or an earlier one; BRAID_CHECK=%s names the difference",
+		Err: fmt.Errorf("call %d of comm %08x: world rank %d's messages carry signature %08x, this rank's %08x: the ranks made different calls (collective, count, dtype, op, root or algorithm) in this call or an earlier one; BRAID_CHECK=%s names the difference",
 			seq, comm, peer, peerSig, sig, CheckStrict)}
 	w.failAsync(e, peer)
 	return e
@@ -390,6 +390,9 @@ func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name strin
 // failAsync records e as the job's failure, if it is the first, and
 // aborts the meshes from a goroutine (close waits for it).
 func (w *world) failAsync(e *Error, worldPeer int) {
+	if !e.wknown {
+		e.wpeer, e.wknown = worldPeer, true
+	}
 	if w.failure.CompareAndSwap(nil, e) {
 		w.meshMu.Lock()
 		closing := w.closing

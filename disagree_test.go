@@ -3,8 +3,10 @@ package braid_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -437,5 +439,65 @@ func TestStrictNamesCalls(t *testing.T) {
 				t.Errorf("rank %d: %q does not say %q", r, err, w)
 			}
 		}
+	}
+}
+
+// TestMismatchPeerOnSplit checks that a Mismatch on a split communicator
+// names its peer by its rank in that communicator, not in the world: 4
+// ranks split in reverse order (rank r of the split is world rank 3−r),
+// and the split's rank 0 broadcasts where the others reduce.
+func TestMismatchPeerOnSplit(t *testing.T) {
+	const n = 4
+	var d disagreement
+	for _, x := range disagreements {
+		if x.name == "bcast-vs-reduce" {
+			d = x
+		}
+	}
+	type seen struct {
+		rank int
+		err  error
+	}
+	got := make([]seen, n)
+	onRanks(t, n, &braid.Options{Timeout: 5 * time.Second, Algo: schedOnly}, func(c *braid.Comm) error {
+		ctx := context.Background()
+		sub, err := c.Split(ctx, 0, -c.Rank())
+		if err != nil {
+			return err
+		}
+		s := &got[c.Rank()]
+		s.rank = sub.Rank()
+		if s.err = d.call(ctx, sub); s.err == nil {
+			s.err = nextCalls[0].call(ctx, sub)
+		}
+		return nil
+	})
+	worldRE := regexp.MustCompile(`world rank (\d+)'s messages carry signature`)
+	direct := 0
+	for w, s := range got {
+		var be *braid.Error
+		if !errors.As(s.err, &be) || be.Kind != braid.Mismatch {
+			t.Errorf("world rank %d (split rank %d): %v, want Mismatch", w, s.rank, s.err)
+			continue
+		}
+		if s.rank != n-1-w {
+			t.Fatalf("world rank %d is rank %d of the split, want %d", w, s.rank, n-1-w)
+		}
+		if be.Peer < -1 || be.Peer >= n {
+			t.Errorf("world rank %d: Peer %d out of range: %v", w, be.Peer, s.err)
+		}
+		// The rank that compared the signatures names the sender by world
+		// rank in the text and by split rank in Peer.
+		if m := worldRE.FindStringSubmatch(s.err.Error()); m != nil && strings.Count(s.err.Error(), "messages carry signature") == 1 {
+			var wp int
+			fmt.Sscan(m[1], &wp)
+			if be.Peer != n-1-wp {
+				t.Errorf("world rank %d: Peer %d, but the sender was world rank %d, rank %d of the split: %v", w, be.Peer, wp, n-1-wp, s.err)
+			}
+			direct++
+		}
+	}
+	if direct == 0 {
+		t.Errorf("no rank reported the signatures it compared: %v", got)
 	}
 }
