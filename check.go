@@ -196,6 +196,7 @@ type sigEntry struct {
 	comm, seq, sig uint32
 	peer           int    // seen: the sender's world rank
 	name           string // active, done: the call's name
+	algo           string // active, done: its algorithm (nodeAlgo: the shared area)
 
 	// active: the world rank the call waited for when it stalled, or -1
 	// before; the world ranks it probed, that probed it, and that said
@@ -238,10 +239,10 @@ func (t *sigTable) findDone(comm, seq uint32) int {
 
 // begin registers this rank's call and reports a message already seen for
 // it with another signature.
-func (w *world) begin(comm, seq, sig uint32, name string) (peer int, other uint32, bad bool) {
+func (w *world) begin(comm, seq, sig uint32, name, algo string) (peer int, other uint32, bad bool) {
 	t := &w.sigs
 	t.mu.Lock()
-	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: name, waitPeer: -1})
+	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: name, algo: algo, waitPeer: -1})
 	drain := t.takeDrain()
 	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
 		peer, other, bad = t.seen[i].peer, t.seen[i].sig, true
@@ -257,7 +258,7 @@ func (w *world) end(comm, seq uint32) {
 	t.mu.Lock()
 	if i := find(t.active, comm, seq); i >= 0 {
 		e := t.active[i]
-		t.done[t.ndone%recentCalls] = sigEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name}
+		t.done[t.ndone%recentCalls] = sigEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name, algo: e.algo}
 		t.ndone++
 		t.active = remove(t.active, i)
 	}
@@ -312,16 +313,16 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 	t := &w.sigs
 	t.mu.Lock()
 	var want uint32
-	var name string
+	var name, algo string
 	known, notify := false, false
 	if i := find(t.active, tag.Comm, tag.Seq); i >= 0 {
 		a := &t.active[i]
-		want, name, known = a.sig, a.name, ctl != noticeStep
+		want, name, algo, known = a.sig, a.name, a.algo, ctl != noticeStep
 		if ctl == noticeStep {
 			a.noticed = append(a.noticed, peer)
 		}
 	} else if i := t.findDone(tag.Comm, tag.Seq); i >= 0 {
-		want, name, known = t.done[i].sig, t.done[i].name, ctl != noticeStep
+		want, name, algo, known = t.done[i].sig, t.done[i].name, t.done[i].algo, ctl != noticeStep
 	} else if ctl != noticeStep && find(t.seen, tag.Comm, tag.Seq) < 0 {
 		t.seen = append(t.seen, sigEntry{comm: tag.Comm, seq: tag.Seq, sig: tag.Sig, peer: peer})
 	}
@@ -346,7 +347,7 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 	}
 	t.mu.Unlock()
 	if known && want != tag.Sig {
-		w.sigMismatch(tag.Comm, tag.Seq, want, tag.Sig, peer, name)
+		w.sigMismatch(tag.Comm, tag.Seq, want, tag.Sig, peer, name, algo)
 		return
 	}
 	if notify {
@@ -375,14 +376,21 @@ func (w *world) control(peer int, tag transport.Tag) {
 // failure, starts the abort that tells every peer, and returns the error.
 // It does not block and may be called with a transport's lock held: the
 // transports' Unexpected hook calls it, and so may any path that compares
-// signatures outside the transports (a fast path's shared slots).
-func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name string) *Error {
-	if name == "" {
+// signatures outside the transports (a fast path's shared slots). algo
+// is the call's algorithm here.
+func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name, algo string) *Error {
+	what := ""
+	switch {
+	case name == "":
 		name = "transport"
+	case algo == nodeAlgo:
+		what = fmt.Sprintf(" (%s through the shared area here)", name)
+	case algo != "":
+		what = fmt.Sprintf(" (%s via %s here)", name, algo)
 	}
 	e := &Error{Kind: Mismatch, Rank: w.rank, Call: name, Peer: peer,
-		Err: fmt.Errorf("call %d of comm %08x: world rank %d's messages carry signature %08x, this rank's %08x: the ranks made different calls (collective, count, dtype, op, root or algorithm) in this call or an earlier one; BRAID_CHECK=%s names the difference",
-			seq, comm, peer, peerSig, sig, CheckStrict)}
+		Err: fmt.Errorf("call %d of comm %08x%s: world rank %d's messages for it carry signature %08x, this rank's %08x: the ranks made different calls (collective, count, dtype, op, root or algorithm) in this call or an earlier one; BRAID_CHECK=%s names the difference",
+			seq, comm, what, peer, peerSig, sig, CheckStrict)}
 	w.failAsync(e, peer)
 	return e
 }
@@ -414,9 +422,9 @@ func (w *world) failAsync(e *Error, worldPeer int) {
 // mode, agrees on it with every rank. On error the call is over (end was
 // called) and the communicator has failed.
 func (c *Comm) beginCall(ctx context.Context, k *call, algoName string, seq uint32) error {
-	if peer, other, bad := c.w.begin(c.id, seq, k.sig, k.name); bad {
+	if peer, other, bad := c.w.begin(c.id, seq, k.sig, k.name, algoName); bad {
 		c.w.end(c.id, seq)
-		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name)
+		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name, algoName)
 		return &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: c.commRank(peer), Err: e.Err}
 	}
 	if c.w.opts.Check == CheckStrict && c.Size() > 1 {

@@ -80,8 +80,9 @@ func completeFor(p *sched.Params, r int) bool {
 
 // confirmEntry is a confirmation this rank still has to settle.
 type confirmEntry struct {
-	seq, sig uint32
-	prog     *sched.Program
+	seq, sig   uint32
+	prog       *sched.Program
+	name, algo string // the call's
 }
 
 // confirmKey names one of the cached confirmation programs.
@@ -155,28 +156,28 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 		aggDone := completeFor(&k.p, agg)
 		switch {
 		case c.rank == agg && aggDone:
-			if err := c.runConfirm(ctx, k.name, seq, k.sig, c.confirmProgram(agg, confSend), false); err != nil {
+			if err := c.runConfirm(ctx, k.name, confirmEntry{seq, k.sig, c.confirmProgram(agg, confSend), k.name, k.algo}, false); err != nil {
 				return err
 			}
 		case c.rank == agg:
-			c.owe(seq, k.sig, c.confirmProgram(agg, confCollect))
+			c.owe(confirmEntry{seq, k.sig, c.confirmProgram(agg, confCollect), k.name, k.algo})
 		default:
 			if !aggDone {
-				if err := c.runConfirm(ctx, k.name, seq, k.sig, c.confirmProgram(agg, confSend), false); err != nil {
+				if err := c.runConfirm(ctx, k.name, confirmEntry{seq, k.sig, c.confirmProgram(agg, confSend), k.name, k.algo}, false); err != nil {
 					return err
 				}
 			}
-			c.owe(seq, k.sig, c.confirmProgram(agg, confRecv))
+			c.owe(confirmEntry{seq, k.sig, c.confirmProgram(agg, confRecv), k.name, k.algo})
 		}
 	}
 	return c.settle(ctx, k.name, seq)
 }
 
-// owe records a confirmation of call seq to settle at the next call.
-func (c *Comm) owe(seq, sig uint32, prog *sched.Program) {
+// owe records a confirmation to settle at the next call.
+func (c *Comm) owe(e confirmEntry) {
 	k := &c.chk
 	k.confMu.Lock()
-	k.conf = append(k.conf, confirmEntry{seq, sig, prog})
+	k.conf = append(k.conf, e)
 	k.confMu.Unlock()
 }
 
@@ -201,19 +202,20 @@ func (c *Comm) settle(ctx context.Context, name string, seq uint32) error {
 	k.conf = keep
 	k.confMu.Unlock()
 	for _, e := range due {
-		if err := c.runConfirm(ctx, name, e.seq, e.sig, e.prog, true); err != nil {
+		if err := c.runConfirm(ctx, name, e, true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// runConfirm runs a confirmation program for call seq of chained
-// signature sig; register makes the call active again while it waits, so
-// that a stalled wait probes its peer (check.go).
-func (c *Comm) runConfirm(ctx context.Context, name string, seq, sig uint32, prog *sched.Program, register bool) error {
+// runConfirm runs the confirmation program of e; register makes e's call
+// active again while it waits, so that a stalled wait probes its peer
+// (check.go). name is the call that reports a failure.
+func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, register bool) error {
+	seq, sig, prog := e.seq, e.sig, e.prog
 	if register {
-		c.w.begin(c.id, seq, sig, name)
+		c.w.begin(c.id, seq, sig, e.name, e.algo)
 		defer c.w.end(c.id, seq)
 	}
 	env := exec.Env{

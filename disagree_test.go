@@ -332,6 +332,9 @@ func disagreeChild() int {
 			d = &disagreements[i]
 		}
 	}
+	if name == sameArgs.name {
+		d = &sameArgs
+	}
 	var next *nextCall
 	for i := range nextCalls {
 		if nextCalls[i].name == nextName {
@@ -341,6 +344,10 @@ func disagreeChild() int {
 	if d == nil || next == nil {
 		fmt.Fprintf(os.Stderr, "unknown case %q or next call %q\n", name, nextName)
 		return 2
+	}
+	if a := os.Getenv("BRAID_TEST_ALGO_LAST"); a != "" && os.Getenv("BRAID_RANK") == fmt.Sprint(mustAtoi(os.Getenv("BRAID_WORLD_SIZE"))-1) {
+		// The last rank plans differently (TestAreaAgainstSchedule).
+		os.Setenv("BRAID_ALGO", a)
 	}
 	ctx := context.Background()
 	c, err := braid.Init(ctx, nil)
@@ -472,7 +479,7 @@ func TestMismatchPeerOnSplit(t *testing.T) {
 		}
 		return nil
 	})
-	worldRE := regexp.MustCompile(`world rank (\d+)'s messages carry signature`)
+	worldRE := regexp.MustCompile(`world rank (\d+)'s messages for it carry signature`)
 	direct := 0
 	for w, s := range got {
 		var be *braid.Error
@@ -488,7 +495,7 @@ func TestMismatchPeerOnSplit(t *testing.T) {
 		}
 		// The rank that compared the signatures names the sender by world
 		// rank in the text and by split rank in Peer.
-		if m := worldRE.FindStringSubmatch(s.err.Error()); m != nil && strings.Count(s.err.Error(), "messages carry signature") == 1 {
+		if m := worldRE.FindStringSubmatch(s.err.Error()); m != nil && strings.Count(s.err.Error(), "messages for it carry signature") == 1 {
 			var wp int
 			fmt.Sscan(m[1], &wp)
 			if be.Peer != n-1-wp {
@@ -499,5 +506,56 @@ func TestMismatchPeerOnSplit(t *testing.T) {
 	}
 	if direct == 0 {
 		t.Errorf("no rank reported the signatures it compared: %v", got)
+	}
+}
+
+// sameArgs is a call on which the ranks agree, unless they plan it
+// differently (TestAreaAgainstSchedule).
+var sameArgs = disagreement{"same-args", 2, func(ctx context.Context, c *braid.Comm) error {
+	b := make([]float32, 64)
+	return c.Allreduce(ctx, b, b, braid.Sum)
+}}
+
+// TestAreaAgainstSchedule runs each disagreement, and a call whose
+// arguments agree, on processes whose last rank plans differently from
+// the others: the others through the host's shared area (BRAID_ALGO=shm)
+// and the last on schedules over shm, or the other way round. A rank
+// that waits in the area for a rank that runs a schedule of the same call
+// number, or the reverse, must get Mismatch (naming its own call and how
+// it ran it), by the next call at the latest, not a Timeout.
+func TestAreaAgainstSchedule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	cases := append([]disagreement{sameArgs}, disagreements...)
+	for li, lastArea := range []bool{false, true} {
+		for i, d := range cases {
+			n := max(2+(i+li)%3, d.minRanks)
+			next := nextFor(i+li, n)
+			base, last := "shm", schedOnly
+			if lastArea {
+				base, last = schedOnly, "shm"
+			}
+			t.Run(fmt.Sprintf("last-area=%v/%s/n=%d/then-%s", lastArea, d.name, n, next.name), func(t *testing.T) {
+				t.Parallel()
+				res := procRun(t, n, "disagree", "", "BRAID_TEST_CASE="+d.name, "BRAID_TEST_NEXT="+next.name, "BRAID_TIMEOUT=10s",
+					"BRAID_TRANSPORT=shm", "BRAID_ALGO="+base, "BRAID_TEST_ALGO_LAST="+last)
+				for r := range n {
+					var k1, k2 int
+					var took, errs string
+					for _, l := range res[r] {
+						if s, ok := strings.CutPrefix(l, "RESULT "); ok {
+							fmt.Sscanf(s, "%d %d %s", &k1, &k2, &took)
+						}
+						if s, ok := strings.CutPrefix(l, "ERRORS "); ok {
+							errs = s
+						}
+					}
+					if braid.ErrorKind(k1) != braid.Mismatch && (k1 != 0 || braid.ErrorKind(k2) != braid.Mismatch) {
+						t.Errorf("rank %d: call %v, next call %v after %s: %s", r, braid.ErrorKind(k1), braid.ErrorKind(k2), took, errs)
+					}
+				}
+			})
+		}
 	}
 }
