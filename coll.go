@@ -33,6 +33,10 @@ type call struct {
 	algo string
 	seq  uint32
 	sig  uint32 // chained signature (check.go), set when issued
+
+	// chunk is the shared area's last chunk of a call through it, set
+	// when it ends well (for its confirmation, confirm.go).
+	chunk uint64
 }
 
 type planKey struct {
