@@ -22,7 +22,7 @@ const (
 	lineDone  = 2 * ring      // the last chunk the owner finished, and its running hash
 	histLen   = 16
 	lineHist  = lineDone + 1 // two lines: the running hash after chunk f, at word f mod histLen
-	dataOff   = 2048 // the slots start here
+	dataOff   = 2048         // the slots start here
 	slotIn    = 0
 	slotRes   = 1
 	minSlot   = 4 << 10
