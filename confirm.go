@@ -11,7 +11,8 @@ import (
 )
 
 // Lagged confirmation: in the default mode, every rank learns of a
-// disagreement no later than its next call on the communicator.
+// disagreement no later than its next collective call on the
+// communicator (point-to-point calls do not wait for it).
 //
 // A rank checks the chained signature (check.go) of every message it
 // receives, so a call whose result depends on every rank's input (an

@@ -41,7 +41,7 @@
 //     disagreed with this one, on this call or an earlier one: every rank
 //     whose data reach the result checked the signature of the rank it
 //     received them from.
-//   - Every rank gets Mismatch no later than its next call on the
+//   - Every rank gets Mismatch no later than its next collective call on the
 //     communicator (Close of a communicator made by Init counts: it is a
 //     barrier). A call whose result depends on every rank (allreduce,
 //     allgather, reduce-scatter, alltoall, barrier, and reduce and gather
