@@ -228,8 +228,8 @@ func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, regi
 		return c.confirmArea(ctx, name, e)
 	}
 	if register {
-		c.w.begin(c.id, seq, sig, e.name, e.algo)
-		defer c.w.end(c.id, seq)
+		c.w.reactivate(c.id, seq, sig, e.name, e.algo)
+		defer c.w.end(c.id, seq, false, nil, nil, 0)
 	}
 	env := exec.Env{
 		Conn:       c.connFn,
