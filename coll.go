@@ -34,6 +34,10 @@ type call struct {
 	seq  uint32
 	sig  uint32 // chained signature (check.go), set when issued
 
+	// chunk is the shared area's last chunk of a call through it, set
+	// when it ends well (for its confirmation, confirm.go).
+	chunk uint64
+
 	arrive int64   // when the call entered Braid, on the job's clock (arrival.go)
 	pat    pattern // what this rank knew of its arrival pattern, set as it ends
 }

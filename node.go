@@ -178,6 +178,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	if err != nil {
 		return c.failWith(k.name, err)
 	}
+	k.chunk = cl.Last
 	return nil
 }
 
