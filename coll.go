@@ -14,6 +14,7 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
@@ -138,12 +139,13 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	}
 	var d plan.Decision
 	forced, forcedSeg := false, false
-	if ch, ok := c.force.perCol[p.Coll]; ok && ch.Algo == nodeAlgo {
-		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo }) {
+	hasNode := slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo })
+	if ch, ok := c.force.perCol[p.Coll]; ok && choice.IsShared(p.Coll, ch.Algo) {
+		if !hasNode {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
-				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, c.Size(), c.nhosts)}
+				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier (%s: allreduce and reduce) of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, papAlgo, c.Size(), c.nhosts)}
 		}
-		d, forced = plan.Decision{Algo: nodeAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ok {
 		forcedSeg = ch.Segment > 0
 		a, err := algo.Lookup(p.Coll, ch.Algo)
@@ -155,8 +157,8 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v%s", ch, err, c.treesNote(a, fp))}
 		}
 		d, forced = plan.Decision{Algo: ch.Algo, Params: tuned(a, fp, es, model), Reason: "forced by BRAID_ALGO=" + ch.String()}, true
-	} else if ch := c.force.any; ch.Algo == nodeAlgo && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo }) {
-		d, forced = plan.Decision{Algo: nodeAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if ch := c.force.any; choice.IsShared(p.Coll, ch.Algo) && hasNode {
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ch.Algo != "" && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
 		forcedSeg = ch.Segment > 0
 		a, _ := algo.Lookup(p.Coll, ch.Algo)
@@ -172,11 +174,11 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			d = plan.Default{}.Plan(req, cand)
 		}
 	}
-	if d.Algo == nodeAlgo {
-		pl := &planned{algo: nodeAlgo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+	if choice.IsShared(p.Coll, d.Algo) {
+		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
 		if c.rank == 0 {
 			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s)",
-				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, nodeAlgo, pl.reason)
+				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, d.Algo, pl.reason)
 		}
 		return pl, nil
 	}
@@ -265,11 +267,11 @@ func (c *Comm) issue(k *call) (run, error) {
 	if err != nil {
 		return run{}, err
 	}
-	if pl.algo == nodeAlgo {
+	if choice.IsShared(k.p.Coll, pl.algo) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
 		c.nodeMu.Lock()
-		seq, sig := c.chk.next(c.callSig(k, nodeAlgo, 0, 0))
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, 0, 0))
 		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
 		c.nodeMu.Unlock()
 		return r, nil

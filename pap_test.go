@@ -1,0 +1,88 @@
+package braid_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/internal/check"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/sched"
+)
+
+// TestMatrixPAP runs the matrix's cases of allreduce and reduce through
+// the shared area's arrival-aware reductions (algorithm "pap": a leader
+// for small chunks, a chain in the order of arrival for large ones) while
+// every rank arrives after a random delay of up to 200 µs, so that the
+// leaders and the chains' orders change from call to call: every dtype
+// and op at the small counts (with real values, whose sums round: every
+// rank must hold the same bits, which check.VerifyReal compares), float32
+// at the large ones, in place and not, every root, on 1–9 ranks, and the
+// small counts on 16.
+func TestMatrixPAP(t *testing.T) {
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.Reduce} {
+		t.Run(coll.String(), func(t *testing.T) {
+			t.Parallel()
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16} {
+				var cases []mcase
+				for _, k := range matrixCases(coll, nodeAlgo{coll}, n) {
+					if n > 9 && k.count > 1000 {
+						continue
+					}
+					k.delay = 200 * time.Microsecond
+					cases = append(cases, k)
+				}
+				runCases(t, coll, "pap", n, nil, cases)
+			}
+		})
+	}
+}
+
+// TestPAPSameBits: with real values whose sums and products round, and a
+// random order of arrival each call, every rank of an arrival-aware
+// allreduce holds the same bits (one rank combines, the others copy).
+func TestPAPSameBits(t *testing.T) {
+	const n, calls = 5, 6
+	dts := []dtype.DType{dtype.Float32, dtype.Float64, dtype.Float16, dtype.BFloat16}
+	counts := []int{3, 1000, 70000} // inline, the leader, the chain
+	got := make([][][]byte, n)
+	errs := onRanks(t, n, &braid.Options{Algo: "allreduce=pap"}, func(c *braid.Comm) error {
+		r := c.Rank()
+		for _, d := range dts {
+			for _, op := range []dtype.Op{dtype.Sum, dtype.Prod} {
+				for _, count := range counts {
+					for i := range calls {
+						p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: count}
+						in, out := check.Buffers(p, r, d.Size(), false)
+						salt := i + count
+						check.FillReal(d, op, in, r, 0, salt)
+						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+						if err := c.Allreduce(context.Background(), braid.Raw{Bytes: in, Type: d}, braid.Raw{Bytes: out, Type: d}, op); err != nil {
+							return err
+						}
+						if err := check.VerifyReal(p, d, op, r, out, salt); err != nil {
+							return fmt.Errorf("%v %v count %d: %w", d, op, count, err)
+						}
+						got[r] = append(got[r], out)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := 1; r < n; r++ {
+		for i := range got[0] {
+			if string(got[r][i]) != string(got[0][i]) {
+				t.Fatalf("call %d: rank %d's result differs from rank 0's", i, r)
+			}
+		}
+	}
+}
