@@ -132,6 +132,13 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	}
 	if nc, ok := c.nodeCandidate(p, es); ok {
 		cand = append(cand, plan.Candidate{Name: nodeAlgo, Params: p, Cost: nc.cost})
+		if choice.SharedPAPRuns(p.Coll) {
+			// The arrival-aware reductions have no cost in the balanced
+			// model (NaN): the model never picks them. BRAID_ALGO, a
+			// tuning table, a Planner that names them, or the arrival
+			// statistics (arrival.go) do.
+			cand = append(cand, plan.Candidate{Name: papAlgo, Params: p, Cost: math.NaN()})
+		}
 	}
 	if len(cand) == 0 {
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,

@@ -14,7 +14,9 @@ import (
 // as they come:
 //
 //   - Small chunks (Algorithm 1, "Small-PAP-aware"): the first rank to
-//     arrive leads the chunk. Every rank writes its input as usual; the
+//     arrive leads the chunk of an allreduce (a reduce's root leads its
+//     own: it needs the result, and the others need not wait for
+//     anyone). Every rank writes its input as usual; the
 //     leader combines each input as soon as its flag is up, in whatever
 //     order the flags rise, and publishes the result, which the others
 //     copy out. After the last arrival there is one combination left.
@@ -195,7 +197,14 @@ func (g *Group) leaderChunk(c *Call, in, out []byte, r Reducer, root int) error 
 	}
 	copy(g.buf(slotIn, f, b), in)
 	g.commit(slotIn, f, c.Sig, b)
-	_, _, leader := g.arrive(f)
+	// A reduce's leader is its root, which needs the result anyway: the
+	// others deposit their inputs and leave, whenever they come, and the
+	// root combines them in the order they come. An allreduce's is the
+	// first rank to arrive.
+	leader := root
+	if root < 0 {
+		_, _, leader = g.arrive(f)
+	}
 	if leader != g.rank {
 		if root >= 0 && g.rank != root {
 			g.finish(f, c.Sig)
