@@ -63,6 +63,11 @@ type planned struct {
 	bytes    float64       // bytes a call moves, for throughput
 	calls    int           // calls issued in the current trial
 	pending  chan struct{} // closed when the last trial's agreement is done
+
+	// watch, if not nil, moves the plan between algo and the
+	// arrival-aware reductions by the call site's arrival statistics
+	// (arrival.go).
+	watch *arrivalWatch
 }
 
 // trialCalls is the calls per MIAD trial: the first warms the new
@@ -181,8 +186,16 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			d = plan.Default{}.Plan(req, cand)
 		}
 	}
+	var names []string
+	for _, x := range cand {
+		names = append(names, x.Name)
+	}
+	watch := !forced && !d.Fixed && d.Algo != papAlgo && c.watchable(p, names)
 	if choice.IsShared(p.Coll, d.Algo) {
 		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+		if watch {
+			pl.watch = &arrivalWatch{reason: pl.reason}
+		}
 		if c.rank == 0 {
 			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s)",
 				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, d.Algo, pl.reason)
@@ -216,6 +229,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		pl.p.Segment = pl.miad.Segment()
 		pl.adapting.Store(true)
 		pl.reason += fmt.Sprintf("; MIAD adapts the segment from %s", plan.FormatSize(int64(pl.p.Segment)*int64(es)))
+	}
+	if watch && pl.miad == nil {
+		pl.watch = &arrivalWatch{reason: pl.reason}
 	}
 	prog := a.Program(pl.p, c.rank)
 	pl.prog.Store(&prog)
@@ -274,6 +290,9 @@ func (c *Comm) issue(k *call) (run, error) {
 	if err != nil {
 		return run{}, err
 	}
+	if pl.watch != nil {
+		return c.issueWatched(k, pl), nil
+	}
 	if choice.IsShared(k.p.Coll, pl.algo) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
@@ -326,6 +345,13 @@ type run struct {
 	// The program's tuning parameters: they enter the call's signature,
 	// so that ranks that planned differently report Mismatch.
 	seg, radix int
+
+	// A call of a watched plan (arrival.go): the algorithm it runs (the
+	// plan's or the arrival-aware one), and whether it ends a window
+	// (trial; seq+1 is then the window's agreement).
+	watch *arrivalWatch
+	algo  string
+	timed bool // the call is one of the window's timed samples
 }
 
 // runCall executes a checked call.
@@ -346,6 +372,10 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.p.Segment, k.p.Radix, k.sig = r.seg, r.radix, r.sig
 	k.algo, k.seq = r.pl.algo, r.seq
+	if r.watch != nil {
+		k.algo = r.algo
+		return c.runWatched(ctx, k, r)
+	}
 	if r.ticket != 0 {
 		return c.runNode(ctx, k, r)
 	}
@@ -613,6 +643,11 @@ func (c *Comm) Explain(coll string, count int, d DType, root int) (algo, reason 
 	pl, err := c.plan(p, d.Size())
 	if err != nil {
 		return "", "", err
+	}
+	if w := pl.watch; w != nil && w.pap.Load() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return papAlgo, w.reason, nil
 	}
 	return choiceString(pl.algo, pl.p, d.Size()), pl.reason, nil
 }

@@ -128,7 +128,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	// schedules' calls do, so that a peer that ran this call as a schedule
 	// is found by its messages; strict mode agrees before the area moves
 	// anything.
-	if err := c.beginCall(ctx, k, r.pl.algo, r.seq); err != nil {
+	if err := c.beginCall(ctx, k, k.algo, r.seq); err != nil {
 		c.node.Skip(ctx, r.ticket)
 		return err
 	}
@@ -143,7 +143,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		cl.Hold = min(time.Second, c.w.opts.Timeout/3)
 	}
 	if c.w.opts.Debug == "trace" {
-		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, r.pl.algo)
+		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, k.algo)
 	}
 	g := c.node
 	var err error
@@ -154,7 +154,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		if err != nil {
 			break
 		}
-		pap := r.pl.algo == papAlgo
+		pap := k.algo == papAlgo
 		switch k.p.Coll {
 		case sched.Allreduce:
 			if pap {
