@@ -157,6 +157,9 @@ type sigTable struct {
 	done   [recentCalls]sigEntry
 	ndone  int
 	drain  []drainEntry // probes to consume
+
+	flight  [flightLen]flightEntry // the flight recorder (flight.go)
+	nflight uint64                 // calls written to it
 }
 
 // recentCalls is how many ended calls sigTable remembers, for the
@@ -167,6 +170,7 @@ type sigEntry struct {
 	comm, seq, sig uint32
 	peer           int    // seen: the sender's world rank
 	name           string // active, done: the call's name
+	fl             uint64 // active: 1 + the call's place in the flight recorder
 
 	// active: the world rank the call waited for when it stalled, or -1
 	// before; the world ranks it probed, that probed it, and that said
@@ -207,12 +211,17 @@ func (t *sigTable) findDone(comm, seq uint32) int {
 	return -1
 }
 
-// begin registers this rank's call and reports a message already seen for
-// it with another signature.
-func (w *world) begin(comm, seq, sig uint32, name string) (peer int, other uint32, bad bool) {
+// begin registers this rank's call, run by algo, in the check's table and
+// the flight recorder, and reports a message already seen for it with
+// another signature.
+func (w *world) begin(comm, seq uint32, k *call, algo string) (peer int, other uint32, bad bool) {
 	t := &w.sigs
+	sig := k.sig
 	t.mu.Lock()
-	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: name, waitPeer: -1})
+	t.nflight++
+	t.flight[(t.nflight-1)%flightLen] = flightEntry{comm: comm, seq: seq, name: k.name, algo: algo,
+		bytes: callBytes(k), state: flightRunning, arrive: k.arrive, waitPeer: -1}
+	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: k.name, waitPeer: -1, fl: t.nflight})
 	drain := t.takeDrain()
 	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
 		peer, other, bad = t.seen[i].peer, t.seen[i].sig, true
@@ -222,12 +231,28 @@ func (w *world) begin(comm, seq, sig uint32, name string) (peer int, other uint3
 	return peer, other, bad
 }
 
-// end records the end of this rank's call.
-func (w *world) end(comm, seq uint32) {
+// end records the end of this rank's call in the check's table and the
+// flight recorder, and adds what the rank knew of its arrival pattern p to
+// sites (when the call succeeded; p and sites may be nil).
+func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSites, coll sched.Collective) {
 	t := &w.sigs
 	t.mu.Lock()
 	if i := find(t.active, comm, seq); i >= 0 {
 		e := t.active[i]
+		if f := &t.flight[(e.fl-1)%flightLen]; e.fl > 0 && f.comm == comm && f.seq == seq {
+			f.state, f.waitPeer = flightDone, e.waitPeer
+			if failed {
+				f.state = flightFailed
+			}
+			if p != nil {
+				f.pat, f.end = *p, p.end
+			} else {
+				f.end = w.clock.now()
+			}
+		}
+		if !failed && p != nil && sites != nil {
+			sites.record(coll, p)
+		}
 		t.done[t.ndone%recentCalls] = sigEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name}
 		t.ndone++
 		t.active = remove(t.active, i)
@@ -382,14 +407,14 @@ func (w *world) failAsync(e *Error, worldPeer int) {
 // mode, agrees on it with every rank. On error the call is over (end was
 // called) and the communicator has failed.
 func (c *Comm) beginCall(ctx context.Context, k *call, algoName string, seq uint32) error {
-	if peer, other, bad := c.w.begin(c.id, seq, k.sig, k.name); bad {
-		c.w.end(c.id, seq)
+	if peer, other, bad := c.w.begin(c.id, seq, k, algoName); bad {
+		c.w.end(c.id, seq, true, nil, nil, 0)
 		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name)
 		return &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: c.commRank(peer), Err: e.Err}
 	}
 	if c.w.opts.Check == CheckStrict && c.Size() > 1 {
 		if err := c.strictCheck(ctx, k, algoName, seq); err != nil {
-			c.w.end(c.id, seq)
+			c.w.end(c.id, seq, true, nil, nil, 0)
 			return err
 		}
 	}

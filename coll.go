@@ -34,6 +34,9 @@ type call struct {
 	algo string
 	seq  uint32
 	sig  uint32 // chained signature (check.go), set when issued
+
+	arrive int64   // when the call entered Braid, on the job's clock (arrival.go)
+	pat    pattern // what this rank knew of its arrival pattern, set as it ends
 }
 
 type planKey struct {
@@ -356,6 +359,7 @@ type run struct {
 
 // runCall executes a checked call.
 func (c *Comm) runCall(ctx context.Context, k *call) error {
+	k.arrive = c.w.clock.now()
 	if err := c.usable(k.name); err != nil {
 		return err
 	}
@@ -398,7 +402,7 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	// time, with a fixed 8-byte allreduce.
 	t := []float64{time.Since(t0).Seconds()}
 	agree := call{name: "allreduce (MIAD agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1},
-		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig}
+		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig, arrive: c.w.clock.now()}
 	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
 		pl.adapting.Store(false)
 		return err
@@ -451,7 +455,7 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 	if err := c.beginCall(ctx, k, algoName, seq); err != nil {
 		return err
 	}
-	defer c.w.end(c.id, seq)
+	defer func() { c.endCall(k, seq, rerr != nil, nil) }()
 	env := exec.Env{
 		Conn:       c.connFn,
 		Tag:        transport.Tag{Comm: c.id, Seq: seq, Sig: k.sig},

@@ -63,6 +63,12 @@ type world struct {
 	report func(e *Error, worldPeer int)
 
 	prof *profile.Recorder // BRAID_PROFILE's recorder (profile.go); nil when off
+
+	clock *clock // arrival stamps on the job's common clock (arrival.go)
+	// flightSig stops the flight recorder's signal handler (flight.go);
+	// flightOnce dumps the recorder after the first failure.
+	flightSig  func()
+	flightOnce sync.Once
 }
 
 // setSpin chooses how long waiters poll: long while every local rank has a
@@ -227,6 +233,8 @@ type Comm struct {
 
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
 	errFn  func() error             // c.w.err, likewise
+
+	arrivals arrivalSites // what this rank knows of its calls' arrival patterns (arrival.go)
 }
 
 func newComm(w *world, id uint32, rank int, members []int) *Comm {
@@ -351,6 +359,7 @@ func (c *Comm) failWith(call string, err error) *Error {
 		wp = c.members[wp]
 	}
 	c.w.failPeer(e, wp)
+	c.w.failedFlight(e)
 	return e
 }
 
@@ -361,7 +370,9 @@ func (c *Comm) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("Abort called")
 	}
-	c.w.fail(&Error{Kind: Aborted, Rank: c.rank, Call: "abort", Peer: -1, Err: reason})
+	e := &Error{Kind: Aborted, Rank: c.rank, Call: "abort", Peer: -1, Err: reason}
+	c.w.fail(e)
+	c.w.failedFlight(e)
 }
 
 // Close releases the communicator. Closing the communicator returned by
@@ -384,6 +395,7 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	perr := c.w.stopProfile()
+	c.w.stopFlight()
 	var err error
 	if c.w.collectiveClose && c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
 		d := min(c.w.opts.Timeout, 10*time.Second)

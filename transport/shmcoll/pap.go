@@ -142,6 +142,9 @@ func (g *Group) peek(q int, c *Call, f uint64, nbytes int) ([]byte, bool, error)
 	if v != f || sig != c.Sig || n != nbytes {
 		return nil, false, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
 	}
+	if c.Arrivals != nil {
+		c.Arrivals[q] = *u64(l[flagArrive:])
+	}
 	if n <= inline {
 		return l[flagBytes : flagBytes+n], true, nil
 	}

@@ -1,0 +1,74 @@
+package braid_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid"
+)
+
+// TestArrivalSwitch: a call site whose rank 3 always arrives 2 ms after
+// the others is moved to the arrival-aware reductions once a window of
+// calls shows the spread, every call's result stays right on every rank
+// before and after the move, Explain and BRAID_DEBUG=info say why; with
+// DisableArrival, or with the algorithm forced, the site keeps its choice.
+func TestArrivalSwitch(t *testing.T) {
+	const n, count = 4, 64
+	calls := 3 * 64 // three windows
+	for _, tc := range []struct {
+		name string
+		opts braid.Options
+		want string // what the site runs at the end
+	}{
+		{"watched", braid.Options{}, "pap"},
+		{"disabled", braid.Options{DisableArrival: true}, "shm"},
+		{"forced", braid.Options{Algo: "allreduce=shm"}, "shm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := &syncBuffer{}
+			opts := tc.opts
+			opts.Debug, opts.Log = "info", log
+			ran := make([]string, n)
+			errs := onRanks(t, n, &opts, func(c *braid.Comm) error {
+				r := c.Rank()
+				in, out := make([]float32, count), make([]float32, count)
+				for i := range calls {
+					for j := range in {
+						in[j] = float32(r + i + j)
+					}
+					if r == n-1 {
+						time.Sleep(2 * time.Millisecond)
+					}
+					if err := c.Allreduce(context.Background(), in, out, braid.Sum); err != nil {
+						return err
+					}
+					for j, x := range out {
+						if want := float32(n*(i+j) + n*(n-1)/2); x != want {
+							return fmt.Errorf("call %d: [%d] = %v, want %v", i, j, x, want)
+						}
+					}
+				}
+				a, why, err := c.Explain("allreduce", count, braid.Float32, 0)
+				ran[r] = a + " (" + why + ")"
+				return err
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			for r, a := range ran {
+				if !strings.HasPrefix(a, tc.want+" ") {
+					t.Errorf("rank %d runs %s at the end, want %s\nlog:\n%s", r, a, tc.want, log.String())
+				}
+			}
+			switched := strings.Contains(log.String(), "exceeds the balanced call's")
+			if switched != (tc.want == "pap") {
+				t.Errorf("log says switched = %v, want %v:\n%s", switched, tc.want == "pap", log.String())
+			}
+		})
+	}
+}
