@@ -16,21 +16,28 @@ import (
 // The planner's use of arrival statistics (issue 17, item 4). A call site
 // (a plan: collective, count, root and element size) of allreduce or
 // reduce on a communicator with a shared area, whose algorithm the model
-// chose, is watched: every rank times its calls, and every
-// arrivalWindow-th call ends with an agreement (an allgather of each
-// rank's mean and quickest call of the window, as MIAD's trials end with
-// one) on
+// chose, is watched: every arrivalWindow-th call ends with an agreement
+// (an allgather of four numbers a rank, as MIAD's trials end with one) on
+// the window's
 //
-//   - the window's balanced time: the quickest call any rank made, which
-//     is the call of a rank that arrived last and waited for nobody;
-//   - the window's spread: the largest mean call time of a rank, less the
-//     balanced time. It is the time a rank spends waiting for later
-//     arrivals: about Ω/2 when the ranks arrive uniformly at random over
-//     Ω (Ω, the worst-case imbalance time of "Efficient Process Arrival
-//     Pattern Aware Collective Communication for Deep Learning", Alizadeh
-//     et al., EuroMPI/USA 2022, §2.2), and Ω when one rank is always late;
-//   - the window's latency: the ranks' mean call time, averaged over the
-//     ranks (what braid bench --imbalance reports).
+//   - spread: the worst-case imbalance time Ω of "Efficient Process
+//     Arrival Pattern Aware Collective Communication for Deep Learning"
+//     (Alizadeh et al., EuroMPI/USA 2022, §2.2), the latest minus the
+//     earliest arrival, averaged over the window's calls whose every
+//     arrival stamp a rank read (Comm.Arrivals: calls through the shared
+//     area), the largest of the ranks' figures;
+//   - balanced time: α, the least time from the last arrival to a rank's
+//     return (Comm.Arrivals), the least of the ranks';
+//   - latency: the ranks' mean call time (each rank times one call in
+//     arrivalSample), averaged over the ranks, which is what braid bench
+//     --imbalance reports.
+//
+// Where no rank read every stamp (schedules, which see only their own),
+// the rule estimates the first two from the call times: the balanced time
+// is the quickest call any rank made (that of a rank that arrived last and
+// waited for nobody), and the spread the largest mean call time of a rank
+// less it, the time a rank waits for later arrivals (about Ω/2 when the
+// ranks arrive uniformly at random, Ω when one rank is always late).
 //
 // When the spread exceeds the balanced time, the site switches to the
 // arrival-aware reductions (choice.SharedPAP). They must then earn their
@@ -40,30 +47,38 @@ import (
 // whose spread falls below half its balanced time goes back too. Every
 // rank decides from the same agreed figures, so every rank runs every call
 // with the same algorithm. BRAID_DEBUG=info prints each move and why.
-//
-// The figures come from each rank's own clock: no clock is compared with
-// another's. The rule reads them from arrivalStats, so that arrival times
-// exchanged between the ranks can feed it the same way.
 const arrivalWindow = 64
 
 // arrivalStats are the figures the rule decides on, the same on every
 // rank: agreed at the end of a window.
 type arrivalStats struct {
-	balanced float64 // seconds: the quickest call of the window on any rank
-	spread   float64 // seconds: the largest mean call time of a rank, less balanced
+	balanced float64 // seconds: the call's time once every rank is there
+	spread   float64 // seconds: the window's arrival spread
 	latency  float64 // seconds: the ranks' mean call times, averaged
+	measured bool    // spread and balanced come from arrival stamps
 }
 
-// statsOf returns the statistics of the ranks' (mean, quickest) call
-// times, v[2r] and v[2r+1] for rank r.
+// statsOf returns the statistics of the ranks' figures, four a rank r at
+// v[4r:]: its mean and quickest call time of the window, the window's mean
+// Ω and the site's α as it measured them from arrival stamps (negative
+// when it read none).
 func statsOf(v []float64) arrivalStats {
-	n := len(v) / 2
+	n := len(v) / 4
 	st := arrivalStats{balanced: math.Inf(1)}
-	worst := 0.0
+	worst, omega, alpha := 0.0, -1.0, math.Inf(1)
 	for r := range n {
-		worst = max(worst, v[2*r])
-		st.latency += v[2*r] / float64(n)
-		st.balanced = min(st.balanced, v[2*r+1])
+		x := v[4*r : 4*r+4]
+		worst = max(worst, x[0])
+		st.latency += x[0] / float64(n)
+		st.balanced = min(st.balanced, x[1])
+		omega = max(omega, x[2])
+		if x[3] > 0 {
+			alpha = min(alpha, x[3])
+		}
+	}
+	if omega >= 0 && !math.IsInf(alpha, 1) {
+		st.spread, st.balanced, st.measured = omega, alpha, true
+		return st
 	}
 	st.spread = worst - st.balanced
 	return st
@@ -85,6 +100,8 @@ type arrivalWatch struct {
 	sum, min float64
 
 	before  float64 // the balanced choice's latency in the window before the switch
+	known   uint64  // the site's calls with every stamp known (Comm.Arrivals) at the last window's end
+	sumΩ    float64 // and the sum of their Ω, ns
 	lost    int     // times the arrival-aware reductions lost
 	backoff int     // windows to wait before trying again
 	reason  string  // why the site runs what it runs now
@@ -182,8 +199,9 @@ func (c *Comm) runWatched(ctx context.Context, k *call, r run) error {
 	if err != nil {
 		return err
 	}
-	mine, all := []float64{mean, quickest}, make([]float64, 2*c.Size())
-	agree := call{name: "allgather (arrival statistics)", p: sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 2},
+	omega, alpha := w.measured(c, k)
+	mine, all := []float64{mean, quickest, omega, alpha}, make([]float64, 4*c.Size())
+	agree := call{name: "allgather (arrival statistics)", p: sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 4},
 		in: bytesOf(mine), out: bytesOf(all), d: Float64, sig: r.agreeSig}
 	if err := c.runSeq(ctx, &agree, c.arrivalAgreeProg(), "direct", r.seq+1); err != nil {
 		return err
@@ -193,6 +211,26 @@ func (c *Comm) runWatched(ctx context.Context, k *call, r run) error {
 	defer w.mu.Unlock()
 	c.arrivalRule(k, r.pl, w, st)
 	return nil
+}
+
+// measured returns the window's mean Ω and the site's α (seconds) from
+// what this rank read of the arrival stamps (Comm.Arrivals), -1 where it
+// read none.
+func (w *arrivalWatch) measured(c *Comm, k *call) (omega, alpha float64) {
+	omega, alpha = -1, -1
+	s, err := c.Arrivals(k.p.Coll.String(), callBytes(k))
+	if err != nil {
+		return omega, alpha
+	}
+	sum := float64(s.MeanWorst) * float64(s.Known)
+	if s.Known > w.known {
+		omega = (sum - w.sumΩ) / float64(s.Known-w.known) / 1e9
+	}
+	w.known, w.sumΩ = s.Known, sum
+	if s.Alpha > 0 {
+		alpha = s.Alpha.Seconds()
+	}
+	return omega, alpha
 }
 
 // arrivalRule moves a watched site between its balanced choice and the
@@ -213,9 +251,13 @@ func (c *Comm) arrivalRule(k *call, pl *planned, w *arrivalWatch, st arrivalStat
 		if st.spread > st.balanced {
 			w.pap.Store(true)
 			w.before = st.latency
-			w.reason = "arrival spread " + us(st.spread) + " exceeds the balanced call's " + us(st.balanced)
-			say("arrival spread %s exceeds the balanced call's %s over the last %d calls: switching from %s to %s",
-				us(st.spread), us(st.balanced), arrivalWindow, pl.algo, papAlgo)
+			how := "estimated from the call times"
+			if st.measured {
+				how = "Ω and α measured from the arrival stamps"
+			}
+			w.reason = "arrival spread " + us(st.spread) + " exceeds the balanced call's " + us(st.balanced) + " (" + how + ")"
+			say("arrival spread %s exceeds the balanced call's %s over the last %d calls (%s): switching from %s to %s",
+				us(st.spread), us(st.balanced), arrivalWindow, how, pl.algo, papAlgo)
 		}
 		return
 	}
@@ -249,7 +291,7 @@ func formatUs(s float64) string {
 }
 
 // arrivalAgreeProg returns the program of the arrival statistics'
-// agreement: the one-step allgather of two elements a rank (no planning:
+// agreement: the one-step allgather of four elements a rank (no planning:
 // every rank must run the same).
 func (c *Comm) arrivalAgreeProg() *sched.Program {
 	c.arrivalOnce.Do(func() {
@@ -257,7 +299,7 @@ func (c *Comm) arrivalAgreeProg() *sched.Program {
 		if err != nil {
 			panic(err)
 		}
-		prog := a.Program(sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 2}, c.rank)
+		prog := a.Program(sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 4}, c.rank)
 		c.arrivalAgree = &prog
 	})
 	return c.arrivalAgree
@@ -265,6 +307,6 @@ func (c *Comm) arrivalAgreeProg() *sched.Program {
 
 // arrivalAgreeSig is the signature of the agreement's call.
 func (c *Comm) arrivalAgreeSig() uint32 {
-	k := call{p: sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 2}, d: Float64}
+	k := call{p: sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 4}, d: Float64}
 	return c.callSig(&k, "direct", 0, 0)
 }

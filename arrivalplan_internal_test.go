@@ -8,12 +8,16 @@ import (
 	"github.com/braid-ccl/braid/sched"
 )
 
-// TestStatsOf: the agreed figures from the ranks' (mean, quickest) call
-// times.
+// TestStatsOf: the agreed figures from the ranks' call times, and from
+// their measured Ω and α where some rank read the stamps.
 func TestStatsOf(t *testing.T) {
-	st := statsOf([]float64{10e-6, 1e-6, 4e-6, 2e-6, 1e-6, 0.5e-6})
-	if st.balanced != 0.5e-6 || st.spread != 9.5e-6 || st.latency != 5e-6 {
-		t.Fatalf("statsOf = %+v, want balanced 0.5µs, spread 9.5µs, latency 5µs", st)
+	st := statsOf([]float64{10e-6, 1e-6, -1, -1, 4e-6, 2e-6, -1, -1, 1e-6, 0.5e-6, -1, -1})
+	if st.balanced != 0.5e-6 || st.spread != 9.5e-6 || st.latency != 5e-6 || st.measured {
+		t.Fatalf("statsOf = %+v, want balanced 0.5µs, spread 9.5µs, latency 5µs, estimated", st)
+	}
+	st = statsOf([]float64{10e-6, 1e-6, 7e-6, 0.8e-6, 4e-6, 2e-6, -1, -1, 1e-6, 0.5e-6, 8e-6, 0.9e-6})
+	if st.balanced != 0.8e-6 || st.spread != 8e-6 || st.latency != 5e-6 || !st.measured {
+		t.Fatalf("statsOf = %+v, want balanced 0.8µs, spread 8µs, latency 5µs, measured", st)
 	}
 }
 
