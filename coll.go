@@ -30,6 +30,10 @@ type call struct {
 	d    DType
 	op   Op
 
+	// dyn, if not nil, is the dynamic algorithm the call runs instead of
+	// a program (set by runIssued).
+	dyn sched.Dynamic
+
 	// What ran, for the profiler: set by runIssued.
 	algo string
 	seq  uint32
@@ -66,6 +70,9 @@ type planned struct {
 	bytes    float64       // bytes a call moves, for throughput
 	calls    int           // calls issued in the current trial
 	pending  chan struct{} // closed when the last trial's agreement is done
+
+	// dyn is the plan's algorithm if it is dynamic (no program).
+	dyn sched.Dynamic
 
 	// watch, if not nil, moves the plan between algo and the
 	// arrival-aware reductions by the call site's arrival statistics
@@ -144,13 +151,20 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			// The arrival-aware reductions have no cost in the balanced
 			// model (NaN): the model never picks them. BRAID_ALGO, a
 			// tuning table, a Planner that names them, or the arrival
-			// statistics (arrival.go) do.
+			// statistics (arrivalplan.go) do.
 			cand = append(cand, plan.Candidate{Name: papAlgo, Params: p, Cost: math.NaN()})
 		}
 	}
 	if len(cand) == 0 {
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
+	}
+	// Dynamic algorithms (algo.DynamicAlgorithm), which decide as
+	// messages arrive, have no cost in the balanced model either.
+	for _, a := range algo.Dynamics(p.Coll) {
+		if a.Supports(p) == nil {
+			cand = append(cand, plan.Candidate{Name: a.Name(), Params: p, Cost: math.NaN()})
+		}
 	}
 	var d plan.Decision
 	forced, forcedSeg := false, false
@@ -159,6 +173,11 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		if !hasNode {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier (%s: allreduce and reduce) of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, papAlgo, c.Size(), c.nhosts)}
+		}
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if da := algo.LookupDynamic(p.Coll, ch.Algo); ok && da != nil {
+		if err := da.Supports(p); err != nil {
+			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v", ch, err)}
 		}
 		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ok {
@@ -173,6 +192,8 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		}
 		d, forced = plan.Decision{Algo: ch.Algo, Params: tuned(a, fp, es, model), Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ch := c.force.any; choice.IsShared(p.Coll, ch.Algo) && hasNode {
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if ch.Algo != "" && algo.LookupDynamic(p.Coll, ch.Algo) != nil && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
 		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ch.Algo != "" && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
 		forcedSeg = ch.Segment > 0
@@ -196,6 +217,17 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	watch := !forced && !d.Fixed && d.Algo != papAlgo && c.watchable(p, names)
 	if choice.IsShared(p.Coll, d.Algo) {
 		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+		if watch {
+			pl.watch = &arrivalWatch{reason: pl.reason}
+		}
+		if c.rank == 0 {
+			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s)",
+				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, d.Algo, pl.reason)
+		}
+		return pl, nil
+	}
+	if da := algo.LookupDynamic(p.Coll, d.Algo); da != nil {
+		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es)), dyn: da}
 		if watch {
 			pl.watch = &arrivalWatch{reason: pl.reason}
 		}
@@ -376,6 +408,9 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.p.Segment, k.p.Radix, k.sig = r.seg, r.radix, r.sig
 	k.algo, k.seq = r.pl.algo, r.seq
+	if r.pl.dyn != nil {
+		k.dyn = r.pl.dyn
+	}
 	if r.watch != nil {
 		k.algo = r.algo
 		return c.runWatched(ctx, k, r)
@@ -472,7 +507,13 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 	if c.w.opts.Debug == "trace" {
 		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, algoName)
 	}
-	err := exec.Run(ctx, prog, &env, exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks})
+	bufs := exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks}
+	var err error
+	if k.dyn != nil && algoName == k.algo {
+		err = exec.RunDynamic(ctx, k.dyn, k.p, c.rank, &env, bufs)
+	} else {
+		err = exec.Run(ctx, prog, &env, bufs)
+	}
 	if err != nil {
 		return c.failWith(k.name, err)
 	}

@@ -2,8 +2,10 @@ package braid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +38,30 @@ func TestMatrixPAP(t *testing.T) {
 					cases = append(cases, k)
 				}
 				runCases(t, coll, "pap", n, nil, cases)
+			}
+		})
+	}
+}
+
+// TestMatrixPAPChain runs the same cases through the executor's dynamic
+// arrival-ordered chain (algorithm "papchain": Algorithm 2 over messages,
+// the root keeping the line), on 1–9 and 16 ranks under random arrival
+// delays, so that every order of the chain, and the root's every place in
+// it, occurs.
+func TestMatrixPAPChain(t *testing.T) {
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.Reduce} {
+		t.Run(coll.String(), func(t *testing.T) {
+			t.Parallel()
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16} {
+				var cases []mcase
+				for _, k := range matrixCases(coll, nodeAlgo{coll}, n) {
+					if n > 9 && k.count > 1000 {
+						continue
+					}
+					k.delay = 200 * time.Microsecond
+					cases = append(cases, k)
+				}
+				runCases(t, coll, "papchain", n, nil, cases)
 			}
 		})
 	}
@@ -83,6 +109,35 @@ func TestPAPSameBits(t *testing.T) {
 			if string(got[r][i]) != string(got[0][i]) {
 				t.Fatalf("call %d: rank %d's result differs from rank 0's", i, r)
 			}
+		}
+	}
+}
+
+// TestPAPTimeoutNamesAbsent: a rank that never arrives at an
+// arrival-aware allreduce, through the shared area (pap) and through the
+// executor's dynamic chain (papchain), is named in the other ranks'
+// errors.
+func TestPAPTimeoutNamesAbsent(t *testing.T) {
+	for _, name := range []string{"pap", "papchain"} {
+		comms, err := braid.NewLocal(3, &braid.Options{Algo: "allreduce=" + name, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for _, c := range comms[:2] {
+			go func() {
+				errs <- c.Allreduce(context.Background(), []float32{1}, make([]float32, 1), braid.Sum)
+			}()
+		}
+		for range 2 {
+			err := <-errs
+			var be *braid.Error
+			if !errors.As(err, &be) || be.Kind != braid.Timeout && be.Kind != braid.Aborted || !strings.Contains(err.Error(), "rank 2") {
+				t.Errorf("%s: %v, want a timeout naming rank 2", name, err)
+			}
+		}
+		for _, c := range comms {
+			c.Close()
 		}
 	}
 }

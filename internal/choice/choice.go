@@ -68,6 +68,12 @@ func Check(coll sched.Collective, ch plan.Choice) error {
 		}
 		return nil
 	}
+	if algo.LookupDynamic(coll, ch.Algo) != nil {
+		if ch.Segment > 0 || ch.Radix > 0 {
+			return fmt.Errorf("%v algorithm %q takes no parameters", coll, ch.Algo)
+		}
+		return nil
+	}
 	if _, err := algo.Lookup(coll, ch.Algo); err != nil {
 		return fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "algo: "))
 	}
@@ -91,6 +97,14 @@ func CheckAny(ch plan.Choice) error {
 			colls = append(colls, a.Collective())
 		}
 	}
+	for _, c := range sched.Collectives() {
+		if algo.LookupDynamic(c, ch.Algo) != nil {
+			if ch.Segment > 0 || ch.Radix > 0 {
+				return fmt.Errorf("algorithm %q takes no parameters", ch.Algo)
+			}
+			return nil
+		}
+	}
 	if len(colls) == 0 {
 		return fmt.Errorf("no collective has an algorithm named %q (algorithms: %s; COLLECTIVE=ALGO forces one collective's)",
 			ch.Algo, strings.Join(Names(), ", "))
@@ -111,6 +125,11 @@ func Names() []string {
 		names = append(names, a.Name())
 	}
 	names = append(names, Shared, SharedPAP)
+	for _, c := range sched.Collectives() {
+		for _, a := range algo.Dynamics(c) {
+			names = append(names, a.Name())
+		}
+	}
 	slices.Sort(names)
 	return slices.Compact(names)
 }
