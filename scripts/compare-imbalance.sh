@@ -7,8 +7,8 @@
 #   NPS="8 16" MIFS="10 50" COLLS=allreduce scripts/compare-imbalance.sh
 #
 # For each rank count, collective and MIF it runs `braid bench COLL
-# --imbalance MIF --algos ALGOS` (pap, the planner's choice "auto", and the
-# collective's other algorithms), takes from its CSV the α braid used at
+# --imbalance MIF --algos ALGOS` (pap and papchain, the arrival-aware
+# ones; the planner's choice "auto"; the collective's other algorithms), takes from its CSV the α braid used at
 # each size (the smallest balanced latency of its runs), and runs
 # scripts/mpi-imbalance.c built against each MPI with that α, so that MPI
 # meets the same bound, the same distribution and the same seed (Go's PCG,
@@ -60,8 +60,8 @@ for np in $NPS; do
     ov=""; [ "$np" -gt "$(nproc)" ] && ov="--oversubscribe"
     for coll in $COLLS; do
         case $coll in
-        allreduce) algos=pap,auto,shm,recdouble,rabenseifner,segring,ring ;;
-        reduce) algos=pap,auto,shm,binomial,knomial,linear ;;
+        allreduce) algos=pap,papchain,auto,shm,recdouble,rabenseifner,segring ;;
+        reduce) algos=pap,papchain,auto,shm,binomial,knomial,linear ;;
         esac
         for mif in $MIFS; do
             tag=${coll}_np${np}_mif$mif
@@ -119,8 +119,8 @@ for coll in colls:
                             f = line.strip().split(",")
                             peer[(lib, int(f[4]))] = float(f[6])
             print(f"\n### {coll}, {np_} ranks, MIF {mif}\n")
-            print("| size | pap µs | best other Braid µs (algo) | Open MPI µs | MPICH µs | pap / best Braid | pap / Open MPI | balanced: pap µs | fastest other µs (algo) | pap / fastest | auto µs (ran) |")
-            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            print("| size | pap µs | papchain µs | best other Braid µs (algo) | Open MPI µs | MPICH µs | pap / best Braid | pap / Open MPI | balanced: pap µs | fastest other µs (algo) | pap / fastest | auto µs (ran) |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for b in sorted(rows):
                 rs = {r["algo"]: r for r in rows[b]}
                 pap = rs.get("pap")
@@ -128,7 +128,10 @@ for coll in colls:
                     continue
                 # Runs that are not arrival-aware: every run but pap, and
                 # auto only if the planner had not switched it to pap.
-                others = [r for a, r in rs.items() if a != "pap" and r["avg_us"] and r["ran"] != "pap"]
+                aware = ("pap", "papchain")
+                others = [r for a, r in rs.items() if a not in aware and r["avg_us"] and r["ran"] not in aware]
+                ch = rs.get("papchain")
+                cv = float(ch["avg_us"]) if ch and ch["avg_us"] else None
                 best = min(others, key=lambda r: float(r["avg_us"])) if others else None
                 fast = min((r for r in others if r["balanced_us"]), key=lambda r: float(r["balanced_us"]), default=None)
                 auto = rs.get("auto")
@@ -141,7 +144,7 @@ for coll in colls:
                 fb = float(fast["balanced_us"]) if fast else None
                 pb = float(pap["balanced_us"]) if pap["balanced_us"] else None
                 ab = float(auto["balanced_us"]) if auto and auto["balanced_us"] else None
-                print(f"| {size(b)} | {pv:.1f} | {fmt(bv)} ({name(best)}) | {fmt(o)} | {fmt(m)} | {rat(pv, bv)} | {rat(pv, o)} | {fmt(pb)} | {fmt(fb)} ({name(fast)}) | {rat(pb, fb)} | {fmt(ab)} ({name(auto)}) |")
+                print(f"| {size(b)} | {pv:.1f} | {fmt(cv)} | {fmt(bv)} ({name(best)}) | {fmt(o)} | {fmt(m)} | {rat(pv, bv)} | {rat(pv, o)} | {fmt(pb)} | {fmt(fb)} ({name(fast)}) | {rat(pb, fb)} | {fmt(ab)} ({name(auto)}) |")
                 summary.append((tag, b, pv / bv if bv else None, pv / o if o else None, pb / fb if pb and fb else None))
 print("\n### cells meeting the targets (pap ≤ 0.70 × best other Braid and × Open MPI under imbalance; balanced ≤ 1.05 × the fastest other run, so also × the planner's choice)\n")
 for tag in dict.fromkeys(t for t, *_ in summary):
