@@ -39,15 +39,30 @@ import (
 // less it, the time a rank waits for later arrivals (about Ω/2 when the
 // ranks arrive uniformly at random, Ω when one rank is always late).
 //
-// When the spread exceeds the balanced time, the site switches to the
+// When the spread exceeds arrivalOn times the balanced time (the
+// imbalance factor Ω/α of the paper's §2.2 above arrivalOn), the site
+// switches to the
 // arrival-aware reductions (choice.SharedPAP). They must then earn their
 // place: if the next window's latency is more than 5 % above the balanced
 // choice's in the window before, the site goes back, and tries again only
 // after a back-off that doubles each time (4, 8, ... windows). A site
-// whose spread falls below half its balanced time goes back too. Every
+// whose spread falls below arrivalOff times its balanced time goes back
+// too. Every
 // rank decides from the same agreed figures, so every rank runs every call
 // with the same algorithm. BRAID_DEBUG=info prints each move and why.
 const arrivalWindow = 64
+
+// The imbalance factors Ω/α at which a site switches to the arrival-aware
+// reductions and back. Not 1: on the 16-core node, balanced back-to-back
+// 8-byte and 4 KiB allreduces of 8 ranks measured Ω/α of 1.1–1.9 (the
+// ranks leave a call, and so reach the next, some µs apart; α, the least
+// time from the last arrival to a return, is small), and switching on
+// those cost 15–50 % in the trial windows (docs/PERFORMANCE.md, issue 17).
+// Patterns drawn at MIF 10 have Ω/α near 8 at 8 ranks.
+const (
+	arrivalOn  = 4.0
+	arrivalOff = 2.0
+)
 
 // arrivalStats are the figures the rule decides on, the same on every
 // rank: agreed at the end of a window.
@@ -248,16 +263,16 @@ func (c *Comm) arrivalRule(k *call, pl *planned, w *arrivalWatch, st arrivalStat
 			w.backoff--
 			return
 		}
-		if st.spread > st.balanced {
+		if st.spread > arrivalOn*st.balanced {
 			w.pap.Store(true)
 			w.before = st.latency
 			how := "estimated from the call times"
 			if st.measured {
 				how = "Ω and α measured from the arrival stamps"
 			}
-			w.reason = "arrival spread " + us(st.spread) + " exceeds the balanced call's " + us(st.balanced) + " (" + how + ")"
-			say("arrival spread %s exceeds the balanced call's %s over the last %d calls (%s): switching from %s to %s",
-				us(st.spread), us(st.balanced), arrivalWindow, how, pl.algo, papAlgo)
+			w.reason = "arrival spread " + us(st.spread) + " is more than " + fmt.Sprint(arrivalOn) + " × the balanced call's " + us(st.balanced) + " (" + how + ")"
+			say("arrival spread %s is more than %g × the balanced call's %s over the last %d calls (%s): switching from %s to %s",
+				us(st.spread), arrivalOn, us(st.balanced), arrivalWindow, how, pl.algo, papAlgo)
 		}
 		return
 	}
@@ -269,10 +284,10 @@ func (c *Comm) arrivalRule(k *call, pl *planned, w *arrivalWatch, st arrivalStat
 		w.reason = pl.reason
 		say("%s took %s a call, %s %s before: back to %s (next try in %d windows of %d calls)",
 			papAlgo, us(st.latency), pl.algo, us(w.before), pl.algo, w.backoff, arrivalWindow)
-	case st.spread < st.balanced/2:
+	case st.spread < arrivalOff*st.balanced:
 		w.pap.Store(false)
 		w.reason = pl.reason
-		say("arrival spread %s is below half the call's %s: back to %s", us(st.spread), us(st.balanced), pl.algo)
+		say("arrival spread %s is below %g × the call's %s: back to %s", us(st.spread), arrivalOff, us(st.balanced), pl.algo)
 	}
 }
 

@@ -22,11 +22,12 @@ func TestStatsOf(t *testing.T) {
 }
 
 // TestArrivalRule walks the rule through its moves: no switch while the
-// spread stays below the balanced time; a switch when it exceeds it; back
+// spread stays below arrivalOn × the balanced time; a switch above; back
 // with a back-off when the arrival-aware reductions are more than 5 %
 // slower than the balanced choice was; no try during the back-off, a
 // doubled back-off after a second loss; a kept switch when they are
-// faster, and back when the spread falls below half the balanced time.
+// faster, and back when the spread falls below arrivalOff × the balanced
+// time.
 func TestArrivalRule(t *testing.T) {
 	var log bytes.Buffer
 	comms, err := NewLocal(1, &Options{Debug: "info", Log: &log})
@@ -49,8 +50,8 @@ func TestArrivalRule(t *testing.T) {
 			t.Fatalf("after %v/%v/%v: log %q, want %q", balanced, spread, latency, log.String(), wantLog)
 		}
 	}
-	step(1e-6, 0.9e-6, 2e-6, false, "")
-	step(1e-6, 5e-6, 6e-6, true, "exceeds the balanced call's 1.00µs")
+	step(1e-6, 3.9e-6, 5e-6, false, "")
+	step(1e-6, 5e-6, 6e-6, true, "is more than 4 × the balanced call's 1.00µs")
 	step(1e-6, 5e-6, 6.4e-6, false, "back to shm (next try in 4 windows")
 	for range 4 {
 		step(1e-6, 5e-6, 6e-6, false, "")
@@ -62,5 +63,5 @@ func TestArrivalRule(t *testing.T) {
 	}
 	step(1e-6, 5e-6, 6e-6, true, "switching")
 	step(1e-6, 5e-6, 5e-6, true, "")
-	step(1e-6, 0.4e-6, 1.5e-6, false, "is below half the call's")
+	step(1e-6, 1.9e-6, 2.5e-6, false, "is below 2 × the call's")
 }

@@ -67,7 +67,7 @@ func TestArrivalSwitch(t *testing.T) {
 					t.Errorf("rank %d runs %s at the end, want %s\nlog:\n%s", r, a, tc.want, log.String())
 				}
 			}
-			switched := strings.Contains(log.String(), "exceeds the balanced call's")
+			switched := strings.Contains(log.String(), "× the balanced call's")
 			if switched != (tc.want == "pap") {
 				t.Errorf("log says switched = %v, want %v:\n%s", switched, tc.want == "pap", log.String())
 			}
