@@ -66,6 +66,9 @@ type dynExec struct {
 	polls  int
 	reqs   []dynReq
 	err    error // the first failure; every later call returns it
+
+	stallAt time.Time // when Env.Stall is due; zero before the first slow poll
+	stalled bool
 }
 
 // dynReq is one request.
@@ -249,6 +252,9 @@ func (x *dynExec) idle(hs []sched.Handle) error {
 		if e == nil && x.env.Fail != nil {
 			e = x.env.Fail()
 		}
+		if e == nil && x.env.Stall != nil && !x.stalled {
+			x.stall(hs)
+		}
 		if e != nil {
 			// Name the first receive waited for, else the first request.
 			w := hs[0]
@@ -263,6 +269,36 @@ func (x *dynExec) idle(hs []sched.Handle) error {
 	}
 	x.bo.Idle(x.reqs[hs[0]].req.Done())
 	return nil
+}
+
+// stall calls Env.Stall, once a run, for each peer of hs (their receives,
+// else their sends) once the wait has lasted Env.StallAfter, as Run does
+// for a program's pending steps.
+func (x *dynExec) stall(hs []sched.Handle) {
+	now := time.Now()
+	if x.stallAt.IsZero() {
+		x.stallAt = now.Add(x.env.StallAfter)
+		return
+	}
+	if now.Before(x.stallAt) {
+		return
+	}
+	x.stalled = true
+	recv := false
+	for _, h := range hs {
+		recv = recv || x.reqs[h].step.Kind != sched.KindSend
+	}
+	seen := map[int]bool{}
+	for _, h := range hs {
+		s := &x.reqs[h].step
+		if recv && s.Kind == sched.KindSend || seen[s.Peer] {
+			continue
+		}
+		seen[s.Peer] = true
+		tag := x.env.Tag
+		tag.Step = uint32(s.Tag)
+		x.env.Stall(int(h), s, tag)
+	}
 }
 
 func (x *dynExec) Copy(src, dst sched.Chunk) {

@@ -1,6 +1,7 @@
 package shmcoll
 
 import (
+	"errors"
 	"sync/atomic"
 )
 
@@ -213,14 +214,9 @@ func (g *Group) leaderChunk(c *Call, in, out []byte, r Reducer, root int) error 
 			g.finish(f, c.Sig)
 			return nil
 		}
-		// Wait for every arrival first, so that a wait that ends names
-		// a rank that did not come rather than the leader waiting for it.
-		if _, err := g.waitAll(c, f); err != nil {
-			return err
-		}
 		s, err := g.read(c, leader, slotRes, f, b)
 		if err != nil {
-			return err
+			return g.nameAbsent(err, f)
 		}
 		copy(out, s)
 		g.finish(f, c.Sig)
@@ -337,9 +333,22 @@ func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int) error {
 	}
 	s, err := g.read(c, q, slotRes, f, b)
 	if err != nil {
-		return err
+		return g.nameAbsent(err, f)
 	}
 	copy(out, s)
 	g.finish(f, c.Sig)
 	return nil
+}
+
+// nameAbsent returns err, a wait for the rank that holds chunk f's result
+// that ended, naming instead a rank that has not arrived at chunk f if
+// there is one: the holder was itself waiting for it.
+func (g *Group) nameAbsent(err error, f uint64) error {
+	var w *WaitError
+	if errors.As(err, &w) {
+		if q := g.absent(f); q != g.rank {
+			w.Peer, w.What = q, "its arrival"
+		}
+	}
+	return err
 }
