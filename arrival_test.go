@@ -47,6 +47,7 @@ func TestArrivalMetrics(t *testing.T) {
 							return
 						}
 					}
+					var err error
 					stats[r], err = c.Arrivals("allreduce", 32)
 					if err != nil {
 						t.Error(err)

@@ -165,7 +165,11 @@ func (c *Comm) issueWatched(k *call, pl *planned) run {
 	} else {
 		r.prog, r.seg, r.radix = pl.prog.Load(), pl.p.Segment, pl.p.Radix
 	}
-	sig := c.callSig(k, r.algo, r.seg, r.radix)
+	trees := uint32(0)
+	if r.prog != nil {
+		trees = pl.treesSig
+	}
+	sig := c.callSig(k, r.algo, r.seg, r.radix, trees)
 	if r.trial {
 		r.seq, r.sig, r.agreeSig = c.chk.next2(sig, c.arrivalAgreeSig())
 	} else {
@@ -179,10 +183,16 @@ func (c *Comm) issueWatched(k *call, pl *planned) run {
 // applies the rule.
 func (c *Comm) runWatched(ctx context.Context, k *call, r run) error {
 	run := func() error {
+		var err error
 		if r.ticket != 0 {
-			return c.runNode(ctx, k, r)
+			err = c.runNode(ctx, k, r)
+		} else {
+			err = c.runSeq(ctx, k, r.prog, r.algo, r.seq)
 		}
-		return c.runSeq(ctx, k, r.prog, r.algo, r.seq)
+		if err != nil {
+			return err
+		}
+		return c.confirm(ctx, k, r.seq)
 	}
 	if !r.timed {
 		return run()
@@ -217,8 +227,11 @@ func (c *Comm) runWatched(ctx context.Context, k *call, r run) error {
 	omega, alpha := w.measured(c, k)
 	mine, all := []float64{mean, quickest, omega, alpha}, make([]float64, 4*c.Size())
 	agree := call{name: "allgather (arrival statistics)", p: sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 4},
-		in: bytesOf(mine), out: bytesOf(all), d: Float64, sig: r.agreeSig}
+		in: bytesOf(mine), out: bytesOf(all), d: Float64, sig: r.agreeSig, arrive: c.w.clock.now()}
 	if err := c.runSeq(ctx, &agree, c.arrivalAgreeProg(), "direct", r.seq+1); err != nil {
+		return err
+	}
+	if err := c.settle(ctx, k.name, r.seq+1); err != nil {
 		return err
 	}
 	st := statsOf(all)
@@ -323,5 +336,5 @@ func (c *Comm) arrivalAgreeProg() *sched.Program {
 // arrivalAgreeSig is the signature of the agreement's call.
 func (c *Comm) arrivalAgreeSig() uint32 {
 	k := call{p: sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: 4}, d: Float64}
-	return c.callSig(&k, "direct", 0, 0)
+	return c.callSig(&k, "direct", 0, 0, 0)
 }

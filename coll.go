@@ -71,12 +71,16 @@ type planned struct {
 	calls    int           // calls issued in the current trial
 	pending  chan struct{} // closed when the last trial's agreement is done
 
+	// treesSig is the signature of the trees the program packs (check.go),
+	// 0 if it packs none.
+	treesSig uint32
+
 	// dyn is the plan's algorithm if it is dynamic (no program).
 	dyn sched.Dynamic
 
 	// watch, if not nil, moves the plan between algo and the
 	// arrival-aware reductions by the call site's arrival statistics
-	// (arrival.go).
+	// (arrivalplan.go).
 	watch *arrivalWatch
 }
 
@@ -249,6 +253,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		return nil, &Error{Kind: Internal, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("planner chose %s with %+v: %v", d.Algo, gp, err)}
 	}
 	pl := &planned{algo: d.Algo, reason: d.Reason, a: a, p: gp, bytes: float64(plan.Size(p, es))}
+	if a == algo.Treepack(p.Coll) {
+		pl.treesSig = treesSig(gp.Trees)
+	}
 	// MIAD adapts the segment of a pipelined algorithm whose segment the
 	// model chose (not one that BRAID_ALGO or a tuning table fixed), when
 	// the call is long enough for segments to matter.
@@ -332,13 +339,13 @@ func (c *Comm) issue(k *call) (run, error) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
 		c.nodeMu.Lock()
-		seq, sig := c.chk.next(c.callSig(k, pl.algo, 0, 0))
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, 0, 0, 0))
 		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
 		c.nodeMu.Unlock()
 		return r, nil
 	}
 	if !pl.adapting.Load() {
-		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix))
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix, pl.treesSig))
 		return run{pl: pl, prog: pl.prog.Load(), seq: seq, sig: sig, seg: pl.p.Segment, radix: pl.p.Radix}, nil
 	}
 	pl.mu.Lock()
@@ -350,7 +357,7 @@ func (c *Comm) issue(k *call) (run, error) {
 	}
 	defer pl.mu.Unlock()
 	r := run{pl: pl, prog: pl.prog.Load(), seg: pl.p.Segment, radix: pl.p.Radix}
-	sig := c.callSig(k, pl.algo, r.seg, r.radix)
+	sig := c.callSig(k, pl.algo, r.seg, r.radix, pl.treesSig)
 	if pl.miad == nil || pl.miad.Done() {
 		r.seq, r.sig = c.chk.next(sig)
 		return r, nil
@@ -416,10 +423,16 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 		return c.runWatched(ctx, k, r)
 	}
 	if r.ticket != 0 {
-		return c.runNode(ctx, k, r)
+		if err := c.runNode(ctx, k, r); err != nil {
+			return err
+		}
+		return c.confirm(ctx, k, r.seq)
 	}
 	if !r.trial {
-		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)
+		if err := c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq); err != nil {
+			return err
+		}
+		return c.confirm(ctx, k, r.seq)
 	}
 	pl := r.pl
 	defer func() {
@@ -433,12 +446,20 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 		pl.adapting.Store(false)
 		return err
 	}
+	if err := c.confirm(ctx, k, r.seq); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
 	// Every rank must make the same move: agree on the slowest rank's
 	// time, with a fixed 8-byte allreduce.
 	t := []float64{time.Since(t0).Seconds()}
 	agree := call{name: "allreduce (MIAD agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1},
 		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig, arrive: c.w.clock.now()}
 	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
+	if err := c.settle(ctx, k.name, r.seq+1); err != nil {
 		pl.adapting.Store(false)
 		return err
 	}

@@ -67,7 +67,7 @@ type flightEntry struct {
 	name, algo  string
 	bytes       int64
 	state       flightState
-	arrive, end int64 // common clock, ns; end 0 while running
+	arrive, end int64 // common clock, ns; end 0 while running, or when a small call did not read it (endCall)
 	waitPeer    int   // the world rank the call waited for when it stalled, or -1
 	pat         pattern
 }
@@ -188,9 +188,10 @@ func (w *world) writeFlight(b *strings.Builder, why string, last int) {
 	fmt.Fprintf(b, "braid: rank %d:   %8s %6s %-14s %10s %-18s %-8s %12s %12s  %s\n", w.rank, "comm", "seq", "call", "bytes", "algo", "state", "arrived", "took", "arrival pattern")
 	for _, e := range es {
 		took := "-"
-		if e.end != 0 {
+		switch {
+		case e.end != 0:
 			took = time.Duration(e.end - e.arrive).String()
-		} else {
+		case e.state == flightRunning:
 			took = "(" + time.Duration(now-e.arrive).String() + ")"
 		}
 		pat := ""

@@ -21,7 +21,7 @@ func init() { childRoles["hang"] = hangChild }
 
 var (
 	callRE  = regexp.MustCompile(`waited for rank 2 \(call (\d+),`)
-	stuckRE = regexp.MustCompile(`the job stuck at call (\d+) \(allreduce\) of communicator [0-9a-f]{8}: ranks 0, 1, 3 in it.*`)
+	stuckRE = regexp.MustCompile(`the job stuck at call (\d+) \(allreduce\) of communicator [0-9a-f]{8}: .*`)
 )
 
 // hangChild is one rank of TestHungRankNamed: it writes its pid where the
@@ -130,6 +130,8 @@ func TestHungRankNamed(t *testing.T) {
 			case !calls[m[1]] || len(calls) != 1:
 				t.Errorf("braid run's verdict names call %s, the ranks' errors calls %v", m[1], calls)
 			case !strings.Contains(m[0], "; rank 2 never reported reaching it"):
+				// Ranks 0, 1 and 3 are in the call or past it (a rank
+				// of a ring may finish its part and enter the next).
 				t.Errorf("braid run's verdict does not name rank 2 alone as never reaching the call: %v", runErr)
 			}
 			// A generous bound, not a measure of speed: the acceptance

@@ -202,6 +202,15 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	w.setSpin(c.LocalSize())
 	setProcs(w, o, c.LocalSize())
+	if what, err := bindRank(o.Bind, c.LocalRank(), c.LocalSize()); err != nil {
+		return fail(&Error{Kind: InvalidArgument, Rank: info.Rank, Call: "Init", Peer: -1, Err: fmt.Errorf("BRAID_BIND=%s: %w", o.Bind, err)})
+	} else if what != "" {
+		level := "trace"
+		if c.LocalRank() == 0 {
+			level = "info"
+		}
+		w.debugf(level, "%s", what)
+	}
 	w.collectiveClose = true
 	if info.Rank == 0 {
 		w.debugf("info", "job %s: %d ranks on %d hosts via %s; %d local ranks (shm), %d remote (tcp)",

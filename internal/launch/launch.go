@@ -526,7 +526,7 @@ func stuckAt(reports []bootstrap.Failure, n int) string {
 		}
 	}
 	seen := make([]bool, n)
-	var in []int
+	var in, past []int
 	var waits []string
 	for _, f := range reports {
 		if !f.InCall || f.Comm != comm || f.Rank < 0 || f.Rank >= n || seen[f.Rank] || int32(f.Seq-seq) < 0 {
@@ -538,6 +538,8 @@ func stuckAt(reports []bootstrap.Failure, n int) string {
 			if f.Waited >= 0 {
 				waits = append(waits, fmt.Sprintf("rank %d for rank %d", f.Rank, f.Waited))
 			}
+		} else {
+			past = append(past, f.Rank)
 		}
 	}
 	var missing []int
@@ -551,6 +553,10 @@ func stuckAt(reports []bootstrap.Failure, n int) string {
 	if len(waits) > 0 {
 		slices.Sort(waits)
 		s += " (waiting: " + strings.Join(waits, ", ") + ")"
+	}
+	if len(past) > 0 {
+		slices.Sort(past)
+		s += fmt.Sprintf("; %s past it, in a later call", rankList(past))
 	}
 	if len(missing) > 0 {
 		s += fmt.Sprintf("; %s never reported reaching it (stopped, hung, dead or outside Braid)", rankList(missing))
