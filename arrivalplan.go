@@ -11,12 +11,14 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // The planner's use of arrival statistics (issue 17, item 4). A call site
-// (a plan: collective, count, root and element size) of allreduce or
-// reduce on a communicator with a shared area, whose algorithm the model
-// chose, is watched: every arrivalWindow-th call ends with an agreement
+// (a plan: collective, count, root and element size) on a communicator
+// with a shared area, whose algorithm the model chose, where the
+// arrival-aware reductions can pay (watchable: reduce above 16 KiB), is
+// watched: every arrivalWindow-th call ends with an agreement
 // (an allgather of four numbers a rank, as MIAD's trials end with one) on
 // the window's
 //
@@ -123,10 +125,19 @@ type arrivalWatch struct {
 }
 
 // watchable reports whether a plan chosen by the planner (not forced) for
-// p may be switched by arrival statistics: cand offers the arrival-aware
-// reductions.
-func (c *Comm) watchable(p sched.Params, cand []string) bool {
-	if c.w.opts.DisableArrival || p.NRanks < 2 || !choice.SharedPAPRuns(p.Coll) {
+// p, of es-byte elements, may be switched by arrival statistics: cand
+// offers the arrival-aware reductions, and they can pay for p. On the
+// 16-core node they paid only for reduce above the leader's chunks, where
+// they form a chain in the order of arrival: 0.26–0.67 of the best other
+// Braid algorithm's latency at 256 KiB–2 MiB under MIF 10–50. Their
+// allreduce never did better than the shared area's own (0.94–1.05 up to
+// 256 KiB, slower above), and their small reduce is the shared area's
+// flat one in another order; watching those sites would only cost the
+// trial windows (15 % on an 8-byte allreduce at MIF 20). See
+// docs/PERFORMANCE.md, issue 17.
+func (c *Comm) watchable(p sched.Params, es int, cand []string) bool {
+	if c.w.opts.DisableArrival || p.NRanks < 2 || p.Coll != sched.Reduce ||
+		int64(p.Count)*int64(es) <= shmcoll.DefaultPAPLeaderMax {
 		return false
 	}
 	for _, n := range cand {

@@ -218,7 +218,7 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	for _, x := range cand {
 		names = append(names, x.Name)
 	}
-	watch := !forced && !d.Fixed && d.Algo != papAlgo && c.watchable(p, names)
+	watch := !forced && !d.Fixed && d.Algo != papAlgo && c.watchable(p, es, names)
 	if choice.IsShared(p.Coll, d.Algo) {
 		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
 		if watch {

@@ -61,9 +61,9 @@ type Options struct {
 	DisableMIAD bool
 
 	// DisableArrival switches off the planner's use of arrival
-	// statistics: a call site of allreduce or reduce on one host whose
+	// statistics: a call site of reduce above 16 KiB on one host whose
 	// ranks arrive far apart is switched to the arrival-aware reductions
-	// (arrival.go). BRAID_ARRIVAL=off (or 0, false; on, 1, true or unset
+	// (arrivalplan.go). BRAID_ARRIVAL=off (or 0, false; on, 1, true or unset
 	// keep it on).
 	DisableArrival bool
 

@@ -31,8 +31,9 @@ const Shared = "shm"
 // ("Efficient Process Arrival Pattern Aware Collective Communication for
 // Deep Learning", Alizadeh et al., EuroMPI/USA 2022, §5.1–5.2): a leader
 // that is the first rank to arrive for small chunks, a chain in the order
-// of arrival for large ones. The planner chooses it when a call site's
-// measured arrival spread exceeds the balanced call's time; BRAID_ALGO or
+// of arrival for large ones. The planner chooses it for a reduce above
+// 16 KiB whose measured arrival spread is more than 4 times the balanced
+// call's time (arrivalplan.go); BRAID_ALGO or
 // a tuning table may name it for the collectives of SharedPAPRuns. It
 // takes no parameters.
 const SharedPAP = "pap"
