@@ -127,50 +127,57 @@ func (a papChainAlgo) root(p sched.Params) int {
 func (a papChainAlgo) Run(p sched.Params, rank int, x sched.Exec) error {
 	n, c, root := p.NRanks, p.Count, a.root(p)
 	in, out, tmp := sched.Chunk{Buf: sched.In, Len: c}, sched.Chunk{Buf: sched.Out, Len: c}, sched.Chunk{Buf: sched.Tmp, Len: c}
-	if n == 1 {
-		x.Copy(in, out)
-		return nil
-	}
-	if rank != root {
-		x.SendWord(root, papArrive, 0)
-		hp := x.RecvWord(root, papPred)
-		if err := x.Wait(hp); err != nil {
-			return err
-		}
-		pred := int(x.Word(hp)) - 1
-		part, hr := in, sched.Handle(-1)
-		if pred >= 0 {
-			x.Copy(in, tmp)
-			part, hr = tmp, x.RecvReduce(pred, papData, tmp)
-		}
-		hs := x.RecvWord(root, papSucc)
-		if err := x.Wait(hs); err != nil {
-			return err
-		}
-		if hr >= 0 {
-			if err := x.Wait(hr); err != nil {
-				return err
-			}
-		}
-		if err := x.Wait(x.Send(int(x.Word(hs))-1, papData, part)); err != nil {
-			return err
-		}
-	} else if err := a.keepLine(p, rank, x, in, out); err != nil {
+	all := allRanks(n)[0]
+	if err := chainRun(x, all, root, rank, in, out, tmp); err != nil {
 		return err
 	}
 	if a.coll == sched.Allreduce {
-		return bcastDyn(x, n, root, rank, out)
+		return bcastRun(x, all, root, rank, out, papBcast)
 	}
 	return nil
 }
 
-// keepLine is the root's part: it orders the arrivals, answers them, and
-// takes its own place in the chain when it arrives itself.
-func (a papChainAlgo) keepLine(p sched.Params, root int, x sched.Exec, in, out sched.Chunk) error {
-	n := p.NRanks
+// chainRun is rank's part of the arrival-ordered chain among members
+// (which hold rank and root): the result goes to root's out; the others'
+// partial results pass through tmp.
+func chainRun(x sched.Exec, members []int, root, rank int, in, out, tmp sched.Chunk) error {
+	if len(members) == 1 {
+		x.Copy(in, out)
+		return nil
+	}
+	if rank == root {
+		return keepLine(x, members, root, in, out)
+	}
+	x.SendWord(root, papArrive, 0)
+	hp := x.RecvWord(root, papPred)
+	if err := x.Wait(hp); err != nil {
+		return err
+	}
+	pred := int(x.Word(hp)) - 1
+	part, hr := in, sched.Handle(-1)
+	if pred >= 0 {
+		x.Copy(in, tmp)
+		part, hr = tmp, x.RecvReduce(pred, papData, tmp)
+	}
+	hs := x.RecvWord(root, papSucc)
+	if err := x.Wait(hs); err != nil {
+		return err
+	}
+	if hr >= 0 {
+		if err := x.Wait(hr); err != nil {
+			return err
+		}
+	}
+	return x.Wait(x.Send(int(x.Word(hs))-1, papData, part))
+}
+
+// keepLine is the root's part: it orders the arrivals of members, answers
+// them, and takes its own place in the chain when it arrives itself.
+func keepLine(x sched.Exec, members []int, root int, in, out sched.Chunk) error {
+	n := len(members)
 	var waits []sched.Handle
 	var who []int
-	for q := range n {
+	for _, q := range members {
 		if q != root {
 			waits = append(waits, x.RecvWord(q, papArrive))
 			who = append(who, q)
@@ -250,13 +257,16 @@ func (a papChainAlgo) keepLine(p sched.Params, root int, x sched.Exec, in, out s
 	return x.Wait(x.Recv(last, papData, out))
 }
 
-// bcastDyn broadcasts out from root down a binomial tree.
-func bcastDyn(x sched.Exec, n, root, rank int, out sched.Chunk) error {
-	v := (rank - root + n) % n
+// bcastRun broadcasts out from root to members down a binomial tree.
+func bcastRun(x sched.Exec, members []int, root, rank int, out sched.Chunk, tag int32) error {
+	m := len(members)
+	ri := slices.Index(members, root)
+	v := (slices.Index(members, rank) - ri + m) % m
+	at := func(j int) int { return members[(j+ri)%m] }
 	mask := 1
-	for ; mask < n; mask <<= 1 {
+	for ; mask < m; mask <<= 1 {
 		if v&mask != 0 {
-			if err := x.Wait(x.Recv((v-mask+root)%n, papBcast, out)); err != nil {
+			if err := x.Wait(x.Recv(at(v-mask), tag, out)); err != nil {
 				return err
 			}
 			break
@@ -264,8 +274,8 @@ func bcastDyn(x sched.Exec, n, root, rank int, out sched.Chunk) error {
 	}
 	var hs []sched.Handle
 	for mask >>= 1; mask > 0; mask >>= 1 {
-		if v+mask < n {
-			hs = append(hs, x.Send((v+mask+root)%n, papBcast, out))
+		if v+mask < m {
+			hs = append(hs, x.Send(at(v+mask), tag, out))
 		}
 	}
 	for _, h := range hs {
@@ -282,55 +292,73 @@ func (a papChainAlgo) Trace(p sched.Params, rank int, order []int) sched.Program
 	g := sched.NewBuilder(rank)
 	g.P.TmpLen = c
 	in, out, tmp := sched.Chunk{Buf: sched.In, Len: c}, sched.Chunk{Buf: sched.Out, Len: c}, sched.Chunk{Buf: sched.Tmp, Len: c}
-	if n == 1 {
-		g.Copy(in, out)
-		g.P.Final = []sched.Chunk{out}
-		return g.P
-	}
-	pos := slices.Index(order, rank)
-	var last int32
-	if rank == root {
-		last = g.Copy(in, out)
-		if pos > 0 {
-			last = g.RecvReduce(order[pos-1], papData, out, last)
-		}
-		if pos < n-1 {
-			s := g.Send(order[pos+1], papData, out, last)
-			last = g.Recv(order[n-1], papData, out, s)
-		}
-	} else {
-		part, dep := in, int32(-1)
-		if pos > 0 {
-			cp := g.Copy(in, tmp)
-			part, dep = tmp, g.RecvReduce(order[pos-1], papData, tmp, cp)
-		}
-		succ := root
-		if pos < n-1 {
-			succ = order[pos+1]
-		}
-		if dep >= 0 {
-			last = g.Send(succ, papData, part, dep)
-		} else {
-			last = g.Send(succ, papData, part)
-		}
-	}
+	all := allRanks(n)[0]
+	last := chainTrace(g, all, root, rank, order, in, out, tmp)
 	if a.coll == sched.Allreduce {
-		v := (rank - root + n) % n
-		mask := 1
-		for ; mask < n; mask <<= 1 {
-			if v&mask != 0 {
-				last = g.Recv((v-mask+root)%n, papBcast, out, last)
-				break
-			}
-		}
-		for mask >>= 1; mask > 0; mask >>= 1 {
-			if v+mask < n {
-				g.Send((v+mask+root)%n, papBcast, out, last)
-			}
-		}
+		bcastTrace(g, all, root, rank, out, papBcast, last)
 	}
 	if a.coll == sched.Allreduce || rank == root {
 		g.P.Final = []sched.Chunk{out}
 	}
 	return g.P
+}
+
+// chainTrace adds rank's steps of the chain among members in the order
+// of arrival order (which may hold other ranks too) and returns its last
+// step.
+func chainTrace(g *sched.Builder, members []int, root, rank int, order []int, in, out, tmp sched.Chunk) int32 {
+	if len(members) == 1 {
+		return g.Copy(in, out)
+	}
+	var line []int
+	for _, q := range order {
+		if slices.Contains(members, q) {
+			line = append(line, q)
+		}
+	}
+	n := len(line)
+	pos := slices.Index(line, rank)
+	if rank == root {
+		last := g.Copy(in, out)
+		if pos > 0 {
+			last = g.RecvReduce(line[pos-1], papData, out, last)
+		}
+		if pos < n-1 {
+			s := g.Send(line[pos+1], papData, out, last)
+			last = g.Recv(line[n-1], papData, out, s)
+		}
+		return last
+	}
+	part, dep := in, int32(-1)
+	if pos > 0 {
+		cp := g.Copy(in, tmp)
+		part, dep = tmp, g.RecvReduce(line[pos-1], papData, tmp, cp)
+	}
+	succ := root
+	if pos < n-1 {
+		succ = line[pos+1]
+	}
+	return g.Send(succ, papData, part, dep)
+}
+
+// bcastTrace adds rank's steps of bcastRun after step dep.
+func bcastTrace(g *sched.Builder, members []int, root, rank int, out sched.Chunk, tag int32, dep int32) int32 {
+	m := len(members)
+	ri := slices.Index(members, root)
+	v := (slices.Index(members, rank) - ri + m) % m
+	at := func(j int) int { return members[(j+ri)%m] }
+	last := dep
+	mask := 1
+	for ; mask < m; mask <<= 1 {
+		if v&mask != 0 {
+			last = g.Recv(at(v-mask), tag, out, last)
+			break
+		}
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if v+mask < m {
+			g.Send(at(v+mask), tag, out, last)
+		}
+	}
+	return last
 }
