@@ -67,6 +67,35 @@ func TestMatrixPAPChain(t *testing.T) {
 	}
 }
 
+// TestMatrixHierPAP runs hierpap (Hierarchical-RSA with arrival-ordered
+// chains inside each host) under random arrival delays: the allreduce cases
+// of the matrix on 1–9 ranks of one host, and on the matrix's emulated
+// layouts of several hosts (layoutCases: float32 at every count, the
+// dtypes and ops on one host).
+func TestMatrixHierPAP(t *testing.T) {
+	coll := sched.Allreduce
+	a := nodeAlgo{coll}
+	for n := 1; n <= 9; n++ {
+		var cases []mcase
+		for _, k := range matrixCases(coll, a, n) {
+			k.delay = 200 * time.Microsecond
+			cases = append(cases, k)
+		}
+		runCases(t, coll, "hierpap", n, nil, cases)
+		if n < 2 {
+			continue
+		}
+		for i, hosts := range matrixLayouts(n) {
+			var cases []mcase
+			for _, k := range layoutCases(coll, a, n, i == 0) {
+				k.delay = 200 * time.Microsecond
+				cases = append(cases, k)
+			}
+			runCases(t, coll, "hierpap", n, hosts, cases)
+		}
+	}
+}
+
 // TestPAPSameBits: with real values whose sums and products round, and a
 // random order of arrival each call, every rank of an arrival-aware
 // allreduce holds the same bits (one rank combines, the others copy).

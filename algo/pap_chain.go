@@ -341,24 +341,22 @@ func chainTrace(g *sched.Builder, members []int, root, rank int, order []int, in
 	return g.Send(succ, papData, part, dep)
 }
 
-// bcastTrace adds rank's steps of bcastRun after step dep.
-func bcastTrace(g *sched.Builder, members []int, root, rank int, out sched.Chunk, tag int32, dep int32) int32 {
+// bcastTrace adds rank's steps of bcastRun after steps deps.
+func bcastTrace(g *sched.Builder, members []int, root, rank int, out sched.Chunk, tag int32, deps ...int32) {
 	m := len(members)
 	ri := slices.Index(members, root)
 	v := (slices.Index(members, rank) - ri + m) % m
 	at := func(j int) int { return members[(j+ri)%m] }
-	last := dep
 	mask := 1
 	for ; mask < m; mask <<= 1 {
 		if v&mask != 0 {
-			last = g.Recv(at(v-mask), tag, out, last)
+			deps = []int32{g.Recv(at(v-mask), tag, out, deps...)}
 			break
 		}
 	}
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if v+mask < m {
-			g.Send(at(v+mask), tag, out, last)
+			g.Send(at(v+mask), tag, out, deps...)
 		}
 	}
-	return last
 }

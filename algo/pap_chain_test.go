@@ -62,3 +62,41 @@ func permutations(s []int) [][]int {
 	}
 	return out
 }
+
+// TestHierPAPTrace validates the hierarchical variant's schedule (Trace)
+// over layouts of one host, of several hosts of uneven sizes (leader
+// counts that are and are not powers of two), interleaved hosts, and a
+// host per rank, for random orders of arrival.
+func TestHierPAPTrace(t *testing.T) {
+	a := algo.LookupDynamic(sched.Allreduce, "hierpap")
+	if a == nil {
+		t.Fatal("no dynamic allreduce algorithm hierpap")
+	}
+	layouts := map[string][]string{
+		"one host":    {"a", "a", "a", "a", "a"},
+		"uneven":      {"a", "b", "a", "a", "c", "a", "c", "b", "a"},
+		"interleaved": {"a", "b", "a", "b", "a", "b", "a", "b"},
+		"per rank":    {"a", "b", "c", "d", "e", "f", "g"},
+		"3 hosts":     {"a", "a", "b", "b", "c", "c"},
+	}
+	for name, hosts := range layouts {
+		n := len(hosts)
+		rng := rand.New(rand.NewPCG(uint64(n), 7))
+		for _, count := range []int{0, 1, 7, 1000} {
+			p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: count, Layout: sched.NewLayout(hosts, nil)}
+			if err := a.Supports(p); err != nil {
+				t.Fatal(err)
+			}
+			for range 6 {
+				order := rng.Perm(n)
+				if err := sched.Validate(p, algo.ArrivalPrograms(a, p, order)); err != nil {
+					t.Fatalf("%s count=%d order %v: %v", name, count, order, err)
+				}
+			}
+		}
+	}
+	p := sched.Params{Coll: sched.Allreduce, NRanks: 3, Count: 5}
+	if err := sched.Validate(p, algo.ArrivalPrograms(a, p, []int{2, 0, 1})); err != nil {
+		t.Fatalf("no layout: %v", err)
+	}
+}
