@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +95,179 @@ type DeviceOptions struct {
 	// queued on Stream() after the call. A call's error, a peer's death
 	// say, is returned by a later call or by Synchronize.
 	StreamOrdered bool
+
+	// Tuning of the fused kernels, for experiments; the zero values
+	// choose by kind and size. Each has a BRAID_GPU_* variable, read once
+	// by NewDeviceComm for a field left at zero (deviceEnv lists them); a
+	// value the field does not take, set or read, fails NewDeviceComm
+	// with an InvalidArgument error naming it. Every rank must pass the
+	// same values (NewDeviceComm compares them): ranks that cut a vector
+	// differently would run kernels that never meet.
+
+	// LL2Max is the largest one-shot allreduce, in bytes, that runs as a
+	// two-shot in low-latency lines once above LLMax (BRAID_GPU_LL2_MAX;
+	// 0 there: none); 0 means gpu.DefaultLL2Bytes(Size()), negative never.
+	LL2Max int
+	// LLBlocks is the grid of a call in low-latency lines, 1 to 256
+	// (BRAID_GPU_LL_BLOCKS); 0 means a thread per 8-byte word.
+	LLBlocks int
+	// Blocks is the most blocks a pipelined fused kernel runs with, 1 to
+	// 256 (BRAID_GPU_BLOCKS); 0 means by kind and size.
+	Blocks int
+	// Threads is the block size of a pipelined fused kernel, a multiple
+	// of 32 from 32 to 512 (BRAID_GPU_THREADS); 0 means by kind and size.
+	Threads int
+	// MinRounds is the fewest rounds a pipelined fused kernel cuts a
+	// vector into, where areas of 1 KiB a block allow
+	// (BRAID_GPU_ROUNDS); 0 means gpu.DefaultMinRounds.
+	MinRounds int
+	// BcastRamp is how many halvings a fused broadcast on more than 2
+	// GPUs cuts its last full round into, 1 to cuda.MaxRamp
+	// (BRAID_GPU_BCAST_RAMP, 0 to cuda.MaxRamp); 0 means by size
+	// (gpu.DefaultBcastRamp), negative none.
+	BcastRamp int
+	// Pull moves the data of programs by pull, receivers reading the
+	// senders' memory, instead of push (BRAID_GPU_PULL=1).
+	Pull bool
+	// Stats prints, when the communicator closes, where the time of its
+	// synchronous program calls went (BRAID_GPU_STATS=1).
+	Stats bool
+
+	// firstSeq is the fused kernels' first sequence number (tests: near
+	// gpu.SeqLimit, to cross the reset); 0 means 1.
+	firstSeq uint32
+}
+
+// deviceEnv are the BRAID_GPU_* variables: each sets a DeviceOptions
+// field that the caller left at zero. parse reads the variable's value
+// into the field's form (what a zero in the variable means becomes the
+// field's negative "never"), or says what the variable takes.
+var deviceEnv = []struct {
+	name, field string
+	get         func(o *DeviceOptions) *int
+	parse       func(v string) (int, error)
+}{
+	{"BRAID_GPU_LL_MAX", "LLMax", func(o *DeviceOptions) *int { return &o.LLMax }, envBytes},
+	{"BRAID_GPU_LL2_MAX", "LL2Max", func(o *DeviceOptions) *int { return &o.LL2Max }, envBytes},
+	{"BRAID_GPU_LL_BLOCKS", "LLBlocks", func(o *DeviceOptions) *int { return &o.LLBlocks }, envRange(1, cuda.OneShotMaxBlocks, 1)},
+	{"BRAID_GPU_BLOCKS", "Blocks", func(o *DeviceOptions) *int { return &o.Blocks }, envRange(1, cuda.OneShotMaxBlocks, 1)},
+	{"BRAID_GPU_THREADS", "Threads", func(o *DeviceOptions) *int { return &o.Threads }, envRange(32, 512, 32)},
+	{"BRAID_GPU_ROUNDS", "MinRounds", func(o *DeviceOptions) *int { return &o.MinRounds }, envRange(1, 1<<20, 1)},
+	{"BRAID_GPU_BCAST_RAMP", "BcastRamp", func(o *DeviceOptions) *int { return &o.BcastRamp }, envZeroNever(envRange(0, cuda.MaxRamp, 1))},
+	{"BRAID_GPU_HOST_SHARE", "HostShare", func(o *DeviceOptions) *int { return &o.HostShare }, envZeroNever(envRange(0, 50, 1))},
+}
+
+// deviceFlags are the BRAID_GPU_* variables of DeviceOptions' switches:
+// "1" sets the field, "0" leaves it.
+var deviceFlags = []struct {
+	name, field string
+	get         func(o *DeviceOptions) *bool
+}{
+	{"BRAID_GPU_PULL", "Pull", func(o *DeviceOptions) *bool { return &o.Pull }},
+	{"BRAID_GPU_STATS", "Stats", func(o *DeviceOptions) *bool { return &o.Stats }},
+}
+
+// envBytes reads a size in bytes (4096, 256K); 0 means never (-1).
+func envBytes(v string) (int, error) {
+	b, err := size.Parse(v)
+	if err != nil || b < 0 || b > math.MaxInt32 {
+		return 0, errors.New("want a size in bytes (256K, 1M; 0 for none)")
+	}
+	if b == 0 {
+		return -1, nil
+	}
+	return int(b), nil
+}
+
+// envRange reads an integer from lo to hi, a multiple of step.
+func envRange(lo, hi, step int) func(string) (int, error) {
+	return func(v string) (int, error) {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < lo || x > hi || x%step != 0 {
+			if step > 1 {
+				return 0, fmt.Errorf("want a multiple of %d from %d to %d", step, lo, hi)
+			}
+			return 0, fmt.Errorf("want an integer from %d to %d", lo, hi)
+		}
+		return x, nil
+	}
+}
+
+// envZeroNever makes a 0 that parse reads the field's "never" (-1).
+func envZeroNever(parse func(string) (int, error)) func(string) (int, error) {
+	return func(v string) (int, error) {
+		x, err := parse(v)
+		if err == nil && x == 0 {
+			x = -1
+		}
+		return x, err
+	}
+}
+
+// resolve fills the fields left at zero from the BRAID_GPU_* variables
+// and checks every field, naming the variable or field at fault.
+func (o *DeviceOptions) resolve(getenv func(string) string) error {
+	for _, e := range deviceEnv {
+		v := getenv(e.name)
+		if v == "" || *e.get(o) != 0 {
+			continue
+		}
+		x, err := e.parse(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %v", e.name, v, err)
+		}
+		*e.get(o) = x
+	}
+	for _, e := range deviceFlags {
+		switch v := getenv(e.name); v {
+		case "", "0":
+		case "1":
+			*e.get(o) = true
+		default:
+			return fmt.Errorf("%s=%q: want 1 or 0", e.name, v)
+		}
+	}
+	check := func(field string, v, lo, hi, step int) error {
+		if v != 0 && (v < lo || v > hi || v%step != 0) {
+			return fmt.Errorf("DeviceOptions.%s = %d: want 0 or a multiple of %d from %d to %d", field, v, step, lo, hi)
+		}
+		return nil
+	}
+	return errors.Join(
+		check("LLBlocks", o.LLBlocks, 1, cuda.OneShotMaxBlocks, 1),
+		check("Blocks", o.Blocks, 1, cuda.OneShotMaxBlocks, 1),
+		check("Threads", o.Threads, 32, 512, 32),
+		check("MinRounds", o.MinRounds, 1, 1<<20, 1),
+		check("BcastRamp", max(o.BcastRamp, 0), 1, cuda.MaxRamp, 1),
+		check("HostShare", max(o.HostShare, 0), 1, 50, 1),
+	)
+}
+
+// shared lists the settings every rank must pass alike, resolved, for
+// gpu.Options.Shared: ranks that decide differently from them would run
+// different kernels or schedules and wait for each other until the
+// deadline.
+func (o *DeviceOptions) shared() []gpu.Setting {
+	var out []gpu.Setting
+	add := func(name string, v any) { out = append(out, gpu.Setting{Name: name, Value: fmt.Sprint(v)}) }
+	for _, e := range deviceEnv {
+		add("DeviceOptions."+e.field+" ("+e.name+")", *e.get(o))
+	}
+	add("DeviceOptions.Pull (BRAID_GPU_PULL)", o.Pull)
+	algos := make([]string, 0, len(o.Algo))
+	for k, v := range o.Algo {
+		algos = append(algos, k+"="+v)
+	}
+	slices.Sort(algos)
+	add("DeviceOptions.Algo", strings.Join(algos, ","))
+	add("DeviceOptions.OneShotMax", o.OneShotMax)
+	add("DeviceOptions.DirectMax", o.DirectMax)
+	add("DeviceOptions.FusedMax", o.FusedMax)
+	add("DeviceOptions.SlotBytes", o.SlotBytes)
+	add("DeviceOptions.Segment", o.Segment)
+	add("DeviceOptions.Groups", o.Groups)
+	add("first sequence number", o.firstSeq)
+	return out
 }
 
 // deviceSpin is how long the worker of a DeviceComm, and a caller waiting
@@ -199,7 +375,15 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	if opts != nil {
 		d.opts = *opts
 	}
-	w, werr := cuda.NewWorker(dev, cuda.WorkerOptions{Spin: deviceSpin})
+	// A bad setting fails this rank with InvalidArgument; it still takes
+	// part in the set-up below, without a worker, so that the others fail
+	// too instead of waiting for it.
+	var w *cuda.Worker
+	werr := d.opts.resolve(os.Getenv)
+	badOpts := werr != nil
+	if werr == nil {
+		w, werr = cuda.NewWorker(dev, cuda.WorkerOptions{Spin: deviceSpin})
+	}
 	// The kernels' first load on a GPU that the embedded cubin does not
 	// cover compiles their PTX (about 30 s on an H200, then cached by the
 	// driver), at a different pace on each rank: every rank loads them
@@ -235,15 +419,19 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
 	if werr != nil {
-		if _, gerr := gpu.New(ctx, deviceHost{c}, nil, gpu.Options{}); gerr != nil {
-			werr = errors.Join(werr, gerr)
+		gpu.New(ctx, deviceHost{c}, nil, gpu.Options{Failed: werr})
+		if badOpts {
+			return nil, &Error{Kind: InvalidArgument, Rank: c.rank, Call: call, Peer: -1, Err: werr}
 		}
 		return nil, deviceError(c.rank, call, werr)
 	}
 	d.w = w
+	o := &d.opts
 	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{
-		OneShotBytes: d.oneShotMax(), TwoShot: d.opts.DirectMax >= 0, Fused: d.opts.FusedMax >= 0, SlotBytes: d.opts.SlotBytes,
-		LLBytes: d.opts.LLMax, HostShare: d.opts.HostShare,
+		OneShotBytes: d.oneShotMax(), TwoShot: o.DirectMax >= 0, Fused: o.FusedMax >= 0, SlotBytes: o.SlotBytes,
+		LLBytes: o.LLMax, LL2Bytes: o.LL2Max, LLBlocks: o.LLBlocks, Blocks: o.Blocks, Threads: o.Threads,
+		MinRounds: o.MinRounds, BcastRamp: o.BcastRamp, HostShare: o.HostShare, Pull: o.Pull, Stats: o.Stats,
+		Shared: o.shared(), FirstSeq: o.firstSeq,
 	}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
@@ -305,10 +493,15 @@ func sizeLimit(b int) string {
 	return size.Format(int64(b))
 }
 
-// deviceError wraps err as an *Error, Unsupported when there is no driver.
+// deviceError wraps err as an *Error, Unsupported when there is no
+// driver, InvalidArgument when the ranks' settings differ.
 func deviceError(rank int, call string, err error) error {
 	if errors.Is(err, cuda.ErrNoDriver) {
 		return &Error{Kind: Unsupported, Rank: rank, Call: call, Peer: -1, Err: err}
+	}
+	var m *gpu.MismatchError
+	if errors.As(err, &m) {
+		return &Error{Kind: InvalidArgument, Rank: rank, Call: call, Peer: -1, Err: err}
 	}
 	return classify(rank, call, err)
 }
@@ -639,13 +832,16 @@ func (c *Comm) deviceCall(ctx context.Context, name string, coll sched.Collectiv
 	return d.collective(ctx, name, coll, s, r, op, root)
 }
 
-// deviceComms holds the device communicator of each Comm that deviceCall
-// made.
-var deviceComms sync.Map // *Comm → *DeviceComm
-
+// deviceComm returns the device communicator that deviceCall made for c,
+// making it on the GPU that holds ptr on first use; Close closes it.
 func (c *Comm) deviceComm(ctx context.Context, ptr cuda.DevicePtr) (*DeviceComm, error) {
-	if d, ok := deviceComms.Load(c); ok {
-		return d.(*DeviceComm), nil
+	c.dev.mu.Lock()
+	defer c.dev.mu.Unlock()
+	if c.dev.closed {
+		return nil, &Error{Kind: Aborted, Rank: c.rank, Call: "device", Peer: -1, Err: errors.New("communicator is closed")}
+	}
+	if c.dev.d != nil {
+		return c.dev.d, nil
 	}
 	dev, err := gpu.PointerDevice(ptr)
 	if err != nil {
@@ -655,6 +851,19 @@ func (c *Comm) deviceComm(ctx context.Context, ptr cuda.DevicePtr) (*DeviceComm,
 	if err != nil {
 		return nil, err
 	}
-	deviceComms.Store(c, d)
+	c.dev.d = d
 	return d, nil
+}
+
+// closeDevice closes the device communicator deviceCall made, if any.
+func (c *Comm) closeDevice() error {
+	c.dev.mu.Lock()
+	defer c.dev.mu.Unlock()
+	c.dev.closed = true
+	if c.dev.d == nil {
+		return nil
+	}
+	d := c.dev.d
+	c.dev.d = nil
+	return d.Close()
 }

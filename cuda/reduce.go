@@ -392,11 +392,18 @@ func OneShotRegionBytes(n, slotBytes int) int {
 func OneShotLLOffset(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*slotBytes }
 
 // LLFits reports whether FusedOneShotLL can run an allreduce of count
-// elements of es bytes from in to out: at most OneShotLLMax bytes, in
-// whole 8-byte words, both buffers 8-byte aligned.
+// elements of es bytes from in to out: LLSizeFits, and both buffers 8-byte
+// aligned.
 func LLFits(in, out DevicePtr, count, es int) bool {
+	return LLSizeFits(count, es) && in%8 == 0 && out%8 == 0
+}
+
+// LLSizeFits reports whether an allreduce of count elements of es bytes
+// fits FusedOneShotLL: at most OneShotLLMax bytes, in whole 8-byte words.
+// It depends on nothing but the size, which every rank shares.
+func LLSizeFits(count, es int) bool {
 	b := count * es
-	return b > 0 && b <= OneShotLLMax && b%8 == 0 && in%8 == 0 && out%8 == 0
+	return b > 0 && b <= OneShotLLMax && b%8 == 0
 }
 
 // TwoShotLLMax is the largest vector, in bytes, of the low-latency
@@ -405,12 +412,18 @@ func LLFits(in, out DevicePtr, count, es int) bool {
 func TwoShotLLMax(n int) int { return OneShotLLMax / 2 * max(n, 1) }
 
 // TwoShotLLFits reports whether FusedTwoShotLL can run an allreduce of
-// count elements of es bytes from in to out on n ranks: at most
-// TwoShotLLMax(n) bytes, in whole 8-byte words, both buffers 8-byte
-// aligned.
+// count elements of es bytes from in to out on n ranks:
+// TwoShotLLSizeFits, and both buffers 8-byte aligned.
 func TwoShotLLFits(in, out DevicePtr, count, es, n int) bool {
+	return TwoShotLLSizeFits(count, es, n) && in%8 == 0 && out%8 == 0
+}
+
+// TwoShotLLSizeFits reports whether an allreduce of count elements of es
+// bytes on n ranks fits FusedTwoShotLL: at most TwoShotLLMax(n) bytes, in
+// whole 8-byte words.
+func TwoShotLLSizeFits(count, es, n int) bool {
 	b := count * es
-	return b > 0 && n >= 2 && (b/8+n-1)/n*8 <= OneShotLLMax/2 && b%8 == 0 && in%8 == 0 && out%8 == 0
+	return b > 0 && n >= 2 && (b/8+n-1)/n*8 <= OneShotLLMax/2 && b%8 == 0
 }
 
 // OneShotBlocks is the grid a fused kernel uses for bytes when

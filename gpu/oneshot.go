@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -36,6 +34,10 @@ type fused struct {
 	regions   []cuda.DevicePtr // every rank's region as mapped here
 	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
 	seq       uint32           // the next call's first sequence number; the same on every rank
+	seqLimit  uint32           // the last sequence number before the flags are reset (SeqLimit)
+	resets    int              // how many times the sequence was reset
+	stage     cuda.DevicePtr   // aligned scratch for calls in low-latency lines from or to unaligned buffers; 0 until needed
+	stageSize int
 	twoShot   bool             // direct allreduces run fused too
 	other     bool             // broadcasts, allgathers and reduce-scatters with Call.Fuse do
 }
@@ -63,24 +65,26 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 	slotBytes = max(slotBytes, opts.OneShotBytes)
 	slotBytes = (slotBytes + 255) / 256 * 256
 	minRounds := DefaultMinRounds
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_ROUNDS")); err == nil && v > 0 {
-		minRounds = v
+	if opts.MinRounds > 0 {
+		minRounds = opts.MinRounds
 	}
-	blocks := max(opts.Blocks, 0) // 0: by kind and size (blocksFor)
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_BLOCKS")); err == nil && v > 0 && blocks == 0 {
-		blocks = v
+	first := opts.FirstSeq
+	if first == 0 {
+		first = 1
 	}
-	f := &fused{slotBytes: slotBytes, blocks: min(blocks, cuda.OneShotMaxBlocks), regions: make([]cuda.DevicePtr, g.n),
-		seq: 1, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds, llMax: llMax(opts.LLBytes, g.n), ll2Max: ll2Max(g.n)}
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL_BLOCKS")); err == nil && v > 0 {
-		f.llBlocks = min(v, cuda.OneShotMaxBlocks)
+	f := &fused{slotBytes: slotBytes, blocks: min(max(opts.Blocks, 0), cuda.OneShotMaxBlocks), regions: make([]cuda.DevicePtr, g.n),
+		seq: first, seqLimit: SeqLimit, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds,
+		llMax: llMax(opts.LLBytes, g.n), ll2Max: ll2Max(opts.LL2Bytes, g.n), llBlocks: min(max(opts.LLBlocks, 0), cuda.OneShotMaxBlocks)}
+	if opts.Threads >= 32 && opts.Threads <= 512 && opts.Threads%32 == 0 {
+		f.threads = opts.Threads
 	}
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_THREADS")); err == nil && v >= 32 && v <= 512 && v%32 == 0 {
-		f.threads = v
-	}
-	f.ramp = -1
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_BCAST_RAMP")); err == nil && v >= 0 && v <= cuda.MaxRamp {
-		f.ramp = v
+	switch r := opts.BcastRamp; {
+	case r == 0:
+		f.ramp = -1 // by size
+	case r < 0:
+		f.ramp = 0
+	default:
+		f.ramp = min(r, cuda.MaxRamp)
 	}
 	var local error
 	var h cuda.IPCMemHandle
@@ -210,6 +214,9 @@ func (g *Comm) freeFused(f *fused) error {
 		if f.status != nil {
 			errs = append(errs, c.FreeHost(f.status))
 		}
+		if f.stage != 0 {
+			errs = append(errs, c.Free(f.stage))
+		}
 		return errors.Join(errs...)
 	})
 }
@@ -284,20 +291,10 @@ func DefaultHostShare(kind cuda.FusedKind, bytes int) int {
 	return 0
 }
 
-// hostShare resolves Options.HostShare: opt where not 0, else
-// BRAID_GPU_HOST_SHARE where set, else 0 (by kind and size); negative
-// means none, and it is at most 50.
+// hostShare resolves Options.HostShare: 0 (by kind and size), negative
+// (none, -1) or a percentage, at most 50.
 func hostShare(opt int) int {
-	v := opt
-	if v == 0 {
-		if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_HOST_SHARE")); err == nil {
-			v = e
-			if e == 0 {
-				v = -1
-			}
-		}
-	}
-	return min(max(v, -1), 50)
+	return min(max(opt, -1), 50)
 }
 
 // mailboxAlign is where the host region starts in the mailbox file: on a
@@ -328,26 +325,23 @@ const DefaultMinRounds = 1
 
 // llMax is the largest one-shot allreduce in low-latency lines on n
 // ranks: Options.LLBytes where not zero (negative: none), else
-// BRAID_GPU_LL_MAX (bytes, 0 for none) where set, else DefaultLLBytes(n);
-// at most cuda.OneShotLLMax.
+// DefaultLLBytes(n); at most cuda.OneShotLLMax.
 func llMax(opt, n int) int {
 	v := opt
 	if v == 0 {
 		v = DefaultLLBytes(n)
-		if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL_MAX")); err == nil {
-			v = e
-		}
 	}
 	return min(max(v, 0), cuda.OneShotLLMax)
 }
 
 // ll2Max is the largest one-shot allreduce (above llMax) that runs as a
-// two-shot in low-latency lines on n ranks: BRAID_GPU_LL2_MAX (bytes)
-// where set, else DefaultLL2Bytes(n); at most cuda.TwoShotLLMax(n).
-func ll2Max(n int) int {
-	v := DefaultLL2Bytes(n)
-	if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL2_MAX")); err == nil {
-		v = e
+// two-shot in low-latency lines on n ranks: Options.LL2Bytes where not
+// zero (negative: none), else DefaultLL2Bytes(n); at most
+// cuda.TwoShotLLMax(n).
+func ll2Max(opt, n int) int {
+	v := opt
+	if v == 0 {
+		v = DefaultLL2Bytes(n)
 	}
 	return min(max(v, 0), cuda.TwoShotLLMax(n))
 }
@@ -422,22 +416,83 @@ func fusedKind(k *Call) (cuda.FusedKind, bool) {
 	return 0, false
 }
 
+// SeqLimit is the last sequence number of the fused kernels before the
+// flags are reset. Flags are compared by signed difference of 32-bit
+// words and carry 2·seq; a flag that a block of the grid last raised
+// 2^30 sequence numbers ago (blocks 64 to 255 run only in calls of 64 MiB
+// and more) would read as ahead of the call that waits for it, and the
+// low-latency lines compare seq for equality. So the sequence stays
+// within [1, SeqLimit], where every flag and line value differs from
+// every wait's by less than 2^31: a call that would pass SeqLimit first
+// resets the regions (resetFused) and starts again at 1.
+const SeqLimit = 1<<30 - 1
+
 // launch enqueues k as one fused kernel on s, with a wait for peers
-// bounded by deadline.
-func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time) error {
+// bounded by deadline. Where the call would pass f.seqLimit, reset is
+// called first: it clears this rank's flags and lines once no peer uses
+// them (every rank resets at the same call, since every rank has the
+// same sequence).
+func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, reset func() error) error {
 	if err := f.failed(rank); err != nil {
 		return err
 	}
+	a := f.shot(k, rank)
+	rounds := uint32(max(a.Rounds(), 1))
+	if f.passes(rounds) {
+		if err := reset(); err != nil {
+			return err
+		}
+		f.seq, a.Seq = 1, 1
+		f.resets++
+	}
 	// The call takes its sequence numbers even if it fails here, so that
 	// a rank never reuses numbers its peers have used.
-	a := f.shot(k, rank)
-	f.seq += uint32(max(a.Rounds(), 1))
+	f.seq += rounds
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
 	}
 	a.Timeout, a.Status = wait, f.status.Ptr()
+	if (a.Kind == cuda.FusedOneShotLL || a.Kind == cuda.FusedTwoShotLL) && (a.In|a.Out)&7 != 0 {
+		// Every rank runs the kernel in lines that the size chose; a rank
+		// whose buffers are not 8-byte aligned runs it on aligned scratch.
+		return f.staged(c, s, a)
+	}
 	return c.LaunchOneShot(s, a)
+}
+
+// passes reports whether a call of rounds rounds from f.seq would pass
+// f.seqLimit.
+func (f *fused) passes(rounds uint32) bool {
+	return uint64(f.seq)+uint64(rounds)-1 > uint64(f.seqLimit)
+}
+
+// staged runs a, a call in low-latency lines, through f.stage: a copy of
+// the input there, the kernel in place there, a copy of the result out.
+func (f *fused) staged(c *cuda.Ctx, s cuda.Stream, a cuda.OneShot) error {
+	b := a.Count * a.DType.Size()
+	if f.stage == 0 {
+		// Once, at the most the lines carry, so that it is never freed
+		// while a queued kernel may still use it.
+		size := max(f.llMax, f.ll2Max, 8)
+		p, err := c.Alloc(size)
+		if err != nil {
+			return fmt.Errorf("gpu: scratch for a call in low-latency lines: %w", err)
+		}
+		f.stage, f.stageSize = p, size
+	}
+	if b > f.stageSize {
+		return fmt.Errorf("gpu: a call in low-latency lines of %d bytes, above the %d the scratch holds", b, f.stageSize)
+	}
+	in, out := a.In, a.Out
+	if err := c.Copy(f.stage, in, b, s); err != nil {
+		return err
+	}
+	a.In, a.Out = f.stage, f.stage
+	if err := c.LaunchOneShot(s, a); err != nil {
+		return err
+	}
+	return c.Copy(out, f.stage, b, s)
 }
 
 // BigBlocks is the grid of pipelined kernels from bigFused: two blocks of
@@ -514,10 +569,12 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
 	}
 	if kind == cuda.FusedOneShot {
-		switch b := k.Params.Count * k.DType.Size(); {
-		case b <= f.llMax && cuda.LLFits(k.In, k.Out, k.Params.Count, k.DType.Size()):
+		// The kernel is chosen from what every rank shares (the size), not
+		// from this rank's buffers: see launch for unaligned ones.
+		switch b, es, n := k.Params.Count*k.DType.Size(), k.DType.Size(), k.Params.NRanks; {
+		case b <= f.llMax && cuda.LLSizeFits(k.Params.Count, es):
 			a.Kind = cuda.FusedOneShotLL
-		case b > f.llMax && b <= f.ll2Max && cuda.TwoShotLLFits(k.In, k.Out, k.Params.Count, k.DType.Size(), k.Params.NRanks):
+		case b > f.llMax && b <= f.ll2Max && cuda.TwoShotLLSizeFits(k.Params.Count, es, n):
 			a.Kind = cuda.FusedTwoShotLL
 		}
 		if a.Kind != cuda.FusedOneShot && f.llBlocks > 0 {

@@ -143,7 +143,9 @@ func TestFusedChoice(t *testing.T) {
 	}{
 		{"two float32", 2, 256, 512, cuda.FusedOneShotLL},
 		{"one float32", 1, 256, 512, cuda.FusedOneShot},
-		{"odd address", 2, 260, 512, cuda.FusedOneShot},
+		// The size chooses, which every rank shares: a rank with an odd
+		// address runs the same kernel, on aligned scratch (fused.staged).
+		{"odd address", 2, 260, 512, cuda.FusedOneShotLL},
 		{"at the limit", DefaultLLBytes(n) / 4, 256, 256, cuda.FusedOneShotLL},
 		{"above the limit", DefaultLLBytes(n)/4 + 2, 256, 256, cuda.FusedOneShot},
 	} {
@@ -178,9 +180,8 @@ func TestFusedChoice(t *testing.T) {
 			t.Errorf("DefaultLLBytes(%d) = %d, want %d", c.n, got, c.want)
 		}
 	}
-	t.Setenv("BRAID_GPU_LL_MAX", "0")
-	if llMax(0, 2) != 0 || llMax(4096, 2) != 4096 || llMax(-1, 2) != 0 || llMax(1<<30, 2) != cuda.OneShotLLMax {
-		t.Errorf("llMax with BRAID_GPU_LL_MAX=0: %d, %d, %d, %d", llMax(0, 2), llMax(4096, 2), llMax(-1, 2), llMax(1<<30, 2))
+	if llMax(0, 2) != DefaultLLBytes(2) || llMax(4096, 2) != 4096 || llMax(-1, 2) != 0 || llMax(1<<30, 2) != cuda.OneShotLLMax {
+		t.Errorf("llMax: %d, %d, %d, %d", llMax(0, 2), llMax(4096, 2), llMax(-1, 2), llMax(1<<30, 2))
 	}
 
 	// A grid forced by Options.Blocks, and a minimum of rounds.
@@ -196,5 +197,26 @@ func TestFusedChoice(t *testing.T) {
 	a = g.shot(call(sched.Allreduce, fusedTwoShot, 64, false), 0)
 	if a.Area < 1024 || a.Rounds() != 1 {
 		t.Errorf("small vector: %d rounds with areas of %d bytes, want 1 round", a.Rounds(), a.Area)
+	}
+}
+
+// TestSeqLimit checks when a fused call resets the sequence: when one of
+// its rounds would pass SeqLimit, whose flags 2·seq stay below 2^31.
+func TestSeqLimit(t *testing.T) {
+	if 2*uint64(SeqLimit) >= 1<<31 {
+		t.Fatalf("SeqLimit %d: flags 2·seq reach 2^31", SeqLimit)
+	}
+	f := &fused{seq: SeqLimit - 2, seqLimit: SeqLimit}
+	for _, c := range []struct {
+		rounds uint32
+		want   bool
+	}{{1, false}, {3, false}, {4, true}, {1 << 20, true}} {
+		if got := f.passes(c.rounds); got != c.want {
+			t.Errorf("seq %d, %d rounds: reset %v, want %v", f.seq, c.rounds, got, c.want)
+		}
+	}
+	f.seq = 1
+	if f.passes(SeqLimit) || !f.passes(SeqLimit+1) {
+		t.Errorf("from 1: SeqLimit rounds reset %v, SeqLimit+1 %v", f.passes(SeqLimit), f.passes(SeqLimit+1))
 	}
 }
