@@ -14,6 +14,7 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
@@ -138,7 +139,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	}
 	var d plan.Decision
 	forced, forcedSeg := false, false
-	if ch, ok := c.force.perCol[p.Coll]; ok && ch.Algo == nodeAlgo {
+	ch, ok := c.force.perCol[p.Coll]
+	ok = ok && !choice.DeviceOnly(p.Coll, ch.Algo) // a fused kernel forced for device buffers
+	if ok && ch.Algo == nodeAlgo {
 		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo }) {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, c.Size(), c.nhosts)}

@@ -15,8 +15,10 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/size"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -31,36 +33,46 @@ type Device struct {
 	Type  DType
 }
 
-// DeviceOptions tunes a DeviceComm. The zero value chooses by size.
+// DeviceOptions tunes a DeviceComm. The zero value lets the planner
+// choose: for every call it costs the fused kernels that can run it and
+// the schedules (plan.DeviceModel), and runs the cheapest, unless Algo,
+// BRAID_ALGO or Table names one; BRAID_DEBUG=info logs each decision with
+// its alternatives' costs.
 type DeviceOptions struct {
-	// Algo forces the algorithm of a collective, by the collective's name:
-	// {"allreduce": "ring", "bcast": "chain"}. Allreduce also accepts
-	// "gpu_oneshot" (see algo.GPUOneShot).
+	// Algo forces the algorithm of a collective, by the collective's name,
+	// as BRAID_ALGO's entries do (and before them): {"allreduce": "ring",
+	// "bcast": "chain:seg=4M"}. The fused kernels are named
+	// "gpu_oneshot" (allreduce, one-shot; algo.GPUOneShot where the
+	// kernels are off), "direct" (allreduce, the two-shot kernel; the
+	// direct program where it is off) and "fused" (bcast, allgather,
+	// reducescatter). A forced fused kernel runs wherever it fits, past
+	// the caps below; one that cannot run the call is an InvalidArgument.
 	Algo map[string]string
-	// OneShotMax is the largest allreduce, in bytes, that runs one-shot
-	// (every rank pushes its input to every peer and reduces all inputs,
-	// in one kernel); 0 means DefaultOneShotMax(Size()), negative never.
+	// OneShotMax caps the allreduces, in bytes, that the planner may run
+	// one-shot (every rank pushes its input to every peer and reduces all
+	// inputs, in one kernel) on its own; 0 means DefaultOneShotMax(Size()),
+	// negative never.
 	OneShotMax int
-	// DirectMax is the largest allreduce, in bytes, that runs as a direct
-	// reduce-scatter and allgather ("direct": the fused two-shot kernel,
-	// which moves the vector through the slots in rounds) once one-shot no
-	// longer applies; larger ones run the ring. 0 means
-	// DefaultDirectMax(Size()), negative never (and "direct", when named,
-	// then runs as a program).
+	// DirectMax caps the allreduces, in bytes, that the planner may run
+	// as the fused two-shot kernel ("direct": a reduce-scatter and an
+	// allgather that move the vector through the slots in rounds); 0
+	// means DefaultDirectMax(Size()), negative never (and "direct", when
+	// named, then runs as a program).
 	DirectMax int
-	// FusedMax is the largest broadcast, and the largest block of an
-	// allgather or reduce-scatter, in bytes, that runs as a fused kernel
+	// FusedMax caps the broadcasts, and the blocks of allgathers and
+	// reduce-scatters, in bytes, that the planner may run as fused kernels
 	// (pushes into the peers' registered regions, device-side flags, in
-	// rounds through the slots); larger ones run as programs. 0 means
-	// DefaultFusedMax(collective, Size()), negative never.
+	// rounds through the slots); 0 means DefaultFusedMax(collective,
+	// Size()), negative never.
 	FusedMax int
 	// LLMax is the largest one-shot allreduce, in bytes, whose data
 	// travels in low-latency lines: every 16-byte store carries 8 bytes
 	// and the call's number, so a peer needs no separate flag and the
 	// sender no fence (half the time on small vectors, twice the bytes on
-	// the links). Vectors in whole 8-byte words, between 8-byte aligned
-	// buffers, qualify. 0 means BRAID_GPU_LL_MAX where set, else
-	// gpu.DefaultLLBytes(Size()); negative never.
+	// the links). Vectors in whole 8-byte words qualify (a rank whose
+	// buffers are not 8-byte aligned runs the kernel on aligned scratch).
+	// 0 means BRAID_GPU_LL_MAX where set, else gpu.DefaultLLBytes(Size());
+	// negative never.
 	LLMax int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce or broadcast on more than 2 GPUs that travels through
@@ -132,6 +144,15 @@ type DeviceOptions struct {
 	// Stats prints, when the communicator closes, where the time of its
 	// synchronous program calls went (BRAID_GPU_STATS=1).
 	Stats bool
+
+	// Table, where not nil, is a tuning table for calls on device buffers:
+	// its entries name a schedule, or a fused kernel ("gpu_oneshot" and
+	// "direct" for allreduce, "fused" for bcast, allgather and
+	// reducescatter), and win over the model (plan.Default).
+	Table *plan.Table
+	// Model, where not nil, replaces plan.DefaultDeviceModel, the costs
+	// the planner compares fused kernels and schedules with.
+	Model *plan.DeviceModel
 
 	// firstSeq is the fused kernels' first sequence number (tests: near
 	// gpu.SeqLimit, to cross the reset); 0 means 1.
@@ -346,16 +367,26 @@ type DeviceComm struct {
 	w      *cuda.Worker
 	g      *gpu.Comm
 	opts   DeviceOptions
+	model  plan.DeviceModel
 	mu     sync.Mutex
-	progs  map[progKey]*sched.Program
+	plans  map[devKey]*devPlan
 	closed bool
 }
 
-type progKey struct {
+// devKey is what a device call's plan depends on.
+type devKey struct {
 	coll  sched.Collective
-	algo  string
 	count int
 	root  int
+	dt    DType
+	op    Op
+}
+
+// devPlan is the decision for one devKey: a fused kernel or a program.
+type devPlan struct {
+	algo  string
+	fused *cuda.OneShot
+	prog  *sched.Program
 }
 
 // NewDeviceComm makes the device communicator of c on GPU dev (an ordinal
@@ -371,9 +402,12 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: call, Peer: -1,
 			Err: fmt.Errorf("device buffers across %d hosts: the GPU path reaches peers through CUDA IPC on one host", c.nhosts)}
 	}
-	d := &DeviceComm{c: c, progs: map[progKey]*sched.Program{}}
+	d := &DeviceComm{c: c, plans: map[devKey]*devPlan{}, model: plan.DefaultDeviceModel()}
 	if opts != nil {
 		d.opts = *opts
+	}
+	if d.opts.Model != nil {
+		d.model = *d.opts.Model
 	}
 	// A bad setting fails this rank with InvalidArgument; it still takes
 	// part in the set-up below, without a worker, so that the others fail
@@ -437,7 +471,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		return nil, deviceError(c.rank, call, err)
 	}
 	if ok, why := d.g.Fused(); ok {
-		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags): allreduce one-shot up to %s (in low-latency lines up to %s), then two-shot up to %s; bcast up to %s; allgather and reducescatter blocks up to %s and %s",
+		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags), which the planner weighs against schedules; its own choices are capped at: allreduce one-shot %s (in low-latency lines up to %s), two-shot %s; bcast %s; allgather and reducescatter blocks %s and %s",
 			dev, sizeLimit(d.oneShotMax()), sizeLimit(min(d.g.LLBytes(), d.oneShotMax())), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
 			sizeLimit(d.fusedMax(sched.Allgather)), sizeLimit(d.fusedMax(sched.ReduceScatter)))
 		c.w.debugf("info", "device comm on GPU %d: multi-path through host memory: %s", dev, d.g.HostPath())
@@ -448,23 +482,13 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 }
 
 // fusedMax is the largest broadcast or allgather or reduce-scatter block,
-// in bytes, that runs fused.
+// in bytes, that the planner runs fused unless told to.
 func (d *DeviceComm) fusedMax(coll sched.Collective) int {
 	m := d.opts.FusedMax
 	if m == 0 {
 		m = DefaultFusedMax(coll.String(), d.c.Size())
 	}
 	return max(m, 0)
-}
-
-// fuses reports whether a call of coll on count elements of es bytes asks
-// for its fused kernel.
-func (d *DeviceComm) fuses(coll sched.Collective, count, es int) bool {
-	switch coll {
-	case sched.Bcast, sched.Allgather, sched.ReduceScatter:
-		return d.opts.Algo[coll.String()] == "" && count*es <= d.fusedMax(coll)
-	}
-	return false
 }
 
 // directMax is the largest allreduce, in bytes, that runs "direct".
@@ -677,11 +701,11 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	if d.closed {
 		return &Error{Kind: Aborted, Rank: c.rank, Call: name, Peer: -1, Err: errors.New("device communicator is closed")}
 	}
-	prog, algoName, err := d.program(p, dt.Size())
+	pl, err := d.plan(p, dt, op)
 	if err != nil {
-		return &Error{Kind: InvalidArgument, Rank: c.rank, Call: name, Peer: -1, Err: err}
+		return err
 	}
-	k := gpu.Call{Params: p, Algo: algoName, Prog: prog, DType: dt, Op: op, In: in, Out: out, Fuse: d.fuses(coll, p.Count, dt.Size())}
+	k := gpu.Call{Params: p, Algo: pl.algo, Fused: pl.fused, Prog: pl.prog, DType: dt, Op: op, In: in, Out: out}
 	if d.opts.StreamOrdered {
 		// The call outlives this function: only a deadline is passed on.
 		dl, ok := ctx.Deadline()
@@ -700,30 +724,51 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	return nil
 }
 
-// program returns (and caches) this rank's program for p, and the name
-// of its algorithm.
-func (d *DeviceComm) program(p sched.Params, es int) (*sched.Program, string, error) {
-	a, err := d.algorithm(p, es)
-	if err != nil {
-		return nil, "", err
+// fusedNames are the candidates that fused kernels make, by collective:
+// the one-shot and two-shot allreduce take the names of the algorithms
+// they fuse (algo.GPUOneShot, and "direct": a reduce-scatter and an
+// allgather), and run as those programs where the kernels are off.
+var fusedNames = map[sched.Collective][]struct {
+	name string
+	kind cuda.FusedKind
+}{
+	sched.Allreduce:     {{algo.GPUOneShot.Name(), cuda.FusedOneShot}, {"direct", cuda.FusedTwoShot}},
+	sched.Bcast:         {{deviceFused, cuda.FusedBcast}},
+	sched.Allgather:     {{deviceFused, cuda.FusedAllgather}},
+	sched.ReduceScatter: {{deviceFused, cuda.FusedReduceScatter}},
+}
+
+// deviceFused is the name of the fused broadcast, allgather and
+// reduce-scatter among a call's candidates (choice.Fused).
+const deviceFused = choice.Fused
+
+// fusedKinds names cuda's kinds as plan.Fused does.
+var fusedKinds = map[cuda.FusedKind]string{
+	cuda.FusedOneShot: plan.FusedOneShot, cuda.FusedOneShotLL: plan.FusedOneShotLL, cuda.FusedTwoShotLL: plan.FusedTwoShotLL,
+	cuda.FusedTwoShot: plan.FusedTwoShot, cuda.FusedBcast: plan.FusedBcast, cuda.FusedAllgather: plan.FusedAllgather,
+	cuda.FusedReduceScatter: plan.FusedReduceScatter,
+}
+
+// plan returns (and caches) the decision for a call of p on dt and op:
+// the planner's, between the fused kernels that can run it and the
+// schedules, each costed with the device model (plan.DeviceModel), unless
+// DeviceOptions.Algo or BRAID_ALGO forces one. The fused kernels the
+// planner chooses on its own are capped by DeviceOptions' OneShotMax,
+// DirectMax and FusedMax (their defaults are where measurements showed
+// them to lose); a forced one runs wherever it fits. d.mu is held.
+func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
+	key := devKey{p.Coll, p.Count, p.Root, dt, op}
+	if pl, ok := d.plans[key]; ok {
+		return pl, nil
 	}
-	key := progKey{p.Coll, a.Name(), p.Count, p.Root}
-	if prog, ok := d.progs[key]; ok {
-		return prog, a.Name(), nil
-	}
-	p.Segment = max(p.Count, 1)
-	switch {
-	case d.opts.Segment > 0:
-		p.Segment = max(d.opts.Segment/es, 1)
-	case p.Coll == sched.Bcast:
-		p.Segment = max(DeviceSegment/es, 1)
-	case a.Name() == "segring":
-		block := (p.Count + p.NRanks - 1) / p.NRanks
-		p.Segment = max(DeviceSegment/es, block/4, 1)
+	c := d.c
+	es := dt.Size()
+	bad := func(kind ErrorKind, format string, args ...any) (*devPlan, error) {
+		return nil, &Error{Kind: kind, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf(format, args...)}
 	}
 	if g := d.opts.Groups; g != nil {
 		if len(g) != p.NRanks {
-			return nil, "", fmt.Errorf("DeviceOptions.Groups has %d entries for %d ranks", len(g), p.NRanks)
+			return bad(InvalidArgument, "DeviceOptions.Groups has %d entries for %d ranks", len(g), p.NRanks)
 		}
 		names := make([]string, len(g))
 		for r, x := range g {
@@ -731,80 +776,186 @@ func (d *DeviceComm) program(p sched.Params, es int) (*sched.Program, string, er
 		}
 		p.Layout = sched.NewLayout(names, nil)
 	}
-	if err := a.Supports(p); err != nil {
-		return nil, "", err
+	// What forces a choice: DeviceOptions.Algo, else BRAID_ALGO's entry
+	// for the collective, else its bare name where the call has it.
+	var force plan.Choice
+	forcedBy := ""
+	if name := d.opts.Algo[p.Coll.String()]; name != "" {
+		ch, err := plan.ParseChoice(name)
+		if err != nil {
+			return bad(InvalidArgument, "DeviceOptions.Algo: %v", err)
+		}
+		force, forcedBy = ch, "DeviceOptions.Algo"
+	} else if ch, ok := c.force.perCol[p.Coll]; ok {
+		force, forcedBy = ch, "BRAID_ALGO="+p.Coll.String()+"="+ch.String()
 	}
-	prog := a.Program(p, d.c.Rank())
-	d.progs[key] = &prog
-	return &prog, a.Name(), nil
+	bytes := p.Count * es
+	var cand []plan.Candidate
+	fusedOf := map[string]*cuda.OneShot{}
+	capped := map[string]bool{}
+	for _, f := range fusedNames[p.Coll] {
+		a, ok := d.g.Shape(f.kind, p, dt, op)
+		if !ok {
+			continue
+		}
+		pf := &plan.Fused{Kind: fusedKinds[a.Kind], Blocks: a.Grid(), Threads: a.Threads, Rounds: a.Rounds(),
+			HostBytes: a.HostBytes, Area: a.Area, Ramp: a.Ramp}
+		if pf.Threads == 0 {
+			pf.Threads = cuda.DefaultThreads
+		}
+		if a.HostBytes > 0 {
+			pf.HostShare = d.g.HostShareOf(&a)
+		}
+		cand = append(cand, plan.Candidate{Name: f.name, Params: p, Cost: d.model.Cost(pf, p, es), Fused: pf})
+		fusedOf[f.name] = &a
+		switch f.kind {
+		case cuda.FusedOneShot:
+			capped[f.name] = d.opts.OneShotMax < 0 || bytes > d.oneShotMax()
+		case cuda.FusedTwoShot:
+			capped[f.name] = bytes > d.directMax()
+		default:
+			capped[f.name] = bytes > d.fusedMax(p.Coll)
+		}
+	}
+	schedules := algo.ForCollective(p.Coll)
+	if p.Coll == sched.Allreduce {
+		schedules = append(schedules, algo.GPUOneShot)
+	}
+	for _, a := range schedules {
+		if _, ok := fusedOf[a.Name()]; ok {
+			continue // the fused kernel stands for it
+		}
+		sp := d.segmented(p, a.Name(), es)
+		if force.Algo == a.Name() {
+			sp = force.Apply(sp, es)
+		}
+		if a.Supports(sp) != nil {
+			continue
+		}
+		cost := math.NaN()
+		if k, ok := a.(algo.Coster); ok {
+			cost = k.Cost(sp, es, d.model.Programs)
+		}
+		cand = append(cand, plan.Candidate{Name: a.Name(), Params: sp, Cost: cost})
+	}
+	req := plan.Request{Params: p, ElemSize: es}
+	var dec plan.Decision
+	switch i := slices.IndexFunc(cand, func(x plan.Candidate) bool { return x.Name == force.Algo }); {
+	case force.Algo != "" && i >= 0:
+		x := cand[i]
+		dec = plan.Decision{Algo: x.Name, Params: x.Params, Fused: x.Fused, Reason: "forced by " + forcedBy}
+	case force.Algo != "":
+		var names []string
+		for _, x := range cand {
+			names = append(names, x.Name)
+		}
+		return bad(InvalidArgument, "%s forces %s, which cannot run %v of %d elements on %d GPUs (candidates: %s)",
+			forcedBy, force, p.Coll, p.Count, p.NRanks, strings.Join(names, ", "))
+	default:
+		auto := slices.DeleteFunc(slices.Clone(cand), func(x plan.Candidate) bool { return capped[x.Name] })
+		if bare := c.force.any; bare.Algo != "" {
+			if i := slices.IndexFunc(auto, func(x plan.Candidate) bool { return x.Name == bare.Algo }); i >= 0 {
+				x := auto[i]
+				dec = plan.Decision{Algo: x.Name, Params: bare.Apply(x.Params, es), Fused: x.Fused, Reason: "forced by BRAID_ALGO=" + bare.String()}
+				break
+			}
+		}
+		if dec.Algo == "" {
+			dec = plan.Default{Table: d.opts.Table}.Plan(req, auto)
+		}
+	}
+	if dec.Algo == "" {
+		return bad(Unsupported, "no algorithm runs %v of %d elements on %d GPUs", p.Coll, p.Count, p.NRanks)
+	}
+	pl := &devPlan{algo: dec.Algo}
+	what := dec.Algo
+	if dec.Fused != nil {
+		pl.fused = fusedOf[dec.Algo]
+		what += " [fused " + dec.Fused.String() + "]"
+	} else {
+		a, err := d.lookup(p.Coll, dec.Algo)
+		if err != nil {
+			return bad(InvalidArgument, "%v", err)
+		}
+		gp := p
+		gp.Segment, gp.Radix = dec.Params.Segment, dec.Params.Radix
+		if err := a.Supports(gp); err != nil {
+			return bad(InvalidArgument, "%s: %v", dec.Algo, err)
+		}
+		prog := a.Program(gp, c.Rank())
+		pl.prog = &prog
+		what += " [program]"
+	}
+	if c.rank == 0 {
+		var off []string
+		for _, x := range cand {
+			if capped[x.Name] {
+				off = append(off, fmt.Sprintf("%s [fused %s] %s", x.Name, x.Fused, formatCost(x.Cost)))
+			}
+		}
+		note := ""
+		if len(off) > 0 {
+			note = "; capped by DeviceOptions (OneShotMax, DirectMax, FusedMax): " + strings.Join(off, ", ")
+		}
+		c.w.debugf("info", "device %v n=%d count=%d (%d B) root=%d: %s (%s%s)", p.Coll, p.NRanks, p.Count, bytes, p.Root, what, dec.Reason, note)
+	}
+	d.plans[key] = pl
+	return pl, nil
 }
 
-// Algorithm returns the name of the algorithm a call of coll on count
-// elements of es bytes runs.
+// formatCost writes a model's seconds for the log.
+func formatCost(s float64) string {
+	if math.IsNaN(s) {
+		return "no cost model"
+	}
+	return time.Duration(s * 1e9).String()
+}
+
+// lookup returns the schedule algorithm named name for coll.
+func (d *DeviceComm) lookup(coll sched.Collective, name string) (algo.Algorithm, error) {
+	if coll == sched.Allreduce && name == algo.GPUOneShot.Name() {
+		return algo.GPUOneShot, nil
+	}
+	return algo.Lookup(coll, name)
+}
+
+// segmented returns p with the segment a program of algorithm name runs
+// with on device buffers: DeviceOptions.Segment, else DeviceSegment for
+// the broadcast's chain and the pipelined ring's smallest (a quarter of a
+// block above), else the whole vector.
+func (d *DeviceComm) segmented(p sched.Params, name string, es int) sched.Params {
+	p.Segment = max(p.Count, 1)
+	switch {
+	case d.opts.Segment > 0:
+		p.Segment = max(d.opts.Segment/es, 1)
+	case p.Coll == sched.Bcast:
+		p.Segment = max(DeviceSegment/es, 1)
+	case name == "segring":
+		block := (p.Count + p.NRanks - 1) / p.NRanks
+		p.Segment = max(DeviceSegment/es, block/4, 1)
+	}
+	return p
+}
+
+// Algorithm returns the name of what a call of coll on count elements of
+// es bytes runs (a sum, for reductions): a schedule's algorithm, or the
+// fused kernel's candidate name ("gpu_oneshot", "direct", "fused").
 func (d *DeviceComm) Algorithm(coll sched.Collective, count, es int) (string, error) {
-	a, err := d.algorithm(sched.Params{Coll: coll, NRanks: d.c.Size(), Count: count}, es)
+	dt, ok := map[int]DType{1: Uint8, 2: Float16, 4: Float32, 8: Float64}[es]
+	if !ok {
+		return "", fmt.Errorf("no element type of %d bytes", es)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	pl, err := d.plan(sched.Params{Coll: coll, NRanks: d.c.Size(), Count: count}, dt, Sum)
 	if err != nil {
 		return "", err
 	}
-	if ok, _ := d.g.Fused(); ok && d.fuses(coll, count, es) {
-		return "fused", nil
-	}
-	return a.Name(), nil
-}
-
-// algorithm chooses the algorithm of p: the one DeviceOptions.Algo names,
-// else one by collective and size. Allreduce: the fused one-shot kernel up
-// to DefaultOneShotMax, then "direct", the fused two-shot kernel, which
-// moves any size through the registered slots in rounds (the ring only
-// above DirectMax, or where fused kernels are off). Broadcast, allgather
-// and reduce-scatter run fused kernels up to FusedMax (fuses); above it,
-// and for what the fused kernels do not cover, programs: a single push for
-// a broadcast on two GPUs and the pipelined chain on more, the ring for
-// allgather and reduce-scatter. Every message of a program costs notices
-// and events between processes (tens of microseconds); the fused kernels
-// have none.
-func (d *DeviceComm) algorithm(p sched.Params, es int) (algo.Algorithm, error) {
-	n := p.NRanks
-	name := d.opts.Algo[p.Coll.String()]
-	if name == "" {
-		bytes := p.Count * es
-		switch p.Coll {
-		case sched.Allreduce:
-			one := d.oneShotMax()
-			if d.opts.OneShotMax < 0 {
-				one = -1
-			}
-			switch {
-			case bytes <= one:
-				name = algo.GPUOneShot.Name()
-			case bytes <= d.directMax():
-				name = "direct"
-			default:
-				name = "ring"
-			}
-		case sched.Bcast:
-			name = "linear"
-			if n > 2 {
-				name = "chain"
-			}
-		case sched.Allgather, sched.ReduceScatter:
-			name = "ring"
-		case sched.Reduce, sched.Gather, sched.Scatter:
-			name = "linear"
-		case sched.Alltoall:
-			name = "pairwise"
-		}
-	}
-	if p.Coll == sched.Allreduce && name == algo.GPUOneShot.Name() {
-		return algo.GPUOneShot, nil
-	}
-	return algo.Lookup(p.Coll, name)
+	return pl.algo, nil
 }
 
 // deviceArgs reports whether a collective's buffers are device buffers,
-// which Comm's collectives hand to deviceCall:
-//
-//	if deviceArgs(send, recv) { return c.deviceCall(ctx, name, coll, send, recv, op, root) }
+// as Comm's collectives check before they hand them to deviceCall.
 func deviceArgs(send, recv any) bool {
 	_, s := send.(Device)
 	_, r := recv.(Device)

@@ -988,7 +988,7 @@ func bigChains(ctx context.Context, t *testing.T, c *Comm, dev cuda.Device) {
 	}{
 		{"fused", DeviceOptions{StreamOrdered: true, FusedMax: math.MaxInt}},
 		{"default", DeviceOptions{StreamOrdered: true}},
-		{"across the sequence's reset", DeviceOptions{StreamOrdered: true, FusedMax: math.MaxInt, firstSeq: gpu.SeqLimit - 3}},
+		{"across the sequence's reset", DeviceOptions{StreamOrdered: true, FusedMax: math.MaxInt, firstSeq: gpu.SeqLimit - 12}},
 	} {
 		d, err := c.NewDeviceComm(ctx, dev, &o.opts)
 		if err != nil {

@@ -72,6 +72,10 @@ func kernelImage(major, minor int) ([]byte, string, error) {
 // reduceThreads is the block size of the reduction kernels.
 const reduceThreads = 512
 
+// DefaultThreads is the block size of a fused kernel whose
+// OneShot.Threads is 0.
+const DefaultThreads = reduceThreads
+
 // reduceKernels are the reduction kernels of one context.
 type reduceKernels struct {
 	mod      Module

@@ -78,10 +78,10 @@ type Comm struct {
 	state   []uint8
 	nsend   []int
 	nrecv   []int
-	stats   *stats // BRAID_GPU_STATS=1: where the time of calls goes
+	stats   *stats // Options.Stats: where the time of calls goes
 }
 
-// stats accumulates where the time of calls goes, for BRAID_GPU_STATS.
+// stats accumulates where the time of calls goes, for Options.Stats.
 type stats struct {
 	calls, steps int
 	run          time.Duration // Run, from the caller's side
@@ -133,7 +133,7 @@ type Options struct {
 	// passes through the slots in rounds.
 	TwoShot bool
 	// Fused runs broadcasts, allgathers and reduce-scatters that ask for
-	// it (Call.Fuse) as pipelined fused kernels, of any size.
+	// the planner (Call.Fused) as pipelined fused kernels, of any size.
 	Fused bool
 	// SlotBytes is the size of each of the 2·n slots of the region every
 	// rank registers for the fused kernels (what peers push into); a
@@ -143,19 +143,18 @@ type Options struct {
 	// LLBytes is the largest one-shot allreduce, in bytes, that runs in
 	// low-latency lines (cuda.FusedOneShotLL: data and flag in one store,
 	// no fence; twice the bytes on the links). Vectors in whole 8-byte
-	// words from and to 8-byte aligned buffers qualify, up to
-	// cuda.OneShotLLMax. 0 means BRAID_GPU_LL_MAX where set, else
-	// DefaultLLBytes(n); negative means none.
+	// words qualify (a rank whose buffers are not 8-byte aligned runs
+	// the kernel on aligned scratch), up to
+	// cuda.OneShotLLMax. 0 means DefaultLLBytes(n); negative means none.
 	LLBytes int
 	// Blocks is the most blocks a pipelined fused kernel runs with; 0
-	// means BRAID_GPU_BLOCKS where set, else by kind and size.
+	// means by kind and size.
 	Blocks int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce or broadcast (above cuda.BcastDirectMax) on more than 2
 	// GPUs that travels through pinned host memory beside NVLink
-	// (multi-path; at most 50). 0 means BRAID_GPU_HOST_SHARE where set
-	// (0 there: none), else by kind and size (DefaultHostShare); negative
-	// means none.
+	// (multi-path; at most 50). 0 means by kind and size
+	// (DefaultHostShare); negative means none.
 	HostShare int
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
@@ -457,15 +456,16 @@ func (g *Comm) Worker() *cuda.Worker { return g.w }
 // Stream returns the stream the calls run on.
 func (g *Comm) Stream() cuda.Stream { return g.s }
 
-// Call is one collective call on device buffers.
+// Call is one collective call on device buffers: a fused kernel (Fused)
+// or a program (Prog), as the planner decided.
 type Call struct {
 	Params sched.Params
-	Algo   string // the algorithm that made Prog
-	// Fuse asks for a broadcast, allgather or reduce-scatter to run as
-	// one fused kernel (device-side flags, no host in the loop) if it fits
-	// the registered region; Prog runs it otherwise.
-	Fuse  bool
-	Prog  *sched.Program // this rank's program for Params
+	Algo   string // the planner's choice, for messages
+	// Fused, where not nil, is the fused kernel that runs the call, from
+	// Shape: Run launches it with the call's buffers and this Comm's
+	// sequence number, and Prog is not used.
+	Fused *cuda.OneShot
+	Prog  *sched.Program // this rank's program for Params, unless Fused
 	DType dtype.DType
 	Op    dtype.Op
 	In    cuda.DevicePtr // Params.InLen(rank) elements; may be 0 when that is 0
@@ -572,7 +572,11 @@ func (g *Comm) check(k *Call) error {
 	if k.Params.NRanks != g.n {
 		return fmt.Errorf("gpu: a call for %d ranks on a communicator of %d", k.Params.NRanks, g.n)
 	}
-	if k.Prog == nil || k.Prog.Rank != g.rank {
+	if k.Fused != nil {
+		if g.fused == nil {
+			return fmt.Errorf("gpu: rank %d was given a fused kernel, and has none", g.rank)
+		}
+	} else if k.Prog == nil || k.Prog.Rank != g.rank {
 		return fmt.Errorf("gpu: rank %d was given no program of its own", g.rank)
 	}
 	if !k.DType.Valid() {

@@ -37,18 +37,10 @@ type fused struct {
 	seqLimit  uint32           // the last sequence number before the flags are reset (SeqLimit)
 	resets    int              // how many times the sequence was reset
 	stage     cuda.DevicePtr   // aligned scratch for calls in low-latency lines from or to unaligned buffers; 0 until needed
-	stageSize int
+	stageSize int              // its bytes
 	twoShot   bool             // direct allreduces run fused too
-	other     bool             // broadcasts, allgathers and reduce-scatters with Call.Fuse do
+	other     bool             // broadcasts, allgathers and reduce-scatters do
 }
-
-// The algorithms whose allreduces run fused when they fit a slot: the
-// one-shot, and the direct reduce-scatter and allgather as a two-shot
-// kernel.
-const (
-	fusedAlgo    = "gpu_oneshot"
-	fusedTwoShot = "direct"
-)
 
 // setupFused registers this rank's region and maps every peer's. Every
 // rank calls it; if any rank cannot take part (too many ranks, no memory,
@@ -319,7 +311,7 @@ func (g *Comm) hostRegion() []byte {
 }
 
 // DefaultMinRounds is the fewest rounds a pipelined fused kernel cuts a
-// vector into, where areas of at least 1 KiB a block allow; BRAID_GPU_ROUNDS
+// vector into, where areas of at least 1 KiB a block allow; Options.MinRounds
 // overrides it.
 const DefaultMinRounds = 1
 
@@ -374,46 +366,36 @@ func DefaultLLBytes(n int) int {
 // so that the region (2·n slots) takes 64 MiB.
 func DefaultSlotBytes(n int) int { return (32 << 20) / max(n, 1) }
 
-// fits reports whether k runs as a fused kernel: a one-shot allreduce
-// whose vector fits a slot, or a pipelined kernel that is on and whose
-// rounds the slots can hold.
-func (f *fused) fits(k *Call) bool {
-	if f == nil {
-		return false
+// shape returns the fused kernel of kind that runs a call of p, of dt
+// and op: its grid, rounds, area, ramp and host share, from what every
+// rank shares (the size, the options, whether every rank mapped the host
+// region), but none of the call's buffers, sequence number or rank. It
+// reports false where the Comm has no fused kernels, kind is off, or the
+// call does not fit: a one-shot larger than a slot, or areas too small
+// for the kind.
+func (f *fused) shape(kind cuda.FusedKind, p sched.Params, dt dtype.DType, op dtype.Op) (cuda.OneShot, bool) {
+	if f == nil || p.NRanks != len(f.regions) {
+		return cuda.OneShot{}, false
 	}
-	kind, ok := fusedKind(k)
 	switch {
-	case !ok:
-		return false
 	case kind == cuda.FusedOneShot:
-		return kind.Slot(k.Params.Count, k.DType.Size(), k.Params.NRanks) <= f.slotBytes
+		if kind.Slot(p.Count, dt.Size(), p.NRanks) > f.slotBytes {
+			return cuda.OneShot{}, false
+		}
 	case kind == cuda.FusedTwoShot && !f.twoShot, kind != cuda.FusedTwoShot && !f.other:
-		return false
+		return cuda.OneShot{}, false
 	}
-	a := f.shot(k, 0)
-	return a.Rounds() > 0
+	a := f.kernel(kind, p, dt, op)
+	return a, a.Rounds() > 0
 }
 
-// fusedKind returns the fused kernel that would run k, if any: allreduces
-// by their algorithm, broadcasts, allgathers and reduce-scatters that ask
-// for it (Call.Fuse).
-func fusedKind(k *Call) (cuda.FusedKind, bool) {
-	switch k.Params.Coll {
-	case sched.Allreduce:
-		switch k.Algo {
-		case fusedAlgo:
-			return cuda.FusedOneShot, true
-		case fusedTwoShot:
-			return cuda.FusedTwoShot, true
-		}
-	case sched.Bcast:
-		return cuda.FusedBcast, k.Fuse
-	case sched.Allgather:
-		return cuda.FusedAllgather, k.Fuse
-	case sched.ReduceScatter:
-		return cuda.FusedReduceScatter, k.Fuse
-	}
-	return 0, false
+// Shape returns the fused kernel of kind that would run a call of p, of
+// dt and op, on this Comm, or false if none would (see fused.shape); the
+// planner costs it and Call.Fused carries it to Run. Kind FusedOneShot
+// becomes one of the kernels in low-latency lines where the size and the
+// options choose them.
+func (g *Comm) Shape(kind cuda.FusedKind, p sched.Params, dt dtype.DType, op dtype.Op) (cuda.OneShot, bool) {
+	return g.fused.shape(kind, p, dt, op)
 }
 
 // SeqLimit is the last sequence number of the fused kernels before the
@@ -436,7 +418,8 @@ func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline t
 	if err := f.failed(rank); err != nil {
 		return err
 	}
-	a := f.shot(k, rank)
+	a := *k.Fused
+	a.In, a.Out, a.Seq, a.Rank, a.Regions = k.In, k.Out, f.seq, rank, f.regions
 	rounds := uint32(max(a.Rounds(), 1))
 	if f.passes(rounds) {
 		if err := reset(); err != nil {
@@ -523,7 +506,7 @@ func bigFused(kind cuda.FusedKind, n int) int {
 
 // gridFor is the most blocks a pipelined kernel of kind runs with for
 // bytes on n ranks, and their threads (0: cuda's default, 512):
-// Options.Blocks (or BRAID_GPU_BLOCKS) and BRAID_GPU_THREADS where set,
+// Options.Blocks and Options.Threads where set,
 // else cuda.DefaultFusedBlocks, or from bigFused bigGrid.
 func (f *fused) gridFor(kind cuda.FusedKind, bytes, n int) (blocks, threads int) {
 	blocks, threads = cuda.DefaultFusedBlocks, 0
@@ -554,27 +537,25 @@ func bigGrid(kind cuda.FusedKind, n int) (blocks, threads int) {
 	return BigBlocks, BigThreads
 }
 
-// shot is the kernel call that runs k on rank, but for its timeout and
-// status word.
-func (f *fused) shot(k *Call, rank int) cuda.OneShot {
-	kind, _ := fusedKind(k)
-	op := k.Op
-	if !k.Params.Coll.Reduces() {
+// kernel is the kernel call of kind that runs a call of p, of dt and op,
+// but for its buffers, sequence number, rank, timeout and status word.
+func (f *fused) kernel(kind cuda.FusedKind, p sched.Params, dt dtype.DType, op dtype.Op) cuda.OneShot {
+	if !p.Coll.Reduces() {
 		op = dtype.Sum // unused, but checked: any op the type has
 	}
 	a := cuda.OneShot{
 		Kind:  kind,
-		Root:  k.Params.Root,
-		DType: k.DType, Op: op, In: k.In, Out: k.Out, Count: k.Params.Count,
-		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
+		Root:  p.Root,
+		DType: dt, Op: op, Count: p.Count,
+		Regions: f.regions, SlotBytes: f.slotBytes,
 	}
 	if kind == cuda.FusedOneShot {
 		// The kernel is chosen from what every rank shares (the size), not
 		// from this rank's buffers: see launch for unaligned ones.
-		switch b, es, n := k.Params.Count*k.DType.Size(), k.DType.Size(), k.Params.NRanks; {
-		case b <= f.llMax && cuda.LLSizeFits(k.Params.Count, es):
+		switch b, es, n := p.Count*dt.Size(), dt.Size(), p.NRanks; {
+		case b <= f.llMax && cuda.LLSizeFits(p.Count, es):
 			a.Kind = cuda.FusedOneShotLL
-		case b > f.llMax && b <= f.ll2Max && cuda.TwoShotLLSizeFits(k.Params.Count, es, n):
+		case b > f.llMax && b <= f.ll2Max && cuda.TwoShotLLSizeFits(p.Count, es, n):
 			a.Kind = cuda.FusedTwoShotLL
 		}
 		if a.Kind != cuda.FusedOneShot && f.llBlocks > 0 {
@@ -582,12 +563,12 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		}
 	}
 	if kind != cuda.FusedOneShot {
-		most, threads := f.gridFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks)
-		a.Blocks, a.Threads = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), most), threads
+		most, threads := f.gridFor(kind, p.Count*dt.Size(), p.NRanks)
+		a.Blocks, a.Threads = cuda.FusedBlocks(p.Count*dt.Size(), most), threads
 		if kind == cuda.FusedBcast {
 			a.Ramp = f.ramp
 			if a.Ramp < 0 {
-				a.Ramp = DefaultBcastRamp(k.Params.Count*k.DType.Size(), k.Params.NRanks)
+				a.Ramp = DefaultBcastRamp(p.Count*dt.Size(), p.NRanks)
 			}
 		}
 		// Vectors that a few rounds would carry run in at least minRounds
@@ -598,13 +579,13 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 				a.Area /= 2
 			}
 		}
-		f.multiPath(&a, k)
+		f.multiPath(&a, p.Count*dt.Size())
 	}
 	return a
 }
 
 // DefaultBcastRamp is the cuda.OneShot.Ramp of a broadcast of bytes on n
-// GPUs (BRAID_GPU_BCAST_RAMP sets another): 1, the last full round in two
+// GPUs (Options.BcastRamp sets another): 1, the last full round in two
 // halves, from 16 MiB to below 64 MiB on more than 2 GPUs, where a vector
 // of one round and a third (64 blocks of 12 MiB rounds on four GPUs) left
 // most of it to a last round that nothing overlaps; else 0. Four H200s,
@@ -625,8 +606,8 @@ func DefaultBcastRamp(bytes, n int) int {
 // (DefaultHostShare where 0) of what a block sends a round, NVLink and
 // host together (a broadcast's block sends n - 1 halves of an area over
 // NVLink, a two-shot's half an area of every chunk in each phase).
-func (f *fused) multiPath(a *cuda.OneShot, k *Call) {
-	n, bytes := k.Params.NRanks, k.Params.Count*k.DType.Size()
+func (f *fused) multiPath(a *cuda.OneShot, bytes int) {
+	n := len(f.regions)
 	share := f.hostShare
 	if share == 0 {
 		share = DefaultHostShare(a.Kind, bytes)
@@ -647,6 +628,18 @@ func (f *fused) multiPath(a *cuda.OneShot, k *Call) {
 		return
 	}
 	a.Host, a.HostBytes = f.host, min(nv*share/(100-share), cuda.HostFits(a.Kind, a.Blocks, n))&^15
+}
+
+// HostShareOf is the percentage of a's rounds that goes through host
+// memory, for a kernel from Shape that has HostBytes.
+func (g *Comm) HostShareOf(a *cuda.OneShot) int {
+	if g.fused == nil || a.HostBytes == 0 {
+		return 0
+	}
+	if s := g.fused.hostShare; s > 0 {
+		return s
+	}
+	return DefaultHostShare(a.Kind, a.Count*a.DType.Size())
 }
 
 // failed returns an error if a fused kernel gave up waiting for a peer.

@@ -8,18 +8,68 @@ import (
 	"github.com/braid-ccl/braid/sched"
 )
 
+// The algorithms whose allreduces the tests ask to run fused: the
+// one-shot, and the direct reduce-scatter and allgather as a two-shot.
+const (
+	fusedAlgo    = "gpu_oneshot"
+	fusedTwoShot = "direct"
+)
+
+// tcall is a call as the tests describe it: by algorithm name, or asked
+// to fuse (fuse), which kindOf maps to the kernel the planner would name.
+type tcall struct {
+	*Call
+	fuse bool
+}
+
+// kindOf returns the fused kernel k asks for, if any.
+func (k *tcall) kindOf() (cuda.FusedKind, bool) {
+	switch k.Params.Coll {
+	case sched.Allreduce:
+		switch k.Algo {
+		case fusedAlgo:
+			return cuda.FusedOneShot, true
+		case fusedTwoShot:
+			return cuda.FusedTwoShot, true
+		}
+	case sched.Bcast:
+		return cuda.FusedBcast, k.fuse
+	case sched.Allgather:
+		return cuda.FusedAllgather, k.fuse
+	case sched.ReduceScatter:
+		return cuda.FusedReduceScatter, k.fuse
+	}
+	return 0, false
+}
+
+// fits reports whether k runs as a fused kernel (fused.shape).
+func (f *fused) fits(k *tcall) bool {
+	kind, ok := k.kindOf()
+	if !ok {
+		return false
+	}
+	_, ok = f.shape(kind, k.Params, k.DType, k.Op)
+	return ok
+}
+
+// shot is the kernel call that would run k.
+func (f *fused) shot(k *tcall, _ int) cuda.OneShot {
+	kind, _ := k.kindOf()
+	return f.kernel(kind, k.Params, k.DType, k.Op)
+}
+
 // TestFusedChoice checks, without a GPU, which calls run fused and with
 // what grid and rounds: the kernel call that every rank must build alike.
 func TestFusedChoice(t *testing.T) {
 	const n = 4
 	f := &fused{slotBytes: DefaultSlotBytes(n), regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true}
-	call := func(coll sched.Collective, algo string, count int, fuse bool) *Call {
-		return &Call{Params: sched.Params{Coll: coll, NRanks: n, Count: count}, Algo: algo, Fuse: fuse,
-			DType: dtype.Float32, Op: dtype.Sum}
+	call := func(coll sched.Collective, algo string, count int, fuse bool) *tcall {
+		return &tcall{Call: &Call{Params: sched.Params{Coll: coll, NRanks: n, Count: count}, Algo: algo,
+			DType: dtype.Float32, Op: dtype.Sum}, fuse: fuse}
 	}
 	for _, c := range []struct {
 		name   string
-		k      *Call
+		k      *tcall
 		fits   bool
 		blocks int
 	}{
@@ -88,7 +138,7 @@ func TestFusedChoice(t *testing.T) {
 	mp := &fused{slotBytes: DefaultSlotBytes(n), regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true, host: 1 << 40}
 	for _, c := range []struct {
 		name  string
-		k     *Call
+		k     *tcall
 		share int
 	}{
 		{"two-shot, 1 GiB", call(sched.Allreduce, fusedTwoShot, 1<<28, false), 11},

@@ -102,7 +102,7 @@ func (g *Comm) landingOf(p *sched.Program) landing {
 // the stream gets to it, so that every chunk offered to a peer carries an
 // event.
 func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool) error {
-	if g.fused.fits(k) {
+	if k.Fused != nil {
 		dl, ok := ctx.Deadline()
 		if !ok {
 			dl = time.Now().Add(time.Hour)

@@ -27,6 +27,26 @@ import (
 // collectives of SharedRuns. It takes no parameters.
 const Shared = "shm"
 
+// Fused is the name of the fused kernel of a broadcast, allgather or
+// reduce-scatter on device buffers: the device planner offers it beside
+// the schedules, and BRAID_ALGO, DeviceOptions.Algo or a device tuning
+// table may name it. The fused one-shot allreduce is "gpu_oneshot". Host
+// buffers have neither: a host call that BRAID_ALGO forces to one plans
+// as if nothing forced it. Neither takes parameters.
+const Fused = "fused"
+
+// DeviceOnly reports whether name is a fused kernel of coll that runs on
+// device buffers only (Fused, or gpu_oneshot for allreduce).
+func DeviceOnly(coll sched.Collective, name string) bool {
+	switch coll {
+	case sched.Bcast, sched.Allgather, sched.ReduceScatter:
+		return name == Fused
+	case sched.Allreduce:
+		return name == algo.GPUOneShot.Name()
+	}
+	return false
+}
+
 // SharedRuns reports whether the shared area runs coll.
 func SharedRuns(coll sched.Collective) bool {
 	switch coll {
@@ -41,7 +61,7 @@ func SharedRuns(coll sched.Collective) bool {
 // trees). The error lists the algorithms of coll, or the parameters the
 // algorithm takes.
 func Check(coll sched.Collective, ch plan.Choice) error {
-	if ch.Algo == Shared && SharedRuns(coll) {
+	if DeviceOnly(coll, ch.Algo) || ch.Algo == Shared && SharedRuns(coll) {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("%v algorithm %q takes no parameters", coll, ch.Algo)
 		}
@@ -58,7 +78,7 @@ func Check(coll sched.Collective, ch plan.Choice) error {
 // applies), and every collective that has it takes ch's parameters. The
 // error lists every algorithm name.
 func CheckAny(ch plan.Choice) error {
-	if ch.Algo == Shared {
+	if ch.Algo == Shared || ch.Algo == Fused || ch.Algo == algo.GPUOneShot.Name() {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("algorithm %q takes no parameters", ch.Algo)
 		}
@@ -89,7 +109,7 @@ func Names() []string {
 	for _, a := range algo.All() {
 		names = append(names, a.Name())
 	}
-	names = append(names, Shared)
+	names = append(names, Shared, Fused, algo.GPUOneShot.Name())
 	slices.Sort(names)
 	return slices.Compact(names)
 }
