@@ -994,7 +994,7 @@ func (c *Comm) deviceComm(ctx context.Context, ptr cuda.DevicePtr) (*DeviceComm,
 	if c.dev.d != nil {
 		return c.dev.d, nil
 	}
-	dev, err := gpu.PointerDevice(ptr)
+	dev, err := cuda.PointerDevice(ptr)
 	if err != nil {
 		return nil, err
 	}

@@ -265,9 +265,6 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		g.stats = &stats{}
 	}
 	err := opts.Failed
-	if err == nil {
-		err = loadExtra()
-	}
 	if err == nil && w == nil {
 		err = errors.New("gpu: no GPU worker")
 	}

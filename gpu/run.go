@@ -896,14 +896,14 @@ func (g *Comm) pendingOut() bool {
 // export returns the allocation that holds p, with its IPC handle, and
 // its buffer id.
 func (g *Comm) export(c *cuda.Ctx, p cuda.DevicePtr) (export, uint64, error) {
-	id, err := bufferID(p)
+	id, err := cuda.BufferID(p)
 	if err != nil {
 		return export{}, 0, err
 	}
 	if ex, ok := g.exports[id]; ok {
 		return ex, id, nil
 	}
-	base, size, err := addressRange(p)
+	base, size, err := cuda.AddressRange(p)
 	if err != nil {
 		return export{}, 0, err
 	}
