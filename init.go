@@ -47,12 +47,13 @@ func Init(ctx context.Context, opts *Options) (*Comm, error) {
 		return nil, classify(info.Rank, "init", err)
 	}
 	c.w.startProfile()
+	c.w.startFlight()
 	return c, nil
 }
 
 func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error) {
 	w := &world{rank: info.Rank, size: info.Size, opts: o, model: o.model(),
-		logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
+		logger: log.New(o.Log, "braid: ", log.Lmicroseconds), clock: newClock()}
 	w.hosts = make([]string, info.Size)
 	w.numa = make([]int, info.Size)
 	w.conns = make([]transport.Conn, info.Size)
@@ -171,6 +172,9 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		// being connected: tell the peers of the meshes made since.
 		w.abortMeshes(e, e.Peer)
 	}
+	if err := w.syncClock(ctx, jobComm(info.JobID)); err != nil {
+		return fail(err)
+	}
 	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
 	c.root = true
 	if len(remote) == 0 {
@@ -198,6 +202,15 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	w.setSpin(c.LocalSize())
 	setProcs(w, o, c.LocalSize())
+	if what, err := bindRank(o.Bind, c.LocalRank(), c.LocalSize()); err != nil {
+		return fail(&Error{Kind: InvalidArgument, Rank: info.Rank, Call: "Init", Peer: -1, Err: fmt.Errorf("BRAID_BIND=%s: %w", o.Bind, err)})
+	} else if what != "" {
+		level := "trace"
+		if c.LocalRank() == 0 {
+			level = "info"
+		}
+		w.debugf(level, "%s", what)
+	}
 	w.collectiveClose = true
 	if info.Rank == 0 {
 		w.debugf("info", "job %s: %d ranks on %d hosts via %s; %d local ranks (shm), %d remote (tcp)",
@@ -221,8 +234,12 @@ func (w *world) watchStore(store bootstrap.Store, info *bootstrap.Info) {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			bootstrap.ReportFailure(ctx, store, bootstrap.Failure{Rank: w.rank, Time: time.Now(), Kind: e.Kind.String(),
-				Peer: peer, Echo: errors.Is(e.Err, transport.ErrAborted), Msg: e.Error()})
+			f := bootstrap.Failure{Rank: w.rank, Time: time.Now(), Kind: e.Kind.String(),
+				Peer: peer, Echo: errors.Is(e.Err, transport.ErrAborted), Msg: e.Error()}
+			if fe, ok := w.stuckCall(); ok {
+				f.InCall, f.Comm, f.Seq, f.Call, f.Waited = true, fe.comm, fe.seq, fe.name, fe.waitPeer
+			}
+			bootstrap.ReportFailure(ctx, store, f)
 		})
 	}
 	lost, why := bootstrap.Lost(store)

@@ -151,6 +151,25 @@ type Options struct {
 	// another figure.
 	KeepGOMAXPROCS bool
 
+	// Bind says how Init pins each rank's threads to the host's CPUs, as
+	// mpirun's --bind-to does (BRAID_BIND):
+	//   - "none" (the default, also ""): no binding;
+	//   - "auto": one CPU per rank, the local rank's place in the list of
+	//     CPUs the process may use, unless a launcher or cgroup has already
+	//     narrowed that list or the host has fewer CPUs than ranks; then
+	//     nothing is changed;
+	//   - "core": one CPU per rank, an error if there are fewer CPUs than
+	//     ranks;
+	//   - "share": the host's CPUs divided among its ranks.
+	// A rank spinning on its own CPU keeps its cache and is not moved while
+	// it waits for a peer; on the 16-core node measured so far the gain was
+	// within run-to-run noise except for small messages at 8 ranks
+	// (docs/PERFORMANCE.md), so it is not the default. Bound to fewer CPUs
+	// than GOMAXPROCS, a rank also lowers GOMAXPROCS to them unless the
+	// GOMAXPROCS variable is set. Communicators of NewLocal, whose ranks
+	// share one process, are never bound.
+	Bind string
+
 	// SharedSlot is the size of a data slot of the host's shared area
 	// (the "shm" collectives, transport/shmcoll): the largest chunk a
 	// collective moves through it at once. Every rank of the job must use
@@ -168,7 +187,24 @@ type Options struct {
 	// BRAID_PROFILE. Empty profiles nothing. The directory must exist and
 	// be writable; a value such as "1" or "on" is InvalidArgument.
 	Profile string
+
+	// Flight says where the flight recorder's dumps go (BRAID_FLIGHT):
+	// every rank keeps its last 64 collective calls (sequence number,
+	// call, bytes, algorithm, state, arrival and end, arrival pattern)
+	// and dumps them when a call first fails on it or Abort is called
+	// (the last 16 calls), and on SIGUSR1 (all 64). Empty: to standard
+	// error; a directory: appended to DIR/braid-flight.RANK; "off": no
+	// dumps, and SIGUSR1 keeps its default action.
+	Flight string
 }
+
+// The values of Options.Bind.
+const (
+	BindAuto  = "auto"
+	BindCore  = "core"
+	BindShare = "share"
+	BindNone  = "none"
+)
 
 // DefaultTimeout is the timeout of a call when neither the context nor
 // Options nor BRAID_TIMEOUT set one.
@@ -213,6 +249,14 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 			}
 			r.Timeout = d
 		}
+	}
+	src = from("Bind", "BRAID_BIND", &r.Bind)
+	switch r.Bind {
+	case "", BindNone:
+		r.Bind = BindNone
+	case BindAuto, BindCore, BindShare:
+	default:
+		return r, fmt.Errorf("%s=%q: want none (the default), auto (one CPU per rank unless already bound), core or share", src, r.Bind)
 	}
 	if r.SharedSlot < 0 {
 		return r, fmt.Errorf("Options.SharedSlot %d: want a size in bytes (0 takes BRAID_SHM_SLOT, else a size by the ranks on the host)", r.SharedSlot)
@@ -300,6 +344,10 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		if err := checkProfile(r.Profile); err != nil {
 			return r, fmt.Errorf("%s=%q: %v", src, r.Profile, err)
 		}
+	}
+	src = from("Flight", "BRAID_FLIGHT", &r.Flight)
+	if err := checkFlight(r.Flight); err != nil {
+		return r, fmt.Errorf("%s=%q: %v", src, r.Flight, err)
 	}
 	r.Devices = slices.Clone(r.Devices)
 	return r, nil

@@ -94,7 +94,7 @@ func (c *Comm) packing(p sched.Params) packing {
 	for i, wr := range c.members {
 		devs[i] = c.w.opts.Devices[wr]
 	}
-	ts, pl, links, err := packTrees(t, devs, k.coll, k.root)
+	ts, pl, links, share, err := packTrees(t, devs, k.coll, k.root)
 	e := packing{trees: ts, err: err}
 	if tc.byKey == nil {
 		tc.byKey = map[treeKey]packing{}
@@ -114,6 +114,9 @@ func (c *Comm) packing(p sched.Params) packing {
 			c.w.debugf("info", "%s: no trees, treepack is not a candidate: %v", where, err)
 		case pl == nil:
 			c.w.debugf("info", "%s: one rank, one tree", where)
+		case share > 0:
+			c.w.debugf("info", "%s: packed %d trees over %s links, rate %.4g GB/s: NVLink trees %.4g GB/s of an optimum of %.4g GB/s, PCIe trees %.4g GB/s carrying %.1f%% of the bytes (Blink eq. 8)",
+				where, len(ts.Tree), links, ts.Rate(), pl.Rate, pl.Optimum, ts.Rate()-pl.Rate, 100*share)
 		default:
 			c.w.debugf("info", "%s: packed %d trees over %s links, rate %.4g GB/s of an optimum of %.4g GB/s",
 				where, len(ts.Tree), links, pl.Rate, pl.Optimum)
@@ -138,28 +141,31 @@ func (c *Comm) treesNote(a algo.Algorithm, p sched.Params) string {
 }
 
 // packTrees packs spanning trees for coll among the ranks on devices devs
-// of t (rank i on devs[i]): arborescences out of root for a broadcast;
-// for a reduce, whose data flows from the leaves to the root, the
-// arborescences out of root of the graph with every edge reversed, so that
-// each tree loads the link directions its sends take; for an allreduce,
-// undirected trees rooted at their centres (pack.AllReduce). It packs over
-// the NVLinks where they span the ranks, else over every link with routes
-// through switches, CPUs and NICs, and returns the trees, the packing (nil
-// for one rank, whose one tree is the rank alone) and which links it used.
-func packTrees(t *topo.Topology, devs []int, coll sched.Collective, root int) (*sched.Trees, *pack.Plan, string, error) {
+// of t (rank i on devs[i]) as pack.TreesFor decides them: where the
+// NVLinks span the ranks, the NVLink trees with Blink's PCIe trees beside
+// them (MLSys 2020, §3.4), the bytes split in proportion to the two sets'
+// rates (eq. 8 with no time to switch peer access off: host transports
+// have none), the PCIe trees' edges marked relayed; else trees over every
+// link with routes through switches, CPUs and NICs. Broadcast trees are
+// arborescences out of root; a reduce's are those of the graph with every
+// edge reversed, so that each tree loads the link directions its sends
+// take; an allreduce's are undirected trees rooted at their centres. It
+// returns the trees, the packing of the NVLink set (or of every link; nil
+// for one rank, whose one tree is the rank alone), what they were packed
+// over and the PCIe trees' share of the bytes.
+func packTrees(t *topo.Topology, devs []int, coll sched.Collective, root int) (*sched.Trees, *pack.Plan, string, float64, error) {
 	if len(devs) == 1 {
-		return &sched.Trees{Tree: []sched.Tree{{Root: 0, Parent: []int{-1}, Weight: 1}}}, nil, "", nil
+		return &sched.Trees{Tree: []sched.Tree{{Root: 0, Parent: []int{-1}, Weight: 1}}}, nil, "", 0, nil
 	}
-	pl, _, links, err := pack.ForCollective(t, devs, coll, root, "nvlink", "all")
+	pk, err := pack.TreesFor(t, devs, coll, root, 0, 0)
 	if errors.Is(err, pack.ErrDisconnected) {
-		return nil, nil, "", fmt.Errorf("no spanning trees over any links: %w", err)
+		return nil, nil, "", 0, fmt.Errorf("no spanning trees over any links: %w", err)
 	}
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, "", 0, err
 	}
-	ts := pl.SchedTrees()
-	if err := ts.Validate(len(devs)); err != nil {
-		return nil, nil, "", fmt.Errorf("packing over %s links: %v", links, err)
+	if err := pk.Trees.Validate(len(devs)); err != nil {
+		return nil, nil, "", 0, fmt.Errorf("packing over %s links: %v", pk.Links, err)
 	}
-	return ts, pl, links, nil
+	return pk.Trees, pk.Plan, pk.Links, pk.PCIeShare, nil
 }

@@ -42,7 +42,7 @@ func TestPackTreesDirections(t *testing.T) {
 		{sched.Reduce, 1, false, true, 11},
 		{sched.Allreduce, 0, true, true, 0},
 	} {
-		ts, pl, links, err := packTrees(tp, []int{0, 1, 2}, tc.coll, tc.root)
+		ts, pl, links, _, err := packTrees(tp, []int{0, 1, 2}, tc.coll, tc.root)
 		if err != nil {
 			t.Fatalf("%v root %d: %v", tc.coll, tc.root, err)
 		}
@@ -77,7 +77,7 @@ func TestPackTreesDirections(t *testing.T) {
 	}
 
 	// One rank: one tree of the rank alone.
-	ts, pl, _, err := packTrees(tp, []int{2}, sched.Bcast, 0)
+	ts, pl, _, _, err := packTrees(tp, []int{2}, sched.Bcast, 0)
 	if err != nil || pl != nil || ts.Validate(1) != nil {
 		t.Errorf("one rank: %v, %v, %v", ts, pl, err)
 	}

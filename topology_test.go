@@ -84,9 +84,11 @@ func TestTopologyPlansTreepack(t *testing.T) {
 		t.Errorf("the planner chose treepack for no large reduce on a DGX-1")
 	}
 	for _, want := range []string{
-		"bcast root 1 on dgx1-v100 (gpu0 gpu1 gpu2 gpu3): packed 3 trees over nvlink links, rate 100 GB/s",
-		"reduce root 1 on dgx1-v100 (gpu0 gpu1 gpu2 gpu3): packed 3 trees over nvlink links, rate 100 GB/s",
-		"allreduce on dgx1-v100 (gpu0 gpu1 gpu2 gpu3): packed 2 trees over nvlink links, rate 75 GB/s",
+		// Blink's hybrid (MLSys 2020, §3.4): the NVLink trees and the PCIe
+		// trees, the bytes split by eq. 8 (in proportion to the rates).
+		"bcast root 1 on dgx1-v100 (gpu0 gpu1 gpu2 gpu3): packed 4 trees over nvlink+pcie links, rate 115.8 GB/s: NVLink trees 100 GB/s of an optimum of 100 GB/s, PCIe trees 15.75 GB/s carrying 13.6% of the bytes",
+		"reduce root 1 on dgx1-v100 (gpu0 gpu1 gpu2 gpu3): packed 4 trees over nvlink+pcie links, rate 115.8 GB/s: NVLink trees 100 GB/s",
+		"allreduce on dgx1-v100 (gpu0 gpu1 gpu2 gpu3): packed 4 trees over nvlink+pcie links, rate 85.5 GB/s: NVLink trees 75 GB/s",
 	} {
 		if n := strings.Count(log.String(), want); n != 1 {
 			t.Errorf("info log has %q %d times, want once:\n%s", want, n, log)

@@ -37,9 +37,12 @@ import (
 // slots and added in order.
 //
 // Every message goes on a channel (sched.Step.Channel) of the link it
-// crosses: one per tree on that link, except that trees crossing a link at
-// the same depth share a channel, whose messages then go in turn (Blink,
-// MLSys 2020, §4.2.2, stream reuse).
+// crosses: one per tree on that link, except that trees of unequal
+// weights crossing a link at the same depth share a channel, whose
+// messages then go in turn (Blink, MLSys 2020, §4.2.2, stream reuse; see
+// assignChannels). A tree edge marked relayed (sched.Tree.Relayed) takes
+// channels from sched.RelayedChannel up, which route it through switches
+// and CPUs rather than over the direct link (Blink's PCIe trees, §3.4).
 //
 // Cost, with s pieces per tree, piece i of c_i bytes (tree i's range over
 // s), the slowest link (α, β), reduction γ per byte, per round and rank v
@@ -141,7 +144,8 @@ type tpShape struct {
 	ranges [][2]int
 	rounds int // pieces per tree
 	trees  []tpTree
-	// chans maps a directed link and a depth to a channel.
+	// chans maps a tree and a directed link it crosses (tree, from, to)
+	// to a channel.
 	chans map[[3]int]uint8
 }
 
@@ -195,34 +199,71 @@ func newTPShape(p sched.Params) *tpShape {
 		tt.top = tt.height[t.Root]
 		sh.trees = append(sh.trees, tt)
 	}
-	// Channels: per directed link, one per (depth), in order of first
-	// use over the trees; the way down and the way up of an edge are
-	// different links.
-	sh.chans = map[[3]int]uint8{}
-	next := map[[2]int]int{}
-	use := func(from, to, depth int) {
-		k := [3]int{from, to, depth}
-		if _, ok := sh.chans[k]; ok {
-			return
+	sh.assignChannels(p.Coll)
+	return sh
+}
+
+// assignChannels gives every tree's crossing of a link a channel
+// (sched.Step.Channel), numbered per directed link in order of first use
+// over the trees, relayed edges from sched.RelayedChannel up (so that
+// they take the relayed route), direct ones below it:
+//
+//   - trees of equal weights each get a channel of their own on the
+//     link: their pieces, equal in size, move at once, sharing the link
+//     evenly as concurrent streams do, and each pays its latency while
+//     the others move data;
+//   - where trees of unequal weights cross the link, those that cross it
+//     at the same depth share a channel, whose messages go in turn (Blink,
+//     MLSys 2020, §4.2.2, stream reuse): the link's time then goes to each
+//     in proportion to its pieces, where concurrent streams would share it
+//     evenly and hold the heavier trees back.
+func (sh *tpShape) assignChannels(coll sched.Collective) {
+	type link struct{ from, to, relayed int }
+	type crossing struct{ tree, depth int }
+	var order []link
+	uses := map[link][]crossing{}
+	cross := func(i, from, to, depth int, relayed bool) {
+		l := link{from, to, 0}
+		if relayed {
+			l.relayed = 1
 		}
-		c := next[[2]int{from, to}]
-		next[[2]int{from, to}] = c + 1
-		sh.chans[k] = uint8(min(c, 255))
+		if _, ok := uses[l]; !ok {
+			order = append(order, l)
+		}
+		uses[l] = append(uses[l], crossing{i, depth})
 	}
-	for _, tt := range sh.trees {
+	for i, tt := range sh.trees {
 		for v, u := range tt.t.Parent {
 			if v == tt.t.Root {
 				continue
 			}
-			if p.Coll != sched.Reduce {
-				use(u, v, tt.depth[v])
+			if coll != sched.Reduce {
+				cross(i, u, v, tt.depth[v], tt.t.IsRelayed(v))
 			}
-			if p.Coll != sched.Bcast {
-				use(v, u, tt.depth[v])
+			if coll != sched.Bcast {
+				cross(i, v, u, tt.depth[v], tt.t.IsRelayed(v))
 			}
 		}
 	}
-	return sh
+	sh.chans = map[[3]int]uint8{}
+	for _, l := range order {
+		cs := uses[l]
+		equal := !slices.ContainsFunc(cs, func(c crossing) bool { return sh.trees[c.tree].t.Weight != sh.trees[cs[0].tree].t.Weight })
+		base, limit := 0, int(sched.RelayedChannel)-1
+		if l.relayed == 1 {
+			base, limit = int(sched.RelayedChannel), 255
+		}
+		byDepth := map[int]int{}
+		next := base
+		for _, c := range cs {
+			ch, ok := byDepth[c.depth]
+			if equal || !ok {
+				ch, next = min(next, limit), next+1
+				byDepth[c.depth] = ch
+			}
+			sh.chans[[3]int{c.tree, l.from, l.to}] = uint8(ch)
+		}
+	}
 }
 
 // piece returns the elements of tree i's piece j.
@@ -302,11 +343,11 @@ func (treepack) bcastSteps(p sched.Params, sh *tpShape, r int, add func(round, k
 			if r != tt.t.Root {
 				u := tt.t.Parent[r]
 				add(j+d-1-treepackWindow, kindPost, i, sched.Step{Kind: sched.KindRecv, Peer: u, Tag: int32(sh.tag(1, i, j)),
-					Dst: span(sched.Out, off, n), Channel: sh.chans[[3]int{u, r, d}]})
+					Dst: span(sched.Out, off, n), Channel: sh.chans[[3]int{i, u, r}]})
 			}
 			for _, c := range tt.kids[r] {
 				add(j+d, kindDown, i, sched.Step{Kind: sched.KindSend, Peer: c, Tag: int32(sh.tag(1, i, j)),
-					Src: span(src, off, n), Channel: sh.chans[[3]int{r, c, d + 1}]})
+					Src: span(src, off, n), Channel: sh.chans[[3]int{i, r, c}]})
 			}
 		}
 	}
@@ -344,7 +385,7 @@ func (treepack) reduceSteps(p sched.Params, sh *tpShape, r int, add func(round, 
 			} else {
 				add(post, kindPost, i, sched.Step{Kind: sched.KindCopy, Src: span(sched.In, off, n), Dst: mine})
 				for k, c := range kids {
-					st := sched.Step{Peer: c, Tag: int32(sh.tag(0, i, j)), Channel: sh.chans[[3]int{c, r, d + 1}]}
+					st := sched.Step{Peer: c, Tag: int32(sh.tag(0, i, j)), Channel: sh.chans[[3]int{i, c, r}]}
 					if k == 0 {
 						st.Kind, st.Dst = sched.KindRecvReduce, mine
 						add(post, kindPost, i, st)
@@ -359,7 +400,7 @@ func (treepack) reduceSteps(p sched.Params, sh *tpShape, r int, add func(round, 
 			if r != root {
 				u := tt.t.Parent[r]
 				add(j+h, kindUp, i, sched.Step{Kind: sched.KindSend, Peer: u, Tag: int32(sh.tag(0, i, j)),
-					Src: mine, Channel: sh.chans[[3]int{r, u, d}]})
+					Src: mine, Channel: sh.chans[[3]int{i, r, u}]})
 			}
 			if !all {
 				continue
@@ -372,11 +413,11 @@ func (treepack) reduceSteps(p sched.Params, sh *tpShape, r int, add func(round, 
 				u := tt.t.Parent[r]
 				at := max(j+tt.top+d-1-treepackWindow, j+tt.height[u]+1)
 				add(at, kindPost, i, sched.Step{Kind: sched.KindRecv, Peer: u, Tag: int32(sh.tag(1, i, j)),
-					Dst: span(sched.Out, off, n), Channel: sh.chans[[3]int{u, r, d}]})
+					Dst: span(sched.Out, off, n), Channel: sh.chans[[3]int{i, u, r}]})
 			}
 			for _, c := range kids {
 				add(j+tt.top+d, kindDown, i, sched.Step{Kind: sched.KindSend, Peer: c, Tag: int32(sh.tag(1, i, j)),
-					Src: span(sched.Out, off, n), Channel: sh.chans[[3]int{r, c, d + 1}]})
+					Src: span(sched.Out, off, n), Channel: sh.chans[[3]int{i, r, c}]})
 			}
 		}
 	}

@@ -211,32 +211,52 @@ func TestTreepackSupports(t *testing.T) {
 	}
 }
 
-// TestTreepackChannels checks stream reuse (Blink, MLSys 2020, §4.2.2,
-// Figure 13): two trees that leave the root over the same link share its
-// channel, while a tree that crosses the link at another depth gets its
-// own.
+// TestTreepackChannels checks the channels of the trees' links: trees of
+// equal weights each get their own channel on a link they share; where
+// the weights differ, trees that cross a link at the same depth share its
+// channel (stream reuse, Blink, MLSys 2020, §4.2.2, Figure 13), while a
+// tree that crosses it at another depth gets its own; relayed edges go on
+// channels from sched.RelayedChannel up.
 func TestTreepackChannels(t *testing.T) {
-	trees := &sched.Trees{Tree: []sched.Tree{
-		{Root: 0, Parent: []int{-1, 0, 1, 2}, Weight: 1}, // 0→1→2→3
-		{Root: 0, Parent: []int{-1, 0, 1, 1}, Weight: 1}, // 0→1, 1→2, 1→3
-		{Root: 0, Parent: []int{-1, 2, 0, 1}, Weight: 1}, // 0→2→1→3
-	}}
-	p := sched.Params{Coll: sched.Bcast, NRanks: 4, Count: 300, Trees: trees}
-	channels := map[string]map[uint8]bool{}
-	for _, prog := range algo.Programs(algo.TreepackBcast, p) {
-		for _, s := range prog.Steps {
-			if s.Kind == sched.KindSend {
-				k := fmt.Sprintf("%d->%d", prog.Rank, s.Peer)
-				if channels[k] == nil {
-					channels[k] = map[uint8]bool{}
+	shape := func(w1 float64, relayed []bool) *sched.Trees {
+		return &sched.Trees{Tree: []sched.Tree{
+			{Root: 0, Parent: []int{-1, 0, 1, 2}, Weight: 1},                   // 0→1→2→3
+			{Root: 0, Parent: []int{-1, 0, 1, 1}, Weight: w1},                  // 0→1, 1→2, 1→3
+			{Root: 0, Parent: []int{-1, 2, 0, 1}, Weight: 1, Relayed: relayed}, // 0→2→1→3
+		}}
+	}
+	for _, tc := range []struct {
+		name  string
+		trees *sched.Trees
+		want  map[string]int
+	}{
+		{"equal", shape(1, nil), map[string]int{"0->1": 2, "1->2": 2, "1->3": 2, "2->1": 1, "0->2": 1, "2->3": 1}},
+		{"unequal", shape(2, nil), map[string]int{"0->1": 1, "1->2": 1, "1->3": 2, "2->1": 1, "0->2": 1, "2->3": 1}},
+		// Tree 2's edge 1→3 relayed: it no longer shares 1→3's direct
+		// channel with tree 1, and takes a relayed one.
+		{"relayed", shape(2, []bool{false, false, false, true}), map[string]int{"0->1": 1, "1->2": 1, "1->3": 2, "2->1": 1, "0->2": 1, "2->3": 1}},
+	} {
+		p := sched.Params{Coll: sched.Bcast, NRanks: 4, Count: 300, Trees: tc.trees}
+		channels := map[string]map[uint8]bool{}
+		for _, prog := range algo.Programs(algo.TreepackBcast, p) {
+			for _, s := range prog.Steps {
+				if s.Kind == sched.KindSend {
+					k := fmt.Sprintf("%d->%d", prog.Rank, s.Peer)
+					if channels[k] == nil {
+						channels[k] = map[uint8]bool{}
+					}
+					channels[k][s.Channel] = true
+					relayed := prog.Rank == 1 && s.Peer == 3 && tc.trees.Tree[2].IsRelayed(3) && s.Tag%3 == 2
+					if relayed != (s.Channel >= sched.RelayedChannel) {
+						t.Errorf("%s: send %d->%d tag %d on channel %d, relayed %v", tc.name, prog.Rank, s.Peer, s.Tag, s.Channel, relayed)
+					}
 				}
-				channels[k][s.Channel] = true
 			}
 		}
-	}
-	for link, want := range map[string]int{"0->1": 1, "1->2": 1, "1->3": 2, "2->1": 1, "0->2": 1, "2->3": 1} {
-		if got := len(channels[link]); got != want {
-			t.Errorf("link %s uses %d channels %v, want %d", link, got, channels[link], want)
+		for link, want := range tc.want {
+			if got := len(channels[link]); got != want {
+				t.Errorf("%s: link %s uses %d channels %v, want %d", tc.name, link, got, channels[link], want)
+			}
 		}
 	}
 }

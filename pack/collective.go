@@ -37,15 +37,7 @@ func ForCollective(t *topo.Topology, devs []int, coll sched.Collective, root int
 			return nil, nil, "", err
 		}
 		var p *Plan
-		switch coll {
-		case sched.Allreduce:
-			p, err = AllReduce(g, -1, Options{})
-		case sched.Reduce:
-			p, err = Broadcast(Reversed(g), root, Options{})
-		default:
-			p, err = Broadcast(g, root, Options{})
-		}
-		if err == nil {
+		if p, err = packFor(g, coll, root, Options{}); err == nil {
 			return p, g, l, nil
 		}
 		if !errors.Is(err, ErrDisconnected) {
@@ -53,6 +45,17 @@ func ForCollective(t *topo.Topology, devs []int, coll sched.Collective, root int
 		}
 	}
 	return nil, nil, "", err
+}
+
+// packFor packs g for coll as ForCollective does.
+func packFor(g *Graph, coll sched.Collective, root int, o Options) (*Plan, error) {
+	switch coll {
+	case sched.Allreduce:
+		return AllReduce(g, -1, o)
+	case sched.Reduce:
+		return Broadcast(Reversed(g), root, o)
+	}
+	return Broadcast(g, root, o)
 }
 
 // Reversed returns g with every edge turned around: the edge u → v that
@@ -69,11 +72,14 @@ func Reversed(g *Graph) *Graph {
 }
 
 // SchedTrees returns the plan's trees as the sched.Trees that algo's
-// treepack schedules take.
-func (p *Plan) SchedTrees() *sched.Trees {
+// treepack schedules take, packed on g (nil for a plan without one): an
+// edge that g routes through other devices (a relayed edge, whose Path
+// crosses more than the two ranks' devices) is marked relayed, so that
+// the schedule sends it on the relayed route rather than the direct link.
+func (p *Plan) SchedTrees(g *Graph) *sched.Trees {
 	ts := &sched.Trees{}
 	for _, t := range p.Trees {
-		ts.Tree = append(ts.Tree, sched.Tree{Root: t.Root, Parent: slices.Clone(t.Parent), Weight: t.Weight})
+		ts.Tree = append(ts.Tree, sched.Tree{Root: t.Root, Parent: slices.Clone(t.Parent), Weight: t.Weight, Relayed: relayedFlags(t, g)})
 	}
 	return ts
 }

@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Trees is a set of weighted spanning trees over the ranks of a call, for
@@ -30,7 +31,23 @@ type Tree struct {
 	// topology); its share of the data is Weight over the sum of the
 	// weights. It must be positive and finite.
 	Weight float64
+	// Relayed[r] says that the edge Parent[r] → r takes the relayed
+	// route between the two ranks, through switches and CPUs (PCIe on a
+	// DGX-1: the PCIe trees of Blink, MLSys 2020, §3.4), rather than
+	// their direct link; its messages go on channels from RelayedChannel
+	// up. Nil means every edge is direct; false at the root.
+	Relayed []bool
 }
+
+// RelayedChannel is the first channel of relayed routes: a message on a
+// channel from RelayedChannel up crosses the relayed route between its
+// two ranks (through switches and CPUs, not their direct link), where the
+// transport or the simulator knows one; below it, the pair's default
+// (widest) route.
+const RelayedChannel uint8 = 128
+
+// IsRelayed reports whether the edge Parent[r] → r is relayed.
+func (tr *Tree) IsRelayed(r int) bool { return r < len(tr.Relayed) && tr.Relayed[r] }
 
 // Validate returns an error unless t holds at least one tree, and every
 // tree spans ranks 0..n−1: a root in range, a parent per rank, -1 at the
@@ -58,6 +75,10 @@ func (tr *Tree) validate(n int) error {
 		return fmt.Errorf("root %d has parent %d, want -1", tr.Root, tr.Parent[tr.Root])
 	case !(tr.Weight > 0) || math.IsInf(tr.Weight, 0):
 		return fmt.Errorf("weight %g, want a positive finite number", tr.Weight)
+	case tr.Relayed != nil && len(tr.Relayed) != n:
+		return fmt.Errorf("%d relayed flags for %d ranks", len(tr.Relayed), n)
+	case tr.IsRelayed(tr.Root):
+		return fmt.Errorf("root %d has a relayed edge to its parent, but no parent", tr.Root)
 	}
 	for r, p := range tr.Parent {
 		if r != tr.Root && (p < 0 || p >= n || p == r) {
@@ -142,7 +163,11 @@ func (tr *Tree) Height() int {
 func (t *Trees) String() string {
 	s := ""
 	for i, tr := range t.Tree {
-		s += fmt.Sprintf("tree %d root %d weight %.6g parents %v\n", i, tr.Root, tr.Weight, tr.Parent)
+		s += fmt.Sprintf("tree %d root %d weight %.6g parents %v", i, tr.Root, tr.Weight, tr.Parent)
+		if slices.Contains(tr.Relayed, true) {
+			s += fmt.Sprintf(" relayed %v", tr.Relayed)
+		}
+		s += "\n"
 	}
 	return s
 }

@@ -40,8 +40,10 @@ type Link struct {
 //
 // Build one with NewNetwork, then AddNode and AddLink, or with FromModel.
 // The route of a message from rank a to rank b on channel ch is, in order of
-// precedence: the one SetChannelRoute gave for (a, b, ch), the one SetRoute
-// gave for (a, b), or the path the Network computes (see Route).
+// precedence: the one SetChannelRoute gave for (a, b, ch), for a channel
+// from sched.RelayedChannel up the one SetRelayedRoute gave for (a, b), the
+// one SetRoute gave for (a, b), or the path the Network computes (see
+// Route).
 //
 // The methods are safe for concurrent use; routes computed are cached until
 // the next change to the graph.
@@ -54,6 +56,7 @@ type Network struct {
 
 	pairRoutes map[pairKey][]int
 	chanRoutes map[chanKey][]int
+	relayed    map[pairKey][]int
 	computed   map[pairKey][]int
 	// direct, when set (FromModel), gives the default route of a pair
 	// without a graph search.
@@ -237,12 +240,32 @@ func (n *Network) SetChannelRoute(src, dst int, ch uint8, links []int) error {
 	return nil
 }
 
+// SetRelayedRoute fixes the relayed route from rank src to rank dst: the
+// route of its messages on the channels from sched.RelayedChannel up
+// (tree edges marked relayed, sched.Tree.Relayed: Blink's PCIe trees,
+// MLSys 2020, §3.4), unless SetChannelRoute gave one for the channel.
+// Without a relayed route, those channels take the pair's route as the
+// others do.
+func (n *Network) SetRelayedRoute(src, dst int, links []int) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.checkPath(src, dst, links); err != nil {
+		return err
+	}
+	if n.relayed == nil {
+		n.relayed = map[pairKey][]int{}
+	}
+	n.relayed[pairKey{src, dst}] = append([]int(nil), links...)
+	return nil
+}
+
 // ErrNoRoute is returned (wrapped) by Route when no path joins two ranks.
 var ErrNoRoute = errors.New("no route")
 
 // Route returns the links that messages from rank src to rank dst on
-// channel ch cross, in order. Without a route set by SetChannelRoute or
-// SetRoute it is the shortest path from src's node to dst's node whose
+// channel ch cross, in order. Without a route set by SetChannelRoute,
+// SetRelayedRoute (for ch ≥ sched.RelayedChannel) or SetRoute it is the
+// shortest path from src's node to dst's node whose
 // inner nodes are all transit: fewest links first, then least total
 // latency, then the largest bottleneck bandwidth, then a fixed choice that
 // depends only on the order in which nodes and links were added. The slice
@@ -254,6 +277,9 @@ func (n *Network) Route(src, dst int, ch uint8) ([]int, error) {
 		return nil, fmt.Errorf("sim: route from rank %d to rank %d: need two distinct ranks in [0, %d)", src, dst, n.nranks)
 	}
 	if r, ok := n.chanRoutes[chanKey{src, dst, ch}]; ok {
+		return r, nil
+	}
+	if r, ok := n.relayed[pairKey{src, dst}]; ok && ch >= sched.RelayedChannel {
 		return r, nil
 	}
 	if r, ok := n.pairRoutes[pairKey{src, dst}]; ok {

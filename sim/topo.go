@@ -24,7 +24,11 @@ import (
 // is the one topo's Router gives over every link: the widest path, then
 // the fewest hops, through devices that are not GPUs, which is how pack
 // sees the machine too. Pairs with no such path get no route, and a
-// schedule that makes them talk fails in Run with ErrNoRoute.
+// schedule that makes them talk fails in Run with ErrNoRoute. The relayed
+// route of a pair (SetRelayedRoute: the channels of tree edges marked
+// relayed, Blink's PCIe trees) is the widest path through devices that are
+// neither GPUs nor the direct link, the one package pack's relayed edges
+// take (pack.FromTopology with pack.Relayed).
 func FromTopology(t *topo.Topology, devs []int) (*Network, error) {
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("sim: FromTopology: no ranks")
@@ -106,6 +110,16 @@ func FromTopology(t *topo.Topology, devs []int) (*Network, error) {
 				ids[k-1] = link[pair{path[k-1], path[k]}]
 			}
 			if err := net.SetRoute(a, b, ids); err != nil {
+				return nil, fmt.Errorf("sim: FromTopology: %w", err)
+			}
+			if path = router.Relay(idx[da], idx[db], nil); path == nil {
+				continue
+			}
+			ids = make([]int, len(path)-1)
+			for k := 1; k < len(path); k++ {
+				ids[k-1] = link[pair{path[k-1], path[k]}]
+			}
+			if err := net.SetRelayedRoute(a, b, ids); err != nil {
 				return nil, fmt.Errorf("sim: FromTopology: %w", err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/braid-ccl/braid/pack"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/sim"
 	"github.com/braid-ccl/braid/topo"
@@ -126,5 +127,54 @@ func TestFromTopologyErrors(t *testing.T) {
 	}
 	if _, err := net.RouteString(0, 1); err == nil || !strings.Contains(err.Error(), "no route") {
 		t.Errorf("RouteString: %v", err)
+	}
+}
+
+// TestRelayedRoutesFollowPack checks that the simulator sends a relayed
+// tree edge where the packer placed it: on every pair of GPUs of the
+// DGX-1s (and of a few allocations), the relayed route of FromTopology
+// crosses the same devices as the relayed edge of pack.FromTopology, and
+// the channels below sched.RelayedChannel keep the direct route.
+func TestRelayedRoutesFollowPack(t *testing.T) {
+	for _, tp := range []*topo.Topology{topo.DGX1V100(), topo.DGX1P100()} {
+		for _, ords := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 4}, {2, 3, 5, 6}, {1, 2, 3, 4, 6}} {
+			devs := gpus(tp, ords...)
+			net, err := sim.FromTopology(tp, devs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := pack.FromTopology(tp, devs, pack.Select{Routes: pack.Relayed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(g.Edges) != len(devs)*(len(devs)-1) {
+				t.Fatalf("%s %v: %d relayed edges, want one per ordered pair", tp.Name, ords, len(g.Edges))
+			}
+			for _, e := range g.Edges {
+				want := []string{net.Node(e.From).Name}
+				for _, d := range e.Path[1:] {
+					want = append(want, tp.Devices[d].ID)
+				}
+				want[len(want)-1] = net.Node(e.To).Name
+				ids, err := net.Route(e.From, e.To, sched.RelayedChannel+3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := []string{net.Node(e.From).Name}
+				for _, id := range ids {
+					got = append(got, net.Node(net.Link(id).To).Name)
+				}
+				if strings.Join(got, " -> ") != strings.Join(want, " -> ") {
+					t.Errorf("%s %v: relayed route %d->%d is %s, pack's edge crosses %s", tp.Name, ords, e.From, e.To, strings.Join(got, " -> "), strings.Join(want, " -> "))
+				}
+				direct, err := net.Route(e.From, e.To, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tp.Lanes(devs[e.From], devs[e.To], topo.NVLink) > 0 && len(direct) != 1 {
+					t.Errorf("%s %v: channel 0 of %d->%d takes %d links, want the NVLink", tp.Name, ords, e.From, e.To, len(direct))
+				}
+			}
+		}
 	}
 }

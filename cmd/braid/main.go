@@ -51,7 +51,11 @@ that names the variable):
   BRAID_PROFILE    FILE: every rank records its calls (counts, bytes, time share,
                    size histograms, overlap, partners, algorithms) and writes
                    FILE.RANK and the Chrome trace FILE.RANK.trace.json at Close;
-                   braid prof FILE merges them
+                   braid prof FILE merges them and measures the arrival patterns
+  BRAID_FLIGHT     where the flight recorder's dumps go (each rank's last 64
+                   calls, dumped at its first failure or Abort and on SIGUSR1):
+                   empty for standard error, a directory DIR for
+                   DIR/braid-flight.RANK, off for none
   BRAID_HOST       host identity override (ranks with equal host use shared memory;
                    default: the host name and a hash of the boot id, namespaces
                    and /dev/shm's device)
@@ -59,6 +63,9 @@ that names the variable):
                    as NCCL_SOCKET_IFNAME: eth0, prefixes eth,ib, ^docker,lo to
                    exclude, =eth0 exact
   BRAID_ADVERTISE_ADDR  the address other hosts dial to reach this rank over TCP
+  BRAID_BIND       pin ranks to CPUs like mpirun --bind-to: none (default),
+                   auto (one CPU per rank unless already bound or
+                   outnumbered), core or share
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
                    (process_vm_readv)
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm

@@ -31,18 +31,30 @@ Algorithms are algo's names for the collective, plus:
   treepack  Blink's packed spanning trees (pack, then algo's treepack)
   rings     the best ring construction (below)
 
+The packed trees are, by default (--links auto), Blink's hybrid (MLSys
+2020, §3.4) where NVLink spans the allocation: trees packed over the
+NVLinks and trees packed over the routes through the PCIe switches and
+CPUs, at once, the bytes split between them by eq. 8 so that both finish
+together (with no time to switch peer access off in the simulator, in
+proportion to their rates); the PCIe trees' messages take those routes
+(sched.RelayedChannel), not the NVLinks. Where NVLink does not span the
+allocation, the trees are packed over every link and route (all).
+
 Pipelined schedules (chain, segring, treepack, rings) take the segment that
 runs fastest: starting from size/256 (at least 64K), the simulator tries
-twice and half the segment while that helps, as Blink's MIAD does at run
-time (Blink, MLSys 2020, §4.2.1); --segment fixes it instead.
+twice and half the segment while that helps, then steps of a quarter of
+it, as Blink's MIAD does at run time (Blink, MLSys 2020, §4.2.1);
+--segment fixes it instead.
 
 --sweep runs every unique allocation of 3 to 8 GPUs of a DGX-1 (the
 isomorphism classes of NVLink-connected allocations: 14 on the P100, 46 on
 the V100; Blink, MLSys 2020, §5.2), the ranks in increasing GPU order, a
 broadcast from the lowest GPU, and prints per allocation the speedup of the packed
-trees (over NVLink) on the best ring construction, and its distribution
-by allocation size (min, 5th percentile, median, 95th percentile, max), as
-Blink (MLSys 2020) Figure 14. The best ring construction is the fastest in the
+trees (the hybrid, with its PCIe part) and of the NVLink trees alone on the
+best ring construction, their distributions by allocation size (min, 5th
+percentile, median, 95th percentile, max), as Blink (MLSys 2020) Figure
+14, and what the planner runs: the trees, or the rings where the trees are
+slower in the simulator (the last line names those allocations). The best ring construction is the fastest in the
 simulator of:
   nvlink   NCCL's rings: the largest set of directed Hamiltonian cycles of
            the allocation's NVLink graph that its lanes can carry (each
@@ -100,7 +112,7 @@ func simCmd(args []string) error {
 	root := fs.Int("root", 0, "root rank for rooted collectives (the others ignore it)")
 	segF := fs.String("segment", "", "segment of pipelined schedules in bytes (default: the fastest in the simulator)")
 	overhead := fs.Duration("overhead", 0, "time added to every message and local step (sim.Config.StepOverhead)")
-	links := fs.String("links", "auto", "links the packed trees may use: nvlink, all or auto")
+	links := fs.String("links", "auto", "links the packed trees may use: nvlink, hybrid (NVLink and PCIe trees, Blink eq. 8), all, or auto (hybrid where NVLink spans the allocation, else all)")
 	timeline := fs.String("timeline", "", "write the first algorithm's timeline as SVG to this file")
 	sweep := fs.String("sweep", "", "dgx1-p100 or dgx1-v100: every unique allocation of 3-8 GPUs, trees against rings")
 	pcie := fs.Float64("pcie", 0, "set every PCIe link to this many GB/s per direction (e.g. a measured figure; 0 keeps the topology's)")
@@ -133,9 +145,9 @@ func simCmd(args []string) error {
 		return usageError{fmt.Sprintf("sim: --overhead %v: want a duration ≥ 0", *overhead)}
 	}
 	switch *links {
-	case "auto", "nvlink", "all":
+	case "auto", "hybrid", "nvlink", "all":
 	default:
-		return usageError{fmt.Sprintf("sim: --links %q: want nvlink, all or auto", *links)}
+		return usageError{fmt.Sprintf("sim: --links %q: want nvlink, hybrid, all or auto", *links)}
 	}
 	set := given(fs)
 	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
@@ -187,7 +199,8 @@ func simCmd(args []string) error {
 		t, _ := topo.Preset(*sweep)
 		setPCIe(t, *pcie)
 		cfg.Timeline = false
-		return runSweep(os.Stdout, t, coll, size, int(segment/4), cfg)
+		runSweep(os.Stdout, t, coll, size, int(segment/4), cfg)
+		return nil
 	}
 	t, err := loadTopology(*spec)
 	if err != nil {
@@ -357,9 +370,11 @@ func (s *schedule) best(net *sim.Network, cfg sim.Config, segment, count int) (*
 // best times the schedule at the given segment, or searches for the fastest
 // segment: from size/256 rounded up to a power of two (at least 64 KiB, at
 // most the size), doubling while that is faster, and if the first doubling
-// was not, halving while that is (down to 1 KiB): a multiplicative search
-// like Blink's MIAD (MLSys 2020, §4.2.1), run in the simulator
-// instead of over the first iterations of a job.
+// was not, halving while that is (down to 1 KiB), then stepping by a
+// quarter of the segment found, down while that is faster, else up: a
+// multiplicative then additive search like Blink's MIAD (MLSys 2020,
+// §4.2.1), run in the simulator instead of over the first iterations of
+// a job.
 func (s *schedule) pick(net *sim.Network, cfg sim.Config, segment, count int) (picked, error) {
 	if !s.pipelined || segment > 0 || count == 0 {
 		return s.run(net, cfg, segment)
@@ -387,6 +402,19 @@ func (s *schedule) pick(net *sim.Network, cfg sim.Config, segment, count int) (p
 	}
 	if !up {
 		for next := bestSeg / 2; next*es >= 1<<10 && try(next); next = bestSeg / 2 {
+		}
+	}
+	// Then additive steps of a quarter of that segment, down while that
+	// is faster, else up while that is: the segment between two powers
+	// of two that the multiplicative steps jump over.
+	if step := bestSeg / 4; step > 0 && bestSeg < count {
+		down := false
+		for next := bestSeg - step; next*es >= 1<<10 && try(next); next = bestSeg - step {
+			down = true
+		}
+		if !down {
+			for next := bestSeg + step; next < count && try(next); next = bestSeg + step {
+			}
 		}
 	}
 	return s.run(net, cfg, bestSeg)
@@ -446,7 +474,13 @@ func candidate(t *topo.Topology, devs []int, coll sched.Collective, count, root 
 		if a == nil {
 			return nil, fmt.Errorf("no tree-packing %v", coll)
 		}
-		pt, err := packTrees(t, devs, coll, root, links)
+		var pt *packedTrees
+		var err error
+		if links == "auto" || links == "hybrid" {
+			pt, err = packHybrid(t, devs, coll, root, float64(count)*4, 0)
+		} else {
+			pt, err = packTrees(t, devs, coll, root, links)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -511,7 +545,7 @@ func treeSchedule(coll sched.Collective, count, root int, pt *packedTrees) *sche
 		if err := a.Supports(p); err != nil {
 			return p, nil, "", err
 		}
-		return p, algo.Programs(a, p), fmt.Sprintf("%d trees %.4gGB/s %s", len(trees.Tree), pt.plan.Rate, pt.links), nil
+		return p, algo.Programs(a, p), fmt.Sprintf("%d trees %.4gGB/s %s", len(trees.Tree), pt.treeRate(), pt.links), nil
 	}}
 }
 

@@ -103,26 +103,37 @@ func canonicalForm(ln [][]int, a []int) string {
 
 // sweepRow is one allocation's comparison.
 type sweepRow struct {
-	gpus             []int
-	trees            int
-	treeRate         float64 // the packing's rate, GB/s
-	treeTime         float64 // simulated seconds
-	treeDesc         string
-	ringName         string
-	ringTime         float64 // simulated, the fastest construction
-	ringDesc         string
-	modelTree        float64 // seconds at the rates alone
-	modelRing        float64
+	gpus      []int
+	trees     int     // trees of the tree-based construction
+	treeRate  float64 // its rate, GB/s
+	treeTime  float64 // simulated seconds
+	treeDesc  string
+	nvlTime   float64 // simulated seconds of the NVLink trees alone
+	pcieShare float64 // the part of the bytes on PCIe trees (Blink eq. 8)
+	ringName  string
+	ringTime  float64 // simulated, the fastest construction
+	ringDesc  string
+	modelTree float64 // seconds at the rates alone
+	modelRing float64
+	// choice is what the planner runs: "trees", or "rings" where the
+	// trees are slower in the simulator.
+	choice           string
 	modelRingName    string
 	speedup, modelSp float64
+	nvlSp            float64 // the NVLink trees alone over the best rings
 	err              error
 }
 
 // runSweep compares, for every unique allocation of 3 to 8 GPUs of t,
 // the packed trees with the best ring construction in the simulator and
 // prints the rows and the distribution of the speedups by allocation size.
-func runSweep(w io.Writer, t *topo.Topology, coll sched.Collective, size int64, segment int, cfg sim.Config) error {
-	allocs := uniqueAllocations(t, 3, 8)
+// It returns the rows.
+func runSweep(w io.Writer, t *topo.Topology, coll sched.Collective, size int64, segment int, cfg sim.Config) []sweepRow {
+	return sweepAllocs(w, t, uniqueAllocations(t, 3, 8), coll, size, segment, cfg)
+}
+
+// sweepAllocs is runSweep on the allocations allocs.
+func sweepAllocs(w io.Writer, t *topo.Topology, allocs [][]int, coll sched.Collective, size int64, segment int, cfg sim.Config) []sweepRow {
 	count := int(size / int64(cfg.ElemSize))
 	rows := make([]sweepRow, len(allocs))
 	var wg sync.WaitGroup
@@ -142,10 +153,11 @@ func runSweep(w io.Writer, t *topo.Topology, coll sched.Collective, size int64, 
 	close(work)
 	wg.Wait()
 
-	fmt.Fprintf(w, "%v of %s per GPU on %s: %d unique NVLink-connected allocations of 3-8 GPUs; packed trees (over NVLink) against the best ring construction, both in the simulator\n",
+	fmt.Fprintf(w, "%v of %s per GPU on %s: %d unique NVLink-connected allocations of 3-8 GPUs; packed trees (NVLink trees, with PCIe trees beside them where Blink's eq. 8 gives them a part) against the best ring construction, both in the simulator\n",
 		coll, plan.FormatSize(size), t.Name, len(allocs))
-	fmt.Fprintf(w, "%-16s %-34s %9s %-18s %9s %8s   %-10s %8s\n", "gpus", "trees", "GB/s", "rings", "GB/s", "speedup", "model ring", "model")
+	fmt.Fprintf(w, "%-16s %8s %-40s %6s %9s %-18s %9s %8s %8s  %-6s   %-10s %8s\n", "gpus", "nvlink", "trees", "pcie", "GB/s", "rings", "GB/s", "speedup", "nvlink", "runs", "model ring", "model")
 	bySize := map[int][]float64{}
+	nvlBySize := map[int][]float64{}
 	modelBySize := map[int][]float64{}
 	for _, r := range rows {
 		name := joinInts(r.gpus)
@@ -154,16 +166,21 @@ func runSweep(w io.Writer, t *topo.Topology, coll sched.Collective, size int64, 
 			continue
 		}
 		gb := func(s float64) float64 { return float64(size) / s / 1e9 }
-		fmt.Fprintf(w, "%-16s %-34s %9.2f %-18s %9.2f %8.3f   %-10s %8.3f\n", name, r.treeDesc, gb(r.treeTime),
-			r.ringDesc, gb(r.ringTime), r.speedup, r.modelRingName, r.modelSp)
+		fmt.Fprintf(w, "%-16s %8.2f %-40s %5.1f%% %9.2f %-18s %9.2f %8.3f %8.3f  %-6s   %-10s %8.3f\n", name, gb(r.nvlTime), r.treeDesc, 100*r.pcieShare, gb(r.treeTime),
+			r.ringDesc, gb(r.ringTime), r.speedup, r.nvlSp, r.choice, r.modelRingName, r.modelSp)
 		n := len(r.gpus)
 		bySize[n] = append(bySize[n], r.speedup)
+		nvlBySize[n] = append(nvlBySize[n], r.nvlSp)
 		modelBySize[n] = append(modelBySize[n], r.modelSp)
 	}
 	for _, tab := range []struct {
 		title string
 		m     map[int][]float64
-	}{{"simulated speedup of packed trees over the best rings", bySize}, {"model speedup (rates alone, as Blink, MLSys 2020, §5.1)", modelBySize}} {
+	}{
+		{"simulated speedup of packed trees (with the hybrid split) over the best rings", bySize},
+		{"simulated speedup of the NVLink trees alone over the best rings", nvlBySize},
+		{"model speedup (rates alone, as Blink, MLSys 2020, §5.1)", modelBySize},
+	} {
 		fmt.Fprintf(w, "\n%s, by allocation size:\n", tab.title)
 		fmt.Fprintf(w, "%5s %7s %7s %7s %7s %7s %7s\n", "gpus", "allocs", "min", "p5", "median", "p95", "max")
 		var all []float64
@@ -178,7 +195,18 @@ func runSweep(w io.Writer, t *topo.Topology, coll sched.Collective, size int64, 
 			writeDist(w, "all", all)
 		}
 	}
-	return nil
+	var rings []string
+	for _, r := range rows {
+		if r.err == nil && r.choice != "trees" {
+			rings = append(rings, joinInts(r.gpus))
+		}
+	}
+	if len(rings) == 0 {
+		fmt.Fprintf(w, "\nthe planner runs the packed trees on every allocation: none is slower than the best rings\n")
+	} else {
+		fmt.Fprintf(w, "\nthe planner runs the rings on %d allocations where the packed trees are slower: %s\n", len(rings), strings.Join(rings, " "))
+	}
+	return rows
 }
 
 func writeDist(w io.Writer, label string, xs []float64) {
@@ -223,20 +251,29 @@ func sweepOne(t *topo.Topology, gpus []int, coll sched.Collective, count, segmen
 		row.err = err
 		return row
 	}
-	pt, err := packTrees(t, devs, coll, 0, "nvlink")
+	pt, err := packHybrid(t, devs, coll, 0, float64(count*cfg.ElemSize), 0)
 	if err != nil {
 		row.err = err
 		return row
 	}
-	row.trees, row.treeRate = len(pt.plan.Trees), pt.plan.Rate
+	row.trees, row.treeRate, row.pcieShare = len(pt.trees().Tree), pt.treeRate(), pt.pcieShare
 	res, desc, err := treeSchedule(coll, count, 0, pt).best(net, cfg, segment, count)
 	if err != nil {
 		row.err = fmt.Errorf("treepack: %w", err)
 		return row
 	}
 	row.treeTime, row.treeDesc = res.Time, desc
+	row.nvlTime = res.Time
+	if pt.hybrid != nil {
+		nvl := &packedTrees{plan: pt.hybrid.NVLink, graph: pt.hybrid.NVLinkGraph, links: "nvlink"}
+		if res, _, err = treeSchedule(coll, count, 0, nvl).best(net, cfg, segment, count); err != nil {
+			row.err = fmt.Errorf("treepack over NVLink: %w", err)
+			return row
+		}
+		row.nvlTime = res.Time
+	}
 	bytes := float64(count * cfg.ElemSize)
-	row.modelTree = bytes / (pt.plan.Rate * 1e9)
+	row.modelTree = bytes / (pt.treeRate() * 1e9)
 	lane := 0.0 // GB/s of one NVLink lane
 	for _, a := range devs {
 		for _, b := range devs {
@@ -282,6 +319,11 @@ func sweepOne(t *topo.Topology, gpus []int, coll sched.Collective, count, segmen
 		return row
 	}
 	row.speedup = row.ringTime / row.treeTime
+	row.nvlSp = row.ringTime / row.nvlTime
 	row.modelSp = row.modelRing / row.modelTree
+	row.choice = "trees"
+	if row.treeTime > row.ringTime {
+		row.choice = "rings"
+	}
 	return row
 }

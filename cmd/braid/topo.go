@@ -186,11 +186,45 @@ func allocation(t *topo.Topology, list string) ([]int, error) {
 type packedTrees struct {
 	plan  *pack.Plan
 	graph *pack.Graph
-	links string // "nvlink" or "all"
+	links string // "nvlink", "all" or "nvlink+pcie"
+	// With links "nvlink+pcie", the hybrid of Blink (MLSys 2020, §3.4):
+	// plan and graph are its NVLink set's, ts the trees of both sets with
+	// eq. 8's split of the call, rate their rate together (GB/s) and
+	// pcieShare the part of the bytes on the PCIe trees.
+	hybrid    *pack.Hybrid
+	ts        *sched.Trees
+	rate      float64
+	pcieShare float64
 }
 
 // trees returns the packing as the sched.Trees that algo's treepack takes.
-func (pt *packedTrees) trees() *sched.Trees { return pt.plan.SchedTrees() }
+func (pt *packedTrees) trees() *sched.Trees {
+	if pt.ts != nil {
+		return pt.ts
+	}
+	return pt.plan.SchedTrees(pt.graph)
+}
+
+// treeRate returns the rate of the trees together, GB/s.
+func (pt *packedTrees) treeRate() float64 {
+	if pt.ts != nil {
+		return pt.rate
+	}
+	return pt.plan.Rate
+}
+
+// packHybrid returns the trees pack.TreesFor decides for coll among the
+// ranks on devs and a call of bytes whose PCIe trees start tDPA seconds
+// late: Blink's hybrid (MLSys 2020, §3.4) where NVLink spans the ranks and
+// eq. 8 gives the PCIe trees a part, the NVLink trees alone where it
+// gives none, else trees over every link.
+func packHybrid(t *topo.Topology, devs []int, coll sched.Collective, root int, bytes, tDPA float64) (*packedTrees, error) {
+	pk, err := pack.TreesFor(t, devs, coll, root, bytes, tDPA)
+	if err != nil {
+		return nil, fmt.Errorf("topo: no spanning trees: %w", err)
+	}
+	return &packedTrees{plan: pk.Plan, graph: pk.Graph, links: pk.Links, hybrid: pk.Hybrid, ts: pk.Trees, rate: pk.Rate, pcieShare: pk.PCIeShare}, nil
+}
 
 // packTrees packs trees for coll among the ranks on devs as
 // pack.ForCollective does. links says over what: "nvlink" the direct NVLinks,

@@ -19,7 +19,7 @@ import (
 // backoff's.
 func BenchmarkPingPong(b *testing.B) {
 	for _, mode := range []string{"goroutines", "processes", "processes-nocma"} {
-		for _, size := range []int{8, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 64 << 20} {
+		for _, size := range []int{8, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20} {
 			b.Run(fmt.Sprintf("%s/%s", mode, sizeName(size)), func(b *testing.B) {
 				benchPingPong(b, mode != "goroutines", mode == "processes-nocma", size)
 			})

@@ -1,0 +1,115 @@
+package braid
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestBindChild runs in a child process of TestBind: binding changes the
+// whole process, so the test binary itself is never bound.
+func TestBindChild(t *testing.T) {
+	spec := os.Getenv("BRAID_TEST_BIND_CHILD")
+	if spec == "" {
+		t.Skip("runs as TestBind's child")
+	}
+	var mode string
+	var local, size int
+	if _, err := fmt.Sscanf(spec, "%s %d %d", &mode, &local, &size); err != nil {
+		t.Fatal(err)
+	}
+	what, err := bindRank(mode, local, size)
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		return
+	}
+	fmt.Printf("what: %s\n", what)
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+				fmt.Printf("thread %s: %s\n", task.Name(), strings.TrimSpace(v))
+			}
+		}
+	}
+}
+
+func TestBind(t *testing.T) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Skip(err)
+	}
+	cpus := cpuList(&set)
+	run := func(mode string, local, size int) string {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestBindChild$", "-test.v")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("BRAID_TEST_BIND_CHILD=%s %d %d", mode, local, size))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %d %d: %v\n%s", mode, local, size, err, out)
+		}
+		return string(out)
+	}
+	threads := func(out string) []string {
+		var masks []string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "thread ") {
+				masks = append(masks, line[strings.Index(line, ": ")+2:])
+			}
+		}
+		return masks
+	}
+	// One CPU per rank: every thread of the last local rank on its CPU.
+	n := len(cpus)
+	out := run(BindCore, n-1, n)
+	masks := threads(out)
+	if len(masks) == 0 {
+		t.Fatalf("no threads listed:\n%s", out)
+	}
+	for _, m := range masks {
+		if m != strconv.Itoa(cpus[n-1]) {
+			t.Errorf("core, local rank %d of %d: a thread allowed on %q, want %d\n%s", n-1, n, m, cpus[n-1], out)
+		}
+	}
+	// More ranks than CPUs: auto leaves the process alone, core refuses.
+	if out := run(BindAuto, 0, n+1); !strings.Contains(out, "left as it is") || len(threads(out)) == 0 ||
+		threads(out)[0] != cpuRange(cpus) {
+		t.Errorf("auto with %d ranks on %d CPUs: want the process left on every CPU\n%s", n+1, n, out)
+	}
+	if out := run(BindCore, 0, n+1); !strings.Contains(out, "error: ") || !strings.Contains(out, "CPUs to bind them to") {
+		t.Errorf("core with %d ranks on %d CPUs: want an error\n%s", n+1, n, out)
+	}
+	if out := run(BindNone, 0, 1); strings.Contains(out, "what: bound") {
+		t.Errorf("none bound the process:\n%s", out)
+	}
+}
+
+func TestBindOption(t *testing.T) {
+	o := Options{Bind: "cores"}
+	if _, err := o.resolve(func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), `Options.Bind="cores"`) {
+		t.Errorf("Options.Bind cores: %v", err)
+	}
+	env := func(k string) string {
+		if k == "BRAID_BIND" {
+			return "sockets"
+		}
+		return ""
+	}
+	if _, err := (&Options{}).resolve(env); err == nil || !strings.Contains(err.Error(), `BRAID_BIND="sockets"`) {
+		t.Errorf("BRAID_BIND=sockets: %v", err)
+	}
+	r, err := (&Options{}).resolve(func(string) string { return "" })
+	if err != nil || r.Bind != BindNone {
+		t.Errorf("default Bind %q, %v; want none", r.Bind, err)
+	}
+}
