@@ -757,6 +757,9 @@ var fusedKinds = map[cuda.FusedKind]string{
 // DirectMax and FusedMax (their defaults are where measurements showed
 // them to lose); a forced one runs wherever it fits. d.mu is held.
 func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
+	if !p.Coll.Reduces() {
+		op = Sum // unused: one plan whatever op the caller passed
+	}
 	key := devKey{p.Coll, p.Count, p.Root, dt, op}
 	if pl, ok := d.plans[key]; ok {
 		return pl, nil

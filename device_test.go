@@ -525,7 +525,7 @@ func deviceRank(t *testing.T) {
 	if err := c.closeDevice(); err != nil {
 		t.Errorf("rank %d: closing the device communicator of Comm's calls: %v", rank, err)
 	}
-	t.Logf("rank %d: %d device calls of %d checked on GPU %d in %v, then the chains", rank, ran+1, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
+	t.Logf("rank %d: %d device calls of %d checked on GPU %d, and the chains, in %v", rank, ran+1, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
 }
 
 // setEnv sets the environment variable key to v and returns a function
