@@ -15,9 +15,9 @@ package main
 
 // The Go functions of export.go (cgo's _cgo_export.h declares them the
 // same way, but is not there yet when this preamble is compiled).
-extern int braidgo_init(braid_comm *out, braid_error *e);
+extern int braidgo_init(braid_comm *out, double timeout, braid_error *e);
 extern int braidgo_get_unique_id(braid_unique_id *id, braid_error *e);
-extern int braidgo_init_rank(braid_comm *out, int size, int rank, braid_unique_id *id, braid_error *e);
+extern int braidgo_init_rank(braid_comm *out, int size, int rank, braid_unique_id *id, double timeout, braid_error *e);
 extern int braidgo_comm_info(braid_comm h, int what, int *v, braid_error *e);
 extern int braidgo_comm_split(braid_comm h, int color, int key, braid_comm *out, braid_error *e);
 extern int braidgo_abort(braid_comm h, char *reason, braid_error *e);
@@ -57,10 +57,16 @@ const char *braid_error_string(int kind) {
 
 #define E (&braid_tls_error)
 
-int braid_init(braid_comm *comm) { return braidgo_init(comm, E); }
+int braid_init(braid_comm *comm) { return braidgo_init(comm, 0, E); }
+int braid_init_config(braid_comm *comm, const braid_config *cfg) {
+	return braidgo_init(comm, cfg ? cfg->timeout_seconds : 0, E);
+}
 int braid_get_unique_id(braid_unique_id *id) { return braidgo_get_unique_id(id, E); }
 int braid_init_rank(braid_comm *comm, int size, const braid_unique_id *id, int rank) {
-	return braidgo_init_rank(comm, size, rank, (braid_unique_id *)id, E);
+	return braidgo_init_rank(comm, size, rank, (braid_unique_id *)id, 0, E);
+}
+int braid_init_rank_config(braid_comm *comm, int size, const braid_unique_id *id, int rank, const braid_config *cfg) {
+	return braidgo_init_rank(comm, size, rank, (braid_unique_id *)id, cfg ? cfg->timeout_seconds : 0, E);
 }
 int braid_comm_rank(braid_comm c, int *v) { return braidgo_comm_info(c, 0, v, E); }
 int braid_comm_size(braid_comm c, int *v) { return braidgo_comm_info(c, 1, v, E); }

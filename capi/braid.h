@@ -117,11 +117,21 @@ const braid_error *braid_last_error(void);
 /* braid_error_string returns the name of an error kind ("peer lost"). */
 const char *braid_error_string(int kind);
 
+/* Settings of a communicator made by braid_init_config or
+ * braid_init_rank_config; zero fields take Braid's defaults (and a NULL
+ * config all of them). */
+typedef struct {
+    /* The timeout of a call that makes no progress, in seconds; 0 means
+     * BRAID_TIMEOUT where set, else 30 s. */
+    double timeout_seconds;
+} braid_config;
+
 /* braid_init joins the job this process was launched into (braid run,
  * torchrun, Open MPI, MPICH/PMI, Slurm; see Go's braid.Init) and returns the
  * world communicator. A process started without a launcher is a job of one
  * rank. It blocks until every rank has joined. */
 int braid_init(braid_comm *comm);
+int braid_init_config(braid_comm *comm, const braid_config *config);
 
 /* braid_get_unique_id makes a fresh id on the rank that will be rank 0:
  * the store's address is this host's (BRAID_ADVERTISE_ADDR, else an address
@@ -133,6 +143,8 @@ int braid_get_unique_id(braid_unique_id *id);
  * call at a time (the id is handed to Braid's launcher-independent
  * bootstrap through the process's environment, which the call holds). */
 int braid_init_rank(braid_comm *comm, int size, const braid_unique_id *id, int rank);
+int braid_init_rank_config(braid_comm *comm, int size, const braid_unique_id *id, int rank,
+                           const braid_config *config);
 
 /* braid_comm_rank and friends describe a communicator. */
 int braid_comm_rank(braid_comm comm, int *rank);

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 	"unsafe"
 
 	"github.com/braid-ccl/braid"
@@ -144,14 +145,26 @@ func size(c *braid.Comm, n C.size_t) C.size_t {
 	return n * C.size_t(c.Size())
 }
 
+// options are the Options of a braid_config's fields.
+func options(timeout float64) (*braid.Options, error) {
+	if timeout < 0 || math.IsNaN(timeout) || timeout > float64(math.MaxInt64/int64(time.Second)) {
+		return nil, argErr(nil, "init", "timeout_seconds %g: want a positive number of seconds, or 0 for the default", timeout)
+	}
+	return &braid.Options{Timeout: time.Duration(timeout * float64(time.Second))}, nil
+}
+
 //export braidgo_init
-func braidgo_init(out *C.braid_comm, e *C.braid_error) (ret C.int) {
+func braidgo_init(out *C.braid_comm, timeout C.double, e *C.braid_error) (ret C.int) {
 	defer guard(e, &ret)
 	if out == nil {
 		return fail(e, argErr(nil, "init", "the communicator pointer is NULL"))
 	}
 	*out = 0
-	c, err := braid.Init(context.Background(), nil)
+	opts, err := options(float64(timeout))
+	if err != nil {
+		return fail(e, err)
+	}
+	c, err := braid.Init(context.Background(), opts)
 	if err != nil {
 		return fail(e, err)
 	}
@@ -180,7 +193,7 @@ func braidgo_get_unique_id(id *C.braid_unique_id, e *C.braid_error) (ret C.int) 
 }
 
 //export braidgo_init_rank
-func braidgo_init_rank(out *C.braid_comm, size, rank C.int, id *C.braid_unique_id, e *C.braid_error) (ret C.int) {
+func braidgo_init_rank(out *C.braid_comm, size, rank C.int, id *C.braid_unique_id, timeout C.double, e *C.braid_error) (ret C.int) {
 	defer guard(e, &ret)
 	if out == nil {
 		return fail(e, argErr(nil, "init", "the communicator pointer is NULL"))
@@ -189,7 +202,11 @@ func braidgo_init_rank(out *C.braid_comm, size, rank C.int, id *C.braid_unique_i
 	if id == nil {
 		return fail(e, argErr(nil, "init", "the unique id is NULL"))
 	}
-	c, err := initRank(int(size), int(rank), C.GoStringN(&id.internal[0], C.int(len(id.internal))))
+	opts, err := options(float64(timeout))
+	if err != nil {
+		return fail(e, err)
+	}
+	c, err := initRank(int(size), int(rank), C.GoStringN(&id.internal[0], C.int(len(id.internal))), opts)
 	if err != nil {
 		return fail(e, err)
 	}

@@ -93,7 +93,7 @@ var envMu sync.Mutex
 // sets the variables of Braid's own launcher (bootstrap.EnvRank and the
 // others), which take precedence over every other launcher's, for the
 // time of braid.Init, and restores them after.
-func initRank(size, rank int, id string) (*braid.Comm, error) {
+func initRank(size, rank int, id string, opts *braid.Options) (*braid.Comm, error) {
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, argErr(nil, "init", "rank %d of size %d: want 0 ≤ rank < size", rank, size)
 	}
@@ -128,5 +128,5 @@ func initRank(size, rank int, id string) (*braid.Comm, error) {
 			}
 		}()
 	}
-	return braid.Init(context.Background(), nil)
+	return braid.Init(context.Background(), opts)
 }

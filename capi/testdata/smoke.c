@@ -192,6 +192,11 @@ static void errors(braid_comm c) {
     rc = braid_barrier(12345);
     CHECK(rc == BRAID_ERR_INVALID_ARGUMENT && strstr(braid_last_error()->message, "handle"), "bad handle -> %d: %s", rc,
           braid_last_error()->message);
+    braid_comm none;
+    braid_config neg = {.timeout_seconds = -1};
+    rc = braid_init_config(&none, &neg);
+    CHECK(rc == BRAID_ERR_INVALID_ARGUMENT && none == 0 && strstr(braid_last_error()->message, "timeout"),
+          "negative timeout -> %d: %s", rc, braid_last_error()->message);
     rc = braid_iallreduce(c, x, x, 4, BRAID_FLOAT32, BRAID_SUM, NULL);
     CHECK(rc == BRAID_ERR_INVALID_ARGUMENT, "NULL request -> %d", rc);
     CHECK(strcmp(braid_error_string(BRAID_ERR_PEER_LOST), "peer lost") == 0, "%s", braid_error_string(3));
@@ -225,7 +230,8 @@ static void unique_id(braid_comm c) {
     OK(braid_bcast(c, &id, sizeof id, BRAID_UINT8, 0));
     braid_comm job2;
     int r2 = size - 1 - rank; /* reversed ranks in the second job */
-    OK(braid_init_rank(&job2, size, &id, r2));
+    braid_config cfg = {.timeout_seconds = 20};
+    OK(braid_init_rank_config(&job2, size, &id, r2, &cfg));
     int got;
     OK(braid_comm_rank(job2, &got));
     CHECK(got == r2, "rank %d in the id's job, want %d", got, r2);
