@@ -48,6 +48,21 @@ static void check(int rc) {
   if (rc != BRAID_OK) throw error();
 }
 
+// BRAID_CALL runs Braid's collective name blocking, or non-blocking when
+// r (the request to fill in) is not NULL.
+#define BRAID_CALL(name, ...) (r ? braid_i##name(__VA_ARGS__, r) : braid_##name(__VA_ARGS__))
+
+// eagerMax is the largest call, in bytes, that runs on the caller's thread
+// (ProcessGroupBraid::issue): BRAID_TORCH_EAGER_MAX, else 256 KiB.
+static size_t eagerMax() {
+  const char* v = std::getenv("BRAID_TORCH_EAGER_MAX");
+  if (!v || !*v) return 256 << 10;
+  char* end;
+  long long n = std::strtoll(v, &end, 10);
+  TORCH_CHECK(*end == 0, "braid: BRAID_TORCH_EAGER_MAX=", v, " is not a number of bytes");
+  return n < 0 ? 0 : size_t(n);
+}
+
 static braid_dtype dtypeOf(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return BRAID_FLOAT32;
@@ -142,15 +157,15 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& o) override {
     auto t = single(ts, "broadcast");
-    return issue(OpType::BROADCAST, {t}, [&](braid_request* r) {
-      return braid_ibcast(comm_, t.data_ptr(), t.numel(), dtypeOf(t), o.rootRank, r);
+    return issue(OpType::BROADCAST, {t}, t.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(bcast, comm_, t.data_ptr(), t.numel(), dtypeOf(t), o.rootRank);
     });
   }
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& o) override {
     auto t = single(ts, "allreduce");
-    return issue(OpType::ALLREDUCE, {t}, [&](braid_request* r) {
-      return braid_iallreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), opOf(o.reduceOp, t), r);
+    return issue(OpType::ALLREDUCE, {t}, t.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(allreduce, comm_, t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), opOf(o.reduceOp, t));
     });
   }
 
@@ -165,11 +180,10 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     for (auto& t : ts) flat_in.push_back(t.reshape({-1}));
     auto flat = at::cat(flat_in);
     auto outs = ts;
-    return issue(
-        OpType::ALLREDUCE_COALESCED, ts,
+    return issue(OpType::ALLREDUCE_COALESCED, ts, flat.nbytes(),
         [&](braid_request* r) {
-          return braid_iallreduce(comm_, flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat),
-                                  opOf(o.reduceOp, flat), r);
+          return BRAID_CALL(allreduce, comm_, flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat),
+                                  opOf(o.reduceOp, flat));
         },
         [flat, outs]() mutable {
           int64_t off = 0;
@@ -183,8 +197,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) override {
     auto t = single(ts, "reduce");
     void* recv = o.rootRank == getRank() ? t.data_ptr() : nullptr;
-    return issue(OpType::REDUCE, {t}, [&](braid_request* r) {
-      return braid_ireduce(comm_, t.data_ptr(), recv, t.numel(), dtypeOf(t), opOf(o.reduceOp, t), o.rootRank, r);
+    return issue(OpType::REDUCE, {t}, t.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(reduce, comm_, t.data_ptr(), recv, t.numel(), dtypeOf(t), opOf(o.reduceOp, t), o.rootRank);
     });
   }
 
@@ -200,10 +214,9 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     }
     auto flat = at::empty({getSize() * in.numel()}, in.options());
     auto list = outs[0];
-    return issue(
-        OpType::ALLGATHER, list,
+    return issue(OpType::ALLGATHER, list, in.nbytes() * getSize(),
         [&](braid_request* r) {
-          return braid_iallgather(comm_, in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in), r);
+          return BRAID_CALL(allgather, comm_, in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in));
         },
         [flat, list, n = in.numel()]() mutable {
           for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
@@ -215,8 +228,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     checkTensor(in);
     TORCH_CHECK(out.numel() == getSize() * in.numel() && out.scalar_type() == in.scalar_type(),
                 "braid: _allgather_base's output must hold size × the input");
-    return issue(OpType::_ALLGATHER_BASE, {out}, [&](braid_request* r) {
-      return braid_iallgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), r);
+    return issue(OpType::_ALLGATHER_BASE, {out}, out.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(allgather, comm_, in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in));
     });
   }
 
@@ -233,9 +246,9 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
       flat_in.push_back(t.reshape({-1}));
     }
     auto flat = at::cat(flat_in);
-    return issue(OpType::REDUCE_SCATTER, {out}, [&](braid_request* r) {
-      return braid_ireduce_scatter(comm_, flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
-                                   opOf(o.reduceOp, out), r);
+    return issue(OpType::REDUCE_SCATTER, {out}, flat.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(reduce_scatter, comm_, flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
+                                   opOf(o.reduceOp, out));
     }, [flat]() {});
   }
 
@@ -245,9 +258,9 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     checkTensor(in);
     TORCH_CHECK(in.numel() == getSize() * out.numel() && out.scalar_type() == in.scalar_type(),
                 "braid: _reduce_scatter_base's input must hold size × the output");
-    return issue(OpType::_REDUCE_SCATTER_BASE, {out}, [&](braid_request* r) {
-      return braid_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
-                                   opOf(o.reduceOp, out), r);
+    return issue(OpType::_REDUCE_SCATTER_BASE, {out}, in.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(reduce_scatter, comm_, in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
+                                   opOf(o.reduceOp, out));
     });
   }
 
@@ -270,11 +283,10 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     } else {
       TORCH_CHECK(outs.empty() || outs[0].empty(), "braid: gather's outputs are for the root only");
     }
-    return issue(
-        OpType::GATHER, list,
+    return issue(OpType::GATHER, list, in.nbytes() * getSize(),
         [&](braid_request* r) {
-          return braid_igather(comm_, in.data_ptr(), root ? flat.data_ptr() : nullptr, in.numel(), dtypeOf(in),
-                               o.rootRank, r);
+          return BRAID_CALL(gather, comm_, in.data_ptr(), root ? flat.data_ptr() : nullptr, in.numel(), dtypeOf(in),
+                               o.rootRank);
         },
         [flat, list, n = in.numel()]() mutable {
           for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
@@ -300,9 +312,9 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     } else {
       TORCH_CHECK(ins.empty() || ins[0].empty(), "braid: scatter's inputs are for the root only");
     }
-    return issue(OpType::SCATTER, {out}, [&](braid_request* r) {
-      return braid_iscatter(comm_, root ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dtypeOf(out),
-                            o.rootRank, r);
+    return issue(OpType::SCATTER, {out}, out.nbytes() * getSize(), [&](braid_request* r) {
+      return BRAID_CALL(scatter, comm_, root ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dtypeOf(out),
+                            o.rootRank);
     }, [flat]() {});
   }
 
@@ -315,8 +327,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     if (outSplits.empty() && inSplits.empty()) {
       TORCH_CHECK(in.numel() == out.numel() && in.size(0) % n == 0,
                   "braid: alltoall_base wants input and output of the same size, a multiple of ", n, " rows");
-      return issue(OpType::ALLTOALL_BASE, {out}, [&](braid_request* r) {
-        return braid_ialltoall(comm_, in.data_ptr(), out.data_ptr(), in.numel() / n, dtypeOf(in), r);
+      return issue(OpType::ALLTOALL_BASE, {out}, in.nbytes(), [&](braid_request* r) {
+        return BRAID_CALL(alltoall, comm_, in.data_ptr(), out.data_ptr(), in.numel() / n, dtypeOf(in));
       });
     }
     // Uneven splits: one send and one receive per peer.
@@ -349,19 +361,19 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions&) override {
-    return issue(OpType::BARRIER, {}, [&](braid_request* r) { return braid_ibarrier(comm_, r); });
+    return issue(OpType::BARRIER, {}, 0, [&](braid_request* r) { return r ? braid_ibarrier(comm_, r) : braid_barrier(comm_); });
   }
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     auto t = single(ts, "send");
-    return issue(OpType::SEND, {t}, [&](braid_request* r) {
-      return braid_isend(comm_, t.data_ptr(), t.numel(), dtypeOf(t), dst, tag, r);
+    return issue(OpType::SEND, {t}, kNeverEager, [&](braid_request* r) {
+      return braid_isend(comm_, t.data_ptr(), t.numel(), dtypeOf(t), dst, tag, r);  // never eager: r is set
     });
   }
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
     auto t = single(ts, "recv");
-    return issue(OpType::RECV, {t}, [&](braid_request* r) {
+    return issue(OpType::RECV, {t}, kNeverEager, [&](braid_request* r) {
       return braid_irecv(comm_, t.data_ptr(), t.numel(), dtypeOf(t), src, tag, r);
     });
   }
@@ -373,15 +385,33 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     std::function<void()> post;
   };
 
-  // issue starts one Braid call (start fills in its request) and queues it
-  // for the completion thread, which runs post after it succeeds. A call
-  // that Braid refuses at once throws here.
-  c10::intrusive_ptr<Work> issue(OpType type, std::vector<at::Tensor> outputs,
+  // issue runs one Braid call. start(r) starts it non-blocking, filling
+  // in *r, or with r NULL runs it blocking. A call of at most eagerMax_
+  // bytes runs blocking here, on the caller's thread, and returns its Work
+  // completed: handing it to the completion thread and back costs more
+  // than the call (see docs/PERFORMANCE.md, issue 20). A larger one starts
+  // non-blocking and is queued for the completion thread, which runs post
+  // after it succeeds. A call that Braid refuses at once throws here.
+  static constexpr size_t kNeverEager = SIZE_MAX;
+  c10::intrusive_ptr<Work> issue(OpType type, std::vector<at::Tensor> outputs, size_t bytes,
                                  const std::function<int(braid_request*)>& start,
                                  std::function<void()> post = nullptr) {
+    auto work = c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs));
+    if (bytes != kNeverEager && bytes <= eagerMax_) {
+      check(start(nullptr));
+      std::exception_ptr ex;
+      if (post) {
+        try {
+          post();
+        } catch (...) {
+          ex = std::current_exception();
+        }
+      }
+      work->complete(ex);
+      return work;
+    }
     braid_request req = 0;
     check(start(&req));
-    auto work = c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs));
     enqueue(Job{{req}, work, std::move(post)});
     return work;
   }
@@ -464,6 +494,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   }
 
   braid_comm comm_;
+  size_t eagerMax_ = eagerMax();
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
