@@ -26,6 +26,16 @@ if ! command -v ss >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         || echo "warning: could not install iproute2; the chaos step will fail"
 fi
 
+# PyTorch for the torch backend's smoke test: opt in with BRAID_CI_TORCH=1
+# (about 190 MB of Debian packages; without it the test runs only where
+# PyTorch is already installed, and says so when it skips).
+if [ "${BRAID_CI_TORCH:-0}" = 1 ] && [ "$(id -u)" = 0 ] && [ ! -e /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ]; then
+    echo "== installing python3-torch libtorch-dev g++ (BRAID_CI_TORCH=1)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends python3-torch libtorch-dev g++ >/dev/null \
+        || echo "warning: could not install PyTorch; the torch smoke test will skip"
+fi
+
 echo "== gofmt"
 bad=$(gofmt -l . | grep -v '^vendor/' || true)
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
@@ -41,6 +51,10 @@ if ! cmp -s go.mod /tmp/braid-go.mod.bak || ! cmp -s go.sum /tmp/braid-go.sum.ba
 fi
 echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
+echo "== the C API: libbraid.so built and run from C on 2 and 3 ranks (skips without cgo or a C compiler)"
+go test -count=1 -v -run 'TestC' ./capi 2>&1 | grep -E '^(---|ok|FAIL)|capi_test.go' | tee -a /tmp/braid-test.log
+echo "== the PyTorch backend: 2-rank smoke test (scripts/torch-smoke.sh)"
+scripts/torch-smoke.sh 2>&1 | tee -a /tmp/braid-test.log
 echo "== the correctness matrix at full size, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
 echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
