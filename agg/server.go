@@ -108,8 +108,8 @@ type jobUse struct {
 
 type counters struct {
 	conns, refused, joins, full, aborted atomic.Int64
-	bytesIn, bytesOut, parts, calls     atomic.Int64
-	latNanos, latCount                  atomic.Int64 // from a part's first operand to its sum
+	bytesIn, bytesOut, parts, calls      atomic.Int64
+	latNanos, latCount                   atomic.Int64 // from a part's first operand to its sum
 }
 
 // Stats is what a daemon reports on request (braid agg --stats).
