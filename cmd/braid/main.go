@@ -23,6 +23,7 @@ usage:
   braid topo [--topo PRESET|FILE] [flags]        show a topology, or the spanning trees packed on it (--plan)
   braid sim --topo PRESET|FILE --coll C [flags]  simulate algorithms on a topology; --sweep: trees vs rings on a DGX-1
   braid prof FILE... [flags]                     merge the ranks' profiles (BRAID_PROFILE=FILE): tables, plots, one trace
+  braid agg [--listen ADDR] [flags]              run an aggregation daemon for jobs' allreduces (see braid agg -h)
   braid version
 
 Collectives: allreduce, reduce, bcast, allgather, reducescatter, gather,
@@ -99,6 +100,8 @@ func main() {
 		err = simCmd(os.Args[2:])
 	case "prof":
 		err = profCmd(os.Args[2:])
+	case "agg":
+		err = aggCmd(os.Args[2:])
 	case "version", "--version", "-v":
 		fmt.Println("braid", version)
 	case "help", "-h", "--help":
