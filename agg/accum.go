@@ -7,12 +7,12 @@ import (
 	"github.com/braid-ccl/braid/internal/reduce"
 )
 
-// An accumulator holds the running sum of one part: the members' operands
-// are added in member order (0, 1, 2, ...), whatever order they arrive in,
-// so the sum has the same bits on every run and every member receives the
-// same bits. float16 and bfloat16 operands are added in float32 and rounded
-// once at the end; other types are added in their own type (integers wrap
-// around, as Braid's other sums do).
+// An accumulator holds the running reduction of one part: the members'
+// operands are combined in member order (0, 1, 2, ...), whatever order they
+// arrive in, so the result has the same bits on every run and every member
+// receives the same bits. float16 and bfloat16 operands are combined in
+// float32 and rounded once at the end; other types in their own type with
+// Braid's kernels (integer sums wrap around).
 
 // accBytes is the accumulator's size for a part of n bytes of d.
 func accBytes(d dtype.DType, n int) int {
@@ -28,11 +28,13 @@ func f32s(b []byte) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
-// sumKernels caches the sum kernel per element type.
-var sumKernels = func() (k [32]reduce.Kernel) {
+// kernels caches the kernel per element type and operator.
+var kernels = func() (k [16][16]reduce.Kernel) {
 	for _, d := range dtype.All() {
-		if f, err := reduce.For(d, dtype.Sum); err == nil && int(d) < len(k) {
-			k[d] = f
+		for _, op := range dtype.AllOps() {
+			if f, err := reduce.For(d, op); err == nil && int(d) < 16 && int(op) < 16 {
+				k[d][op] = f
+			}
 		}
 	}
 	return k
@@ -47,10 +49,10 @@ func accFirst(d dtype.DType, acc, src []byte) {
 	copy(acc, src)
 }
 
-// accAdd adds src to acc.
-func accAdd(d dtype.DType, acc, src []byte) {
+// accAdd combines src into acc.
+func accAdd(d dtype.DType, op dtype.Op, acc, src []byte) {
 	if !isHalf(d) {
-		sumKernels[d](acc[:len(src)], src)
+		kernels[d][op](acc[:len(src)], src)
 		return
 	}
 	a := f32s(acc[:2*len(src)])
@@ -58,8 +60,23 @@ func accAdd(d dtype.DType, acc, src []byte) {
 	for len(src) > 0 {
 		n := min(len(w), len(src)/2)
 		reduce.Widen(w[:n], src[:2*n], d == dtype.Float16)
-		for i, x := range w[:n] {
-			a[i] += x
+		switch op {
+		case dtype.Sum:
+			for i, x := range w[:n] {
+				a[i] += x
+			}
+		case dtype.Prod:
+			for i, x := range w[:n] {
+				a[i] *= x
+			}
+		case dtype.Min:
+			for i, x := range w[:n] {
+				a[i] = min(a[i], x)
+			}
+		case dtype.Max:
+			for i, x := range w[:n] {
+				a[i] = max(a[i], x)
+			}
 		}
 		a, src = a[n:], src[2*n:]
 	}

@@ -126,22 +126,35 @@ func putU64(b []byte, v uint64) {
 
 // want is the sum the daemon must give: in member order, in float32 for
 // the 16-bit types, rounded once.
-func want(d dtype.DType, ops [][]byte) []byte {
+func want(d dtype.DType, ops [][]byte) []byte { return wantOp(d, dtype.Sum, ops) }
+
+func wantOp(d dtype.DType, o dtype.Op, ops [][]byte) []byte {
 	n := len(ops[0])
 	if d == dtype.Float16 || d == dtype.BFloat16 {
 		acc := make([]float32, n/2)
 		w := make([]float32, n/2)
-		for _, op := range ops {
+		for j, op := range ops {
 			reduce.Widen(w, op, d == dtype.Float16)
 			for i := range acc {
-				acc[i] += w[i]
+				switch {
+				case j == 0:
+					acc[i] = w[i]
+				case o == dtype.Sum:
+					acc[i] += w[i]
+				case o == dtype.Prod:
+					acc[i] *= w[i]
+				case o == dtype.Min:
+					acc[i] = min(acc[i], w[i])
+				case o == dtype.Max:
+					acc[i] = max(acc[i], w[i])
+				}
 			}
 		}
 		out := make([]byte, n)
 		reduce.Narrow(out, acc, d == dtype.Float16)
 		return out
 	}
-	k, _ := reduce.Reference(d, dtype.Sum)
+	k, _ := reduce.Reference(d, o)
 	out := bytes.Clone(ops[0])
 	for _, op := range ops[1:] {
 		k(out, op)
@@ -177,7 +190,7 @@ func TestSums(t *testing.T) {
 						if inPlace {
 							res = in
 						}
-						if err := g.Allreduce(context.Background(), d, in, res); err != nil {
+						if err := g.Allreduce(context.Background(), d, dtype.Sum, in, res); err != nil {
 							return err
 						}
 						if w := want(d, ops[i]); !bytes.Equal(res, w) {
@@ -191,6 +204,39 @@ func TestSums(t *testing.T) {
 						t.Errorf("%d daemons, %d members, %v: member %d: %v", len(addrs), n, d, m, err)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestOps: every operator but avg (the caller's) on every type that has
+// it, combined in member order.
+func TestOps(t *testing.T) {
+	addr, _, _ := daemon(t, Config{})
+	const n, count = 3, 3000
+	for _, d := range dtype.All() {
+		errs := members(t, []string{addr}, "job-ops", "ops/"+d.String(), n, ClientOptions{Part: 1 << 10}, func(m int, g *Group) error {
+			for _, o := range dtype.AllOps() {
+				if o == dtype.Avg || !dtype.Supports(d, o) {
+					continue
+				}
+				ops := make([][]byte, n)
+				for i := range ops {
+					ops[i] = operand(d, i, count, uint64(o))
+				}
+				res := make([]byte, count*d.Size())
+				if err := g.Allreduce(context.Background(), d, o, ops[m], res); err != nil {
+					return err
+				}
+				if !bytes.Equal(res, wantOp(d, o, ops)) {
+					return fmt.Errorf("%v %v: wrong result", d, o)
+				}
+			}
+			return nil
+		})
+		for m, err := range errs {
+			if err != nil {
+				t.Errorf("member %d: %v", m, err)
 			}
 		}
 	}
@@ -222,7 +268,7 @@ func TestRefused(t *testing.T) {
 	}
 	errs := members(t, []string{addr}, "job", "after", 2, ClientOptions{}, func(m int, g *Group) error {
 		b := operand(dtype.Float32, m, 100, 1)
-		return g.Allreduce(ctx, dtype.Float32, b, b)
+		return g.Allreduce(ctx, dtype.Float32, dtype.Sum, b, b)
 	})
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)
@@ -272,7 +318,7 @@ func TestMemberLost(t *testing.T) {
 				default:
 				}
 				res := make([]byte, len(w))
-				if err := g.Allreduce(ctx, dtype.Float32, ops[m], res); err != nil {
+				if err := g.Allreduce(ctx, dtype.Float32, dtype.Sum, ops[m], res); err != nil {
 					return err
 				}
 				if !bytes.Equal(res, w) {
@@ -305,10 +351,10 @@ func TestMemberLost(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	buf := operand(dtype.Float32, 0, 1<<20, 3)
-	go func() { done <- g0.Allreduce(ctx, dtype.Float32, buf, make([]byte, len(buf))) }()
+	go func() { done <- g0.Allreduce(ctx, dtype.Float32, dtype.Sum, buf, make([]byte, len(buf))) }()
 	// Member 1 sends one part and dies.
 	sh := g1.shards[0]
-	sh.c.write(ctx, header{typ: tData, code: uint8(dtype.Float32), handle: sh.handle, part: 0, parts: 64, seq: 1}, buf[:64<<10])
+	sh.c.write(ctx, header{typ: tData, code: code(dtype.Float32, dtype.Sum), handle: sh.handle, part: 0, parts: 64, seq: 1}, buf[:64<<10])
 	time.Sleep(50 * time.Millisecond)
 	c1.Close()
 	select {
@@ -364,7 +410,7 @@ func TestDaemonLost(t *testing.T) {
 		buf := operand(dtype.Float32, m, 1<<16, 1)
 		started <- struct{}{}
 		for range 100000 {
-			if err := g.Allreduce(ctx, dtype.Float32, buf, make([]byte, len(buf))); err != nil {
+			if err := g.Allreduce(ctx, dtype.Float32, dtype.Sum, buf, make([]byte, len(buf))); err != nil {
 				return err
 			}
 		}
@@ -382,7 +428,7 @@ func TestStats(t *testing.T) {
 	addr, _, _ := daemon(t, Config{})
 	errs := members(t, []string{addr}, "job", "g", 3, ClientOptions{Part: 1 << 10}, func(m int, g *Group) error {
 		b := operand(dtype.Float64, m, 1000, 1)
-		return g.Allreduce(context.Background(), dtype.Float64, b, b)
+		return g.Allreduce(context.Background(), dtype.Float64, dtype.Sum, b, b)
 	})
 	for _, err := range errs {
 		if err != nil {
@@ -423,7 +469,7 @@ func TestGarbage(t *testing.T) {
 	}
 	errs := members(t, []string{addr}, "job", "after-junk", 2, ClientOptions{}, func(m int, g *Group) error {
 		b := operand(dtype.Int32, m, 1000, 1)
-		return g.Allreduce(ctx, dtype.Int32, b, b)
+		return g.Allreduce(ctx, dtype.Int32, dtype.Sum, b, b)
 	})
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)

@@ -307,7 +307,7 @@ type shard struct {
 	err    error
 	seq    uint64
 	out    []byte // where results go
-	d      dtype.DType
+	code   uint8
 	part   int
 	parts  uint32
 	got    chan struct{} // a result arrived (one token per part)
@@ -326,7 +326,7 @@ func (g *shard) fail(err error) {
 // result reads a result frame's payload into its place.
 func (g *shard) result(h header, r io.Reader) error {
 	g.mu.Lock()
-	out, part, seq, parts, d, bad := g.out, g.part, g.seq, g.parts, g.d, g.err != nil
+	out, part, seq, parts, cd, bad := g.out, g.part, g.seq, g.parts, g.code, g.err != nil
 	g.mu.Unlock()
 	if bad || out == nil {
 		_, err := io.CopyN(io.Discard, r, int64(h.length))
@@ -334,7 +334,7 @@ func (g *shard) result(h header, r io.Reader) error {
 	}
 	off := int(h.part) * part
 	want := min(part, len(out)-off)
-	if h.seq != seq || h.parts != parts || dtype.DType(h.code) != d || off >= len(out) || int(h.length) != want {
+	if h.seq != seq || h.parts != parts || h.code != cd || off >= len(out) || int(h.length) != want {
 		return fmt.Errorf("a result for call %d part %d/%d of %d bytes, expected call %d of %d parts", h.seq, h.part, h.parts, h.length, seq, parts)
 	}
 	if _, err := io.ReadFull(r, out[off:off+want]); err != nil {
@@ -420,22 +420,24 @@ func (g *Group) Leave() {
 	}
 }
 
-// Allreduce sums buf, n bytes of elements of d, over the group's members
-// into res (len(res) == len(buf); res may be buf). Sums are made by the
-// daemons in member order, and every member receives the same bits; the
-// 16-bit floating-point types are added in float32 and rounded once.
+// Allreduce reduces buf, elements of d, with op over the group's members
+// into res (len(res) == len(buf); res may be buf). The daemons combine the
+// operands in member order, and every member receives the same bits; the
+// 16-bit floating-point types are combined in float32 and rounded once.
+// Avg is the caller's: it sends Sum and divides.
 // Large buffers are cut into shards, one per daemon, each streamed in
 // parts with at most the window of parts in flight; a buffer of one part
 // or less goes to one daemon in one round trip. After an error the group
 // is broken: every later call fails at once.
-func (g *Group) Allreduce(ctx context.Context, d dtype.DType, buf, res []byte) error {
+func (g *Group) Allreduce(ctx context.Context, d dtype.DType, op dtype.Op, buf, res []byte) error {
 	if g.broken != nil {
 		return g.broken
 	}
-	es := d.Size()
-	if !d.Valid() || len(buf)%es != 0 || len(res) != len(buf) {
-		return fmt.Errorf("agg: allreduce of %d bytes of %v into %d", len(buf), d, len(res))
+	if !d.Valid() || !op.Valid() || op == dtype.Avg || !dtype.Supports(d, op) || len(buf)%d.Size() != 0 || len(res) != len(buf) {
+		return fmt.Errorf("agg: allreduce of %d bytes of %v by %v into %d", len(buf), d, op, len(res))
 	}
+	es := d.Size()
+	cd := code(d, op)
 	g.seq++
 	if len(buf) == 0 {
 		return nil
@@ -450,13 +452,13 @@ func (g *Group) Allreduce(ctx context.Context, d dtype.DType, buf, res []byte) e
 		lo, hi := count*s/ns*es, count*(s+1)/ns*es
 		sh := g.shards[(g.base+s)%len(g.shards)]
 		if ns == 1 {
-			errs[0] = sh.run(ctx, g.seq, d, part, g.cl.window, buf[lo:hi], res[lo:hi])
+			errs[0] = sh.run(ctx, g.seq, cd, part, g.cl.window, buf[lo:hi], res[lo:hi])
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[s] = sh.run(ctx, g.seq, d, part, g.cl.window, buf[lo:hi], res[lo:hi])
+			errs[s] = sh.run(ctx, g.seq, cd, part, g.cl.window, buf[lo:hi], res[lo:hi])
 		}()
 	}
 	wg.Wait()
@@ -470,7 +472,7 @@ func (g *Group) Allreduce(ctx context.Context, d dtype.DType, buf, res []byte) e
 }
 
 // run streams one shard's parts and waits for their sums.
-func (sh *shard) run(ctx context.Context, seq uint64, d dtype.DType, part, window int, buf, res []byte) error {
+func (sh *shard) run(ctx context.Context, seq uint64, cd uint8, part, window int, buf, res []byte) error {
 	if len(buf) == 0 {
 		return nil
 	}
@@ -481,7 +483,7 @@ func (sh *shard) run(ctx context.Context, seq uint64, d dtype.DType, part, windo
 		sh.mu.Unlock()
 		return err
 	}
-	sh.seq, sh.out, sh.d, sh.part, sh.parts = seq, res, d, part, uint32(parts)
+	sh.seq, sh.out, sh.code, sh.part, sh.parts = seq, res, cd, part, uint32(parts)
 	sh.mu.Unlock()
 	defer func() {
 		sh.mu.Lock()
@@ -512,7 +514,7 @@ func (sh *shard) run(ctx context.Context, seq uint64, d dtype.DType, part, windo
 		}
 		lo := j * part
 		hi := min(lo+part, len(buf))
-		h := header{typ: tData, code: uint8(d), handle: sh.handle, part: uint32(j), parts: uint32(parts), seq: seq}
+		h := header{typ: tData, code: cd, handle: sh.handle, part: uint32(j), parts: uint32(parts), seq: seq}
 		if err := sh.c.write(ctx, h, buf[lo:hi]); err != nil {
 			sh.fail(err)
 			return err

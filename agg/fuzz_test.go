@@ -12,7 +12,7 @@ func FuzzFrame(f *testing.F) {
 	var b [headerLen]byte
 	(&header{typ: tData, code: 1, handle: 3, part: 1, parts: 4, length: 64, seq: 9}).put(b[:])
 	f.Add(b[:], (&join{members: 4, member: 1, part: 1 << 20, window: 4, key: "k"}).encode())
-	(&header{typ: tResult, code: 3, handle: 1, parts: 1, length: 6}).put(b[:])
+	(&header{typ: tResult, code: 3 | 1<<4, handle: 1, parts: 1, length: 6}).put(b[:])
 	f.Add(b[:], []byte{})
 	f.Add(bytes.Repeat([]byte{0xB7}, headerLen), bytes.Repeat([]byte{0xff}, 20))
 	f.Fuzz(func(t *testing.T, hb, jb []byte) {

@@ -635,7 +635,9 @@ type slot struct {
 	seq     uint64
 	part    uint32
 	parts   uint32
+	code    uint8
 	d       dtype.DType
+	op      dtype.Op
 	length  int
 	next    int      // the next member to add, in member order
 	pending [][]byte // operands that came before their turn
@@ -711,9 +713,10 @@ func (g *group) data(m int, h header, r io.Reader) error {
 		bad = fmt.Sprintf("member %d sent a part of %d bytes, more than the group's partition of %d", m, h.length, g.part)
 	case sl.used && sl.gpart != gp:
 		bad = fmt.Sprintf("member %d sent more than its window of %d parts ahead", m, g.window)
-	case sl.used && (sl.seq != h.seq || sl.part != h.part || sl.parts != h.parts || sl.d != dtype.DType(h.code) || sl.length != int(h.length)):
-		bad = fmt.Sprintf("members disagree: member %d sent call %d part %d of %d, %v, %d bytes where another sent call %d part %d of %d, %v, %d bytes",
-			m, h.seq, h.part, h.parts, dtype.DType(h.code), h.length, sl.seq, sl.part, sl.parts, sl.d, sl.length)
+	case sl.used && (sl.seq != h.seq || sl.part != h.part || sl.parts != h.parts || sl.code != h.code || sl.length != int(h.length)):
+		hd, hop := codeOf(h.code)
+		bad = fmt.Sprintf("members disagree: member %d sent call %d part %d of %d, %v %v, %d bytes where another sent call %d part %d of %d, %v %v, %d bytes",
+			m, h.seq, h.part, h.parts, hd, hop, h.length, sl.seq, sl.part, sl.parts, sl.d, sl.op, sl.length)
 	}
 	var buf []byte
 	if bad == "" {
@@ -740,7 +743,8 @@ func (g *group) data(m int, h header, r io.Reader) error {
 	}
 	g.sent[m]++
 	if !sl.used {
-		*sl = slot{used: true, gpart: gp, seq: h.seq, part: h.part, parts: h.parts, d: dtype.DType(h.code), length: int(h.length), pending: sl.pending, t0: time.Now()}
+		d, op := codeOf(h.code)
+		*sl = slot{used: true, gpart: gp, seq: h.seq, part: h.part, parts: h.parts, code: h.code, d: d, op: op, length: int(h.length), pending: sl.pending, t0: time.Now()}
 		clear(sl.pending)
 	}
 	sl.pending[m] = buf
@@ -757,7 +761,7 @@ func (g *group) data(m int, h header, r io.Reader) error {
 			}
 			accFirst(sl.d, sl.acc, op)
 		} else {
-			accAdd(sl.d, sl.acc, op)
+			accAdd(sl.d, sl.op, sl.acc, op)
 		}
 		g.putBuf(op)
 		sl.next++
@@ -793,7 +797,7 @@ func (g *group) data(m int, h header, r io.Reader) error {
 		}
 		g.mu.Unlock()
 	}
-	hdr := header{typ: tResult, code: uint8(sl.d), part: sl.part, parts: sl.parts, seq: sl.seq}
+	hdr := header{typ: tResult, code: sl.code, part: sl.part, parts: sl.parts, seq: sl.seq}
 	g.s.st.parts.Add(1)
 	if sl.part == sl.parts-1 {
 		g.s.st.calls.Add(1)

@@ -17,8 +17,9 @@ import (
 //	[0]      0xB7, the frame magic
 //	[1]      version (1)
 //	[2]      type
-//	[3]      code: the element type of data and result frames, the status
-//	         of a join answer
+//	[3]      code: in data and result frames the element type (low 4 bits)
+//	         and the operator (high 4 bits; avg is sent as sum), in a join
+//	         answer its status
 //	[4:8]    zero
 //	[8:12]   handle: the group, as the client numbered it in its join
 //	[12:16]  part: the part of the call a data or result frame carries
@@ -133,9 +134,9 @@ func parseHeader(b []byte, fromServer bool) (header, error) {
 		if h.parts == 0 || h.part >= h.parts {
 			return h, fmt.Errorf("%w: part %d of %d", errFrame, h.part, h.parts)
 		}
-		d := dtype.DType(h.code)
-		if !d.Valid() || h.length%uint32(d.Size()) != 0 {
-			return h, fmt.Errorf("%w: element type %d, %d bytes", errFrame, h.code, h.length)
+		d, op := codeOf(h.code)
+		if !d.Valid() || !op.Valid() || op == dtype.Avg || !dtype.Supports(d, op) || h.length%uint32(d.Size()) != 0 {
+			return h, fmt.Errorf("%w: element type %d, operator %d, %d bytes", errFrame, h.code&15, h.code>>4, h.length)
 		}
 	case tStatsReply:
 		max = maxStatsLen
@@ -240,3 +241,8 @@ func parseAnswerFixed(b []byte) (jobLen int, nonce, sum []byte, err error) {
 	}
 	return jobLen, b[8 : 8+nonceLen], b[8+nonceLen : 8+nonceLen+macLen], nil
 }
+
+// code packs an element type and an operator into a frame's code.
+func code(d dtype.DType, op dtype.Op) uint8 { return uint8(d)&15 | uint8(op)<<4 }
+
+func codeOf(c uint8) (dtype.DType, dtype.Op) { return dtype.DType(c & 15), dtype.Op(c >> 4) }

@@ -27,6 +27,14 @@ import (
 // collectives of SharedRuns. It takes no parameters.
 const Shared = "shm"
 
+// Agg is the name of the allreduce through aggregation daemons (package
+// agg, BRAID_AGG): the planner offers it when the job has daemons, and
+// BRAID_ALGO may name it. It takes no parameters.
+const Agg = "agg"
+
+// AggRuns reports whether the daemons run coll.
+func AggRuns(coll sched.Collective) bool { return coll == sched.Allreduce }
+
 // SharedRuns reports whether the shared area runs coll.
 func SharedRuns(coll sched.Collective) bool {
 	switch coll {
@@ -41,7 +49,7 @@ func SharedRuns(coll sched.Collective) bool {
 // trees). The error lists the algorithms of coll, or the parameters the
 // algorithm takes.
 func Check(coll sched.Collective, ch plan.Choice) error {
-	if ch.Algo == Shared && SharedRuns(coll) {
+	if ch.Algo == Shared && SharedRuns(coll) || ch.Algo == Agg && AggRuns(coll) {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("%v algorithm %q takes no parameters", coll, ch.Algo)
 		}
@@ -58,7 +66,7 @@ func Check(coll sched.Collective, ch plan.Choice) error {
 // applies), and every collective that has it takes ch's parameters. The
 // error lists every algorithm name.
 func CheckAny(ch plan.Choice) error {
-	if ch.Algo == Shared {
+	if ch.Algo == Shared || ch.Algo == Agg {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("algorithm %q takes no parameters", ch.Algo)
 		}
@@ -89,7 +97,7 @@ func Names() []string {
 	for _, a := range algo.All() {
 		names = append(names, a.Name())
 	}
-	names = append(names, Shared)
+	names = append(names, Shared, Agg)
 	slices.Sort(names)
 	return slices.Compact(names)
 }
