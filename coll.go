@@ -132,6 +132,11 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	if nc, ok := c.nodeCandidate(p, es); ok {
 		cand = append(cand, plan.Candidate{Name: nodeAlgo, Params: p, Cost: nc.cost})
 	}
+	ac, hasAgg := c.aggCandidate(p, es)
+	if hasAgg {
+		cand = append(cand, ac)
+	}
+	aggNote := ""
 	if len(cand) == 0 {
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
@@ -144,6 +149,14 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, c.Size(), c.nhosts)}
 		}
 		d, forced = plan.Decision{Algo: nodeAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if c.aggForced(p.Coll) {
+		if hasAgg {
+			d, forced = plan.Decision{Algo: aggAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + aggAlgo}, true
+		} else {
+			if note := c.aggUnavailable(); note != "" {
+				aggNote = "; " + note
+			}
+		}
 	} else if ok {
 		forcedSeg = ch.Segment > 0
 		a, err := algo.Lookup(p.Coll, ch.Algo)
@@ -171,6 +184,14 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == d.Algo }) {
 			d = plan.Default{}.Plan(req, cand)
 		}
+		d.Reason += aggNote
+	}
+	if d.Algo == aggAlgo {
+		pl := &planned{algo: aggAlgo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+		if c.rank == 0 {
+			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B): %s (%s)", p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), aggAlgo, pl.reason)
+		}
+		return pl, nil
 	}
 	if d.Algo == nodeAlgo {
 		pl := &planned{algo: nodeAlgo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
@@ -265,6 +286,9 @@ func (c *Comm) issue(k *call) (run, error) {
 	if err != nil {
 		return run{}, err
 	}
+	if pl.algo == aggAlgo {
+		return c.issueAgg(k, pl), nil
+	}
 	if pl.algo == nodeAlgo {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
@@ -317,12 +341,22 @@ type run struct {
 	// The program's tuning parameters: they enter the call's signature,
 	// so that ranks that planned differently report Mismatch.
 	seg, radix int
+
+	// agg: the call runs through aggregation daemons (aggregate.go), as
+	// seq, seq+1 and seq+2 with these chained signatures for the last two.
+	agg     bool
+	aggSigs [2]uint32
 }
 
 // runCall executes a checked call.
 func (c *Comm) runCall(ctx context.Context, k *call) error {
 	if err := c.usable(k.name); err != nil {
 		return err
+	}
+	if k.p.Coll == sched.Allreduce && c.aggPending() {
+		if err := c.aggSetup(ctx); err != nil {
+			return err
+		}
 	}
 	r, err := c.issue(k)
 	if err != nil {
@@ -339,6 +373,9 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.algo, k.seq = r.pl.algo, r.seq
 	if r.ticket != 0 {
 		return c.runNode(ctx, k, r)
+	}
+	if r.agg {
+		return c.runAgg(ctx, k, r)
 	}
 	if !r.trial {
 		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)

@@ -63,6 +63,8 @@ type world struct {
 	report func(e *Error, worldPeer int)
 
 	prof *profile.Recorder // BRAID_PROFILE's recorder (profile.go); nil when off
+
+	agg aggWorld // the aggregation daemons (aggregate.go)
 }
 
 // setSpin chooses how long waiters poll: long while every local rank has a
@@ -221,6 +223,8 @@ type Comm struct {
 
 	node   *shmcoll.Group // the host's shared area, when every rank is on this host
 	nodeMu sync.Mutex     // orders sequence numbers and the area's tickets
+
+	agg aggComm // allreduce through aggregation daemons (aggregate.go)
 
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
 	errFn  func() error             // c.w.err, likewise

@@ -143,6 +143,7 @@ func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		l.Close()
 		return errors.New("agg: server closed")
 	}
 	s.lns = append(s.lns, l)
