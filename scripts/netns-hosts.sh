@@ -26,6 +26,13 @@
 #	--agg-rate RATE   the daemons' links (default 10 × --rate, or none)
 #	--agg-args ARGS   more flags for braid agg
 #	--braid PATH      the braid binary for the daemons (default: braid on PATH)
+#	--cc ALG          TCP congestion control in every namespace (cubic, bbr,
+#	                  reno; default: what new namespaces get here). On this
+#	                  machine they get bbr, which paces each flow at its own
+#	                  estimate of the bottleneck and left 8-12 % of tbf's 1
+#	                  Gbit/s unused in an 8-host ring; cubic fills it.
+#	--tc-stats        print every shaped link's qdisc counters (bytes sent,
+#	                  drops, overlimits) when the job ends
 #	--logs DIR        keep every rank's and daemon's output there (default:
 #	                  a temporary directory, printed when a rank fails)
 #
@@ -36,7 +43,7 @@
 #	    --algo ring --min-size 64M --max-size 64M --iters 5
 set -uo pipefail
 
-hosts=4 per=1 rate=none aggs=0 aggrate= aggargs= braidbin=braid logs=
+hosts=4 per=1 rate=none aggs=0 aggrate= aggargs= braidbin=braid logs= tcstats=0 cc=
 while [ $# -gt 0 ]; do
     case $1 in
     -n) hosts=$2; shift 2 ;;
@@ -47,6 +54,8 @@ while [ $# -gt 0 ]; do
     --agg-args) aggargs=$2; shift 2 ;;
     --braid) braidbin=$2; shift 2 ;;
     --logs) logs=$2; shift 2 ;;
+    --tc-stats) tcstats=1; shift ;;
+    --cc) cc=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "netns-hosts.sh: unknown flag $1 (--help lists them)" >&2; exit 2 ;;
@@ -132,6 +141,7 @@ node() {
     must ip -n "$ns" addr add "$addr/16" dev eth0
     must ip -n "$ns" link set lo up
     must ip -n "$ns" link set eth0 up
+    [ -n "$cc" ] && must ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$cc"
     must ip -n "$sw" link set "$port" master br0
     must ip -n "$sw" link set "$port" up
     shape eth0 "$ns" "$r"
@@ -177,6 +187,15 @@ for ((h = 0; h < hosts; h++)); do
     done
 done
 status=0
+tc_report() {
+    local ns p
+    for ns in "${nss[@]}"; do
+        [ "$ns" = "$sw" ] && continue
+        p=${ns#$tag}
+        echo "tc $p up:   $(ip netns exec "$ns" tc -s qdisc show dev eth0 | grep -o 'Sent [0-9]* bytes [0-9]* pkt (dropped [0-9]*, overlimits [0-9]*')"
+        echo "tc $p down: $(ip netns exec "$sw" tc -s qdisc show dev "$p" | grep -o 'Sent [0-9]* bytes [0-9]* pkt (dropped [0-9]*, overlimits [0-9]*')"
+    done >&2
+}
 for ((r = 0; r < world; r++)); do
     wait "${rankpids[$r]}"
     s=$?
@@ -186,4 +205,5 @@ for ((r = 0; r < world; r++)); do
         tail -n 20 "$logs/rank$r.log" >&2
     fi
 done
+[ "$tcstats" = 1 ] && tc_report
 exit "$status"
