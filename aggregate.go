@@ -223,8 +223,8 @@ func (c *Comm) aggForced(coll sched.Collective) bool {
 // aggUnavailable is the planner's note when BRAID_ALGO forces agg and the
 // communicator has no daemons.
 func (c *Comm) aggUnavailable() string {
-	if c.agg.state.Load() == aggBusy {
-		return ""
+	if st := c.agg.state.Load(); st != aggOff && c.w.opts.Agg != "" {
+		return "" // not set up yet: plans made now are made again then
 	}
 	c.agg.mu.Lock()
 	defer c.agg.mu.Unlock()

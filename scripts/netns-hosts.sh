@@ -31,6 +31,8 @@
 #	                  machine they get bbr, which paces each flow at its own
 #	                  estimate of the bottleneck and left 8-12 % of tbf's 1
 #	                  Gbit/s unused in an 8-host ring; cubic fills it.
+#	--kill-agg SECS   kill -9 daemon 0 SECS seconds after the ranks start
+#	                  (a fault test: the job must complete or fail cleanly)
 #	--tc-stats        print every shaped link's qdisc counters (bytes sent,
 #	                  drops, overlimits) when the job ends
 #	--logs DIR        keep every rank's and daemon's output there (default:
@@ -43,7 +45,7 @@
 #	    --algo ring --min-size 64M --max-size 64M --iters 5
 set -uo pipefail
 
-hosts=4 per=1 rate=none aggs=0 aggrate= aggargs= braidbin=braid logs= tcstats=0 cc=
+hosts=4 per=1 rate=none aggs=0 aggrate= aggargs= braidbin=braid logs= tcstats=0 cc= killagg=
 while [ $# -gt 0 ]; do
     case $1 in
     -n) hosts=$2; shift 2 ;;
@@ -56,6 +58,7 @@ while [ $# -gt 0 ]; do
     --logs) logs=$2; shift 2 ;;
     --tc-stats) tcstats=1; shift ;;
     --cc) cc=$2; shift 2 ;;
+    --kill-agg) killagg=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "netns-hosts.sh: unknown flag $1 (--help lists them)" >&2; exit 2 ;;
@@ -186,6 +189,10 @@ for ((h = 0; h < hosts; h++)); do
         pids+=($!)
     done
 done
+if [ -n "$killagg" ] && [ "$aggs" -gt 0 ]; then
+    (sleep "$killagg"; kill -9 "${pids[0]}" 2>/dev/null && echo "netns-hosts.sh: killed daemon 0 (pid ${pids[0]}) at ${killagg}s" >&2) &
+    pids+=($!)
+fi
 status=0
 tc_report() {
     local ns p
