@@ -222,3 +222,22 @@ func (s *syncWriter) String() string {
 	defer s.mu.Unlock()
 	return fmt.Sprint(s.w)
 }
+
+// TestAggOption: a daemon list that is not host:port is InvalidArgument
+// naming the knob.
+func TestAggOption(t *testing.T) {
+	for _, bad := range []string{"nohost", ",", "a:1,b"} {
+		err := (&braid.Options{Agg: bad}).Validate()
+		if err == nil || !strings.Contains(err.Error(), "Options.Agg") {
+			t.Errorf("Agg %q: %v", bad, err)
+		}
+	}
+	t.Setenv("BRAID_AGG", "10.0.0.1")
+	if err := (&braid.Options{}).Validate(); err == nil || !strings.Contains(err.Error(), "BRAID_AGG") {
+		t.Errorf("BRAID_AGG=10.0.0.1: %v", err)
+	}
+	t.Setenv("BRAID_AGG", "10.0.0.1:7470,[::1]:7470")
+	if err := (&braid.Options{}).Validate(); err != nil {
+		t.Errorf("a good list: %v", err)
+	}
+}

@@ -68,6 +68,10 @@ that names the variable):
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same
+  BRAID_AGG        aggregation daemons (braid agg) as host:port,...: allreduce
+                   may then run through them (agg) across hosts, with the job's
+                   secret; absent, full or lost daemons leave it on host
+                   algorithms
   BRAID_GPU_HOST_SHARE  percentage of large device allreduces and broadcasts on 3+
                    GPUs sent through host memory beside NVLink (default by size; 0
                    turns it off); go doc github.com/braid-ccl/braid/gpu lists the
