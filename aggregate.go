@@ -279,7 +279,7 @@ func (k *commCheck) nextN(sigs []uint32) (uint32, []uint32) {
 
 // issueAgg takes the call's three sequence numbers.
 func (c *Comm) issueAgg(k *call, pl *planned) run {
-	seq, sigs := c.chk.nextN([]uint32{c.callSig(k, aggAlgo, 0, 0), c.agreeSig(), c.callSig(k, aggAlgo+"/host", 0, 0)})
+	seq, sigs := c.chk.nextN([]uint32{c.callSig(k, aggAlgo, 0, 0, 0), c.agreeSig(), c.callSig(k, aggAlgo+"/host", 0, 0, 0)})
 	return run{pl: pl, seq: seq, sig: sigs[0], agg: true, aggSigs: [2]uint32{sigs[1], sigs[2]}}
 }
 

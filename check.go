@@ -3,6 +3,7 @@ package braid
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -74,6 +75,11 @@ type commCheck struct {
 	strictOnce sync.Once
 	strictProg *sched.Program
 	strictErr  error
+
+	// The lagged confirmations (confirm.go).
+	confMu    sync.Mutex
+	conf      []confirmEntry
+	confProgs map[confirmKey]*sched.Program
 }
 
 // mix64 is splitmix64's finaliser.
@@ -121,8 +127,9 @@ func (k *commCheck) next2(sig, sig2 uint32) (seq, chained, chained2 uint32) {
 }
 
 // callSig returns the signature of call k run by algorithm algoName with
-// the given segment and radix.
-func (c *Comm) callSig(k *call, algoName string, seg, radix int) uint32 {
+// the given segment and radix, and the trees it packs (treesSig; 0 for
+// an algorithm that packs none).
+func (c *Comm) callSig(k *call, algoName string, seg, radix int, trees uint32) uint32 {
 	p := k.p
 	p.Segment, p.Radix = seg, radix
 	h := uint32(2166136261) // FNV-1a of the algorithm's name
@@ -132,13 +139,35 @@ func (c *Comm) callSig(k *call, algoName string, seg, radix int) uint32 {
 	if c.w.opts.Check == CheckStrict {
 		h ^= 1 << 31
 	}
-	return chain(signature(p, k.d, k.op), 0, h)
+	sig := chain(signature(p, k.d, k.op), 0, h)
+	if trees != 0 {
+		sig = chain(sig, 1, trees)
+	}
+	return sig
+}
+
+// treesSig returns a signature of the spanning trees t (nil: 0): ranks
+// whose packings differ (another topology, other devices) run different
+// schedules of the same algorithm, segment and radix, and must not be
+// taken to agree.
+func treesSig(t *sched.Trees) uint32 {
+	if t == nil {
+		return 0
+	}
+	x := uint64(len(t.Tree))
+	for _, tr := range t.Tree {
+		x = mix64(x ^ uint64(uint32(tr.Root)) ^ math.Float64bits(tr.Weight)*0x9e3779b97f4a7c15)
+		for _, p := range tr.Parent {
+			x = mix64(x ^ uint64(uint32(p)))
+		}
+	}
+	return uint32(x) ^ uint32(x>>32) | 1
 }
 
 // agreeSig is the signature of MIAD's agreement call (see runIssued).
 func (c *Comm) agreeSig() uint32 {
 	k := call{p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1}, d: Float64, op: Max}
-	return c.callSig(&k, "recdouble", 0, 0)
+	return c.callSig(&k, "recdouble", 0, 0, 0)
 }
 
 // stallAfter is how long a call waits before it probes the peers it waits
@@ -157,6 +186,9 @@ type sigTable struct {
 	done   [recentCalls]sigEntry
 	ndone  int
 	drain  []drainEntry // probes to consume
+
+	flight  [flightLen]flightEntry // the flight recorder (flight.go)
+	nflight uint64                 // calls written to it
 }
 
 // recentCalls is how many ended calls sigTable remembers, for the
@@ -167,6 +199,8 @@ type sigEntry struct {
 	comm, seq, sig uint32
 	peer           int    // seen: the sender's world rank
 	name           string // active, done: the call's name
+	fl             uint64 // active: 1 + the call's place in the flight recorder
+	algo           string // active, done: its algorithm (nodeAlgo: the shared area)
 
 	// active: the world rank the call waited for when it stalled, or -1
 	// before; the world ranks it probed, that probed it, and that said
@@ -207,12 +241,27 @@ func (t *sigTable) findDone(comm, seq uint32) int {
 	return -1
 }
 
-// begin registers this rank's call and reports a message already seen for
-// it with another signature.
-func (w *world) begin(comm, seq, sig uint32, name string) (peer int, other uint32, bad bool) {
+// reactivate registers again a call that has ended (a confirmation that
+// waits for its peers, confirm.go), without a new entry in the flight
+// recorder, so that a stalled wait probes its peer; end closes it.
+func (w *world) reactivate(comm, seq, sig uint32, name, algo string) {
 	t := &w.sigs
 	t.mu.Lock()
-	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: name, waitPeer: -1})
+	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: name, algo: algo, waitPeer: -1})
+	t.mu.Unlock()
+}
+
+// begin registers this rank's call, run by algo, in the check's table and
+// the flight recorder, and reports a message already seen for it with
+// another signature.
+func (w *world) begin(comm, seq uint32, k *call, algo string) (peer int, other uint32, bad bool) {
+	t := &w.sigs
+	sig := k.sig
+	t.mu.Lock()
+	t.nflight++
+	t.flight[(t.nflight-1)%flightLen] = flightEntry{comm: comm, seq: seq, name: k.name, algo: algo,
+		bytes: callBytes(k), state: flightRunning, arrive: k.arrive, waitPeer: -1}
+	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: k.name, algo: algo, waitPeer: -1, fl: t.nflight})
 	drain := t.takeDrain()
 	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
 		peer, other, bad = t.seen[i].peer, t.seen[i].sig, true
@@ -222,13 +271,29 @@ func (w *world) begin(comm, seq, sig uint32, name string) (peer int, other uint3
 	return peer, other, bad
 }
 
-// end records the end of this rank's call.
-func (w *world) end(comm, seq uint32) {
+// end records the end of this rank's call in the check's table and the
+// flight recorder, and adds what the rank knew of its arrival pattern p to
+// sites (when the call succeeded; p and sites may be nil).
+func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSites, coll sched.Collective) {
 	t := &w.sigs
 	t.mu.Lock()
 	if i := find(t.active, comm, seq); i >= 0 {
 		e := t.active[i]
-		t.done[t.ndone%recentCalls] = sigEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name}
+		if f := &t.flight[(e.fl-1)%flightLen]; e.fl > 0 && f.comm == comm && f.seq == seq {
+			f.state, f.waitPeer = flightDone, e.waitPeer
+			if failed {
+				f.state = flightFailed
+			}
+			if p != nil {
+				f.pat, f.end = *p, p.end // 0: not read (flightEntry)
+			} else {
+				f.end = w.clock.now()
+			}
+		}
+		if !failed && p != nil && sites != nil {
+			sites.record(coll, p)
+		}
+		t.done[t.ndone%recentCalls] = sigEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name, algo: e.algo}
 		t.ndone++
 		t.active = remove(t.active, i)
 	}
@@ -272,7 +337,7 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 		return
 	}
 	ctl := tag.Step & (probeStep | noticeStep)
-	if tag.Step&ctlStep != 0 && ctl == ctlStep {
+	if tag.Step&ctlStep != 0 && ctl == ctlStep && tag.Step&confirmStep != confirmStep {
 		// A message of the strict check.
 		if w.opts.Check != CheckStrict {
 			w.failAsync(&Error{Kind: Mismatch, Rank: w.rank, Call: "transport", Peer: peer,
@@ -283,16 +348,16 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 	t := &w.sigs
 	t.mu.Lock()
 	var want uint32
-	var name string
+	var name, algo string
 	known, notify := false, false
 	if i := find(t.active, tag.Comm, tag.Seq); i >= 0 {
 		a := &t.active[i]
-		want, name, known = a.sig, a.name, ctl != noticeStep
+		want, name, algo, known = a.sig, a.name, a.algo, ctl != noticeStep
 		if ctl == noticeStep {
 			a.noticed = append(a.noticed, peer)
 		}
 	} else if i := t.findDone(tag.Comm, tag.Seq); i >= 0 {
-		want, name, known = t.done[i].sig, t.done[i].name, ctl != noticeStep
+		want, name, algo, known = t.done[i].sig, t.done[i].name, t.done[i].algo, ctl != noticeStep
 	} else if ctl != noticeStep && find(t.seen, tag.Comm, tag.Seq) < 0 {
 		t.seen = append(t.seen, sigEntry{comm: tag.Comm, seq: tag.Seq, sig: tag.Sig, peer: peer})
 	}
@@ -317,7 +382,7 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 	}
 	t.mu.Unlock()
 	if known && want != tag.Sig {
-		w.sigMismatch(tag.Comm, tag.Seq, want, tag.Sig, peer, name)
+		w.sigMismatch(tag.Comm, tag.Seq, want, tag.Sig, peer, name, algo)
 		return
 	}
 	if notify {
@@ -346,14 +411,21 @@ func (w *world) control(peer int, tag transport.Tag) {
 // failure, starts the abort that tells every peer, and returns the error.
 // It does not block and may be called with a transport's lock held: the
 // transports' Unexpected hook calls it, and so may any path that compares
-// signatures outside the transports (a fast path's shared slots).
-func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name string) *Error {
-	if name == "" {
+// signatures outside the transports (a fast path's shared slots). algo
+// is the call's algorithm here.
+func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name, algo string) *Error {
+	what := ""
+	switch {
+	case name == "":
 		name = "transport"
+	case algo == nodeAlgo:
+		what = fmt.Sprintf(" (%s through the shared area here)", name)
+	case algo != "":
+		what = fmt.Sprintf(" (%s via %s here)", name, algo)
 	}
 	e := &Error{Kind: Mismatch, Rank: w.rank, Call: name, Peer: peer,
-		Err: fmt.Errorf("call %d of comm %08x: rank %d's messages carry signature %08x, this rank's %08x: the ranks made different calls (collective, count, dtype, op, root or algorithm) in this call or an earlier one; BRAID_CHECK=%s names the difference",
-			seq, comm, peer, peerSig, sig, CheckStrict)}
+		Err: fmt.Errorf("call %d of comm %08x%s: world rank %d's messages for it carry signature %08x, this rank's %08x: the ranks made different calls (collective, count, dtype, op, root or algorithm) in this call or an earlier one; BRAID_CHECK=%s names the difference",
+			seq, comm, what, peer, peerSig, sig, CheckStrict)}
 	w.failAsync(e, peer)
 	return e
 }
@@ -361,6 +433,9 @@ func (w *world) sigMismatch(comm, seq, sig, peerSig uint32, peer int, name strin
 // failAsync records e as the job's failure, if it is the first, and
 // aborts the meshes from a goroutine (close waits for it).
 func (w *world) failAsync(e *Error, worldPeer int) {
+	if !e.wknown {
+		e.wpeer, e.wknown = worldPeer, true
+	}
 	if w.failure.CompareAndSwap(nil, e) {
 		w.meshMu.Lock()
 		closing := w.closing
@@ -382,14 +457,14 @@ func (w *world) failAsync(e *Error, worldPeer int) {
 // mode, agrees on it with every rank. On error the call is over (end was
 // called) and the communicator has failed.
 func (c *Comm) beginCall(ctx context.Context, k *call, algoName string, seq uint32) error {
-	if peer, other, bad := c.w.begin(c.id, seq, k.sig, k.name); bad {
-		c.w.end(c.id, seq)
-		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name)
+	if peer, other, bad := c.w.begin(c.id, seq, k, algoName); bad {
+		c.w.end(c.id, seq, true, nil, nil, 0)
+		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name, algoName)
 		return &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: c.commRank(peer), Err: e.Err}
 	}
 	if c.w.opts.Check == CheckStrict && c.Size() > 1 {
 		if err := c.strictCheck(ctx, k, algoName, seq); err != nil {
-			c.w.end(c.id, seq)
+			c.w.end(c.id, seq, true, nil, nil, 0)
 			return err
 		}
 	}
@@ -486,7 +561,7 @@ func (c *Comm) strictProgram() (*sched.Program, error) {
 		prog := a.Program(sched.Params{Coll: sched.Allgather, NRanks: c.Size(), Count: descWords}, c.rank)
 		prog.Steps = slices.Clone(prog.Steps)
 		for i := range prog.Steps {
-			if prog.Steps[i].Tag < 0 || prog.Steps[i].Tag >= 1<<28 {
+			if prog.Steps[i].Tag < 0 || prog.Steps[i].Tag >= 1<<27 {
 				k.strictErr = fmt.Errorf("strict check: tag %d out of range", prog.Steps[i].Tag)
 				return
 			}
@@ -555,7 +630,7 @@ func (c *Comm) strictCheck(ctx context.Context, k *call, algoName string, seq ui
 		if slices.ContainsFunc(groups, func(h group) bool {
 			return !slices.Equal(h.desc, g.desc) && slices.Equal(h.desc[:descWords-1], g.desc[:descWords-1])
 		}) {
-			what += fmt.Sprintf(" after other earlier calls (signature %08x)", g.desc[descWords-1])
+			what += fmt.Sprintf(" after other earlier calls or with other packed trees (signature %08x)", g.desc[descWords-1])
 		}
 		who := "rank "
 		if len(g.ranks) > 1 {

@@ -33,6 +33,9 @@ type call struct {
 	algo string
 	seq  uint32
 	sig  uint32 // chained signature (check.go), set when issued
+
+	arrive int64   // when the call entered Braid, on the job's clock (arrival.go)
+	pat    pattern // what this rank knew of its arrival pattern, set as it ends
 }
 
 type planKey struct {
@@ -62,6 +65,10 @@ type planned struct {
 	bytes    float64       // bytes a call moves, for throughput
 	calls    int           // calls issued in the current trial
 	pending  chan struct{} // closed when the last trial's agreement is done
+
+	// treesSig is the signature of the trees the program packs (check.go),
+	// 0 if it packs none.
+	treesSig uint32
 }
 
 // trialCalls is the calls per MIAD trial: the first warms the new
@@ -213,6 +220,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		return nil, &Error{Kind: Internal, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("planner chose %s with %+v: %v", d.Algo, gp, err)}
 	}
 	pl := &planned{algo: d.Algo, reason: d.Reason, a: a, p: gp, bytes: float64(plan.Size(p, es))}
+	if a == algo.Treepack(p.Coll) {
+		pl.treesSig = treesSig(gp.Trees)
+	}
 	// MIAD adapts the segment of a pipelined algorithm whose segment the
 	// model chose (not one that BRAID_ALGO or a tuning table fixed), when
 	// the call is long enough for segments to matter.
@@ -293,13 +303,13 @@ func (c *Comm) issue(k *call) (run, error) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
 		c.nodeMu.Lock()
-		seq, sig := c.chk.next(c.callSig(k, nodeAlgo, 0, 0))
+		seq, sig := c.chk.next(c.callSig(k, nodeAlgo, 0, 0, 0))
 		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
 		c.nodeMu.Unlock()
 		return r, nil
 	}
 	if !pl.adapting.Load() {
-		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix))
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, pl.p.Segment, pl.p.Radix, pl.treesSig))
 		return run{pl: pl, prog: pl.prog.Load(), seq: seq, sig: sig, seg: pl.p.Segment, radix: pl.p.Radix}, nil
 	}
 	pl.mu.Lock()
@@ -311,7 +321,7 @@ func (c *Comm) issue(k *call) (run, error) {
 	}
 	defer pl.mu.Unlock()
 	r := run{pl: pl, prog: pl.prog.Load(), seg: pl.p.Segment, radix: pl.p.Radix}
-	sig := c.callSig(k, pl.algo, r.seg, r.radix)
+	sig := c.callSig(k, pl.algo, r.seg, r.radix, pl.treesSig)
 	if pl.miad == nil || pl.miad.Done() {
 		r.seq, r.sig = c.chk.next(sig)
 		return r, nil
@@ -350,6 +360,7 @@ type run struct {
 
 // runCall executes a checked call.
 func (c *Comm) runCall(ctx context.Context, k *call) error {
+	k.arrive = c.w.clock.now()
 	if err := c.usable(k.name); err != nil {
 		return err
 	}
@@ -372,13 +383,19 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.p.Segment, k.p.Radix, k.sig = r.seg, r.radix, r.sig
 	k.algo, k.seq = r.pl.algo, r.seq
 	if r.ticket != 0 {
-		return c.runNode(ctx, k, r)
+		if err := c.runNode(ctx, k, r); err != nil {
+			return err
+		}
+		return c.confirm(ctx, k, r.seq)
 	}
 	if r.agg {
 		return c.runAgg(ctx, k, r)
 	}
 	if !r.trial {
-		return c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq)
+		if err := c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq); err != nil {
+			return err
+		}
+		return c.confirm(ctx, k, r.seq)
 	}
 	pl := r.pl
 	defer func() {
@@ -392,12 +409,20 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 		pl.adapting.Store(false)
 		return err
 	}
+	if err := c.confirm(ctx, k, r.seq); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
 	// Every rank must make the same move: agree on the slowest rank's
 	// time, with a fixed 8-byte allreduce.
 	t := []float64{time.Since(t0).Seconds()}
 	agree := call{name: "allreduce (MIAD agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: c.Size(), Count: 1},
-		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig}
+		in: bytesOf(t), out: bytesOf(t), d: Float64, op: Max, sig: r.agreeSig, arrive: c.w.clock.now()}
 	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
+		pl.adapting.Store(false)
+		return err
+	}
+	if err := c.settle(ctx, k.name, r.seq+1); err != nil {
 		pl.adapting.Store(false)
 		return err
 	}
@@ -449,7 +474,7 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 	if err := c.beginCall(ctx, k, algoName, seq); err != nil {
 		return err
 	}
-	defer c.w.end(c.id, seq)
+	defer func() { c.endCall(k, seq, rerr != nil, nil) }()
 	env := exec.Env{
 		Conn:       c.connFn,
 		Tag:        transport.Tag{Comm: c.id, Seq: seq, Sig: k.sig},

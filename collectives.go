@@ -137,6 +137,7 @@ func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collecti
 		r.finish(err)
 		return r
 	}
+	k.arrive = c.w.clock.now()
 	if err := c.usable(name); err != nil {
 		r.finish(err)
 		return r

@@ -64,7 +64,12 @@ type world struct {
 
 	prof *profile.Recorder // BRAID_PROFILE's recorder (profile.go); nil when off
 
-	agg aggWorld // the aggregation daemons (aggregate.go)
+	agg   aggWorld // the aggregation daemons (aggregate.go)
+	clock *clock   // arrival stamps on the job's common clock (arrival.go)
+	// flightSig stops the flight recorder's signal handler (flight.go);
+	// flightOnce dumps the recorder after the first failure.
+	flightSig  func()
+	flightOnce sync.Once
 }
 
 // setSpin chooses how long waiters poll: long while every local rank has a
@@ -86,6 +91,9 @@ func (w *world) setSpin(localRanks int) {
 func (w *world) fail(e *Error) { w.failPeer(e, e.Peer) }
 
 func (w *world) failPeer(e *Error, worldPeer int) {
+	if !e.wknown {
+		e.wpeer, e.wknown = worldPeer, true
+	}
 	if w.report != nil && w.failure.Load() == nil {
 		w.report(e, worldPeer) // before the peers hear of it
 	}
@@ -228,6 +236,9 @@ type Comm struct {
 
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
 	errFn  func() error             // c.w.err, likewise
+
+	arrivals arrivalSites  // what this rank knows of its calls' arrival patterns (arrival.go)
+	ends     atomic.Uint64 // calls ended, for the sample of small calls that read the clock (endCall)
 }
 
 func newComm(w *world, id uint32, rank int, members []int) *Comm {
@@ -303,13 +314,26 @@ func (c *Comm) ID() uint32 { return c.id }
 // conn returns the connection to communicator rank peer.
 func (c *Comm) conn(peer int) transport.Conn { return c.w.conns[c.members[peer]] }
 
+// peerIn returns the rank in c of the peer that e names: e's world rank
+// when e is the job's recorded failure (-1 if that rank is not in c),
+// else e.Peer.
+func (c *Comm) peerIn(e *Error) int {
+	if !e.wknown {
+		return e.Peer
+	}
+	if e.wpeer < 0 {
+		return -1
+	}
+	return c.commRank(e.wpeer)
+}
+
 // usable returns an error if the communicator can no longer be used.
 func (c *Comm) usable(call string) error {
 	if c.w.closed.Load() {
 		return &Error{Kind: Aborted, Rank: c.rank, Call: call, Peer: -1, Err: errors.New("communicator is closed")}
 	}
 	if e := c.w.failure.Load(); e != nil {
-		return &Error{Kind: e.Kind, Rank: c.rank, Call: call, Peer: e.Peer, Err: fmt.Errorf("communicator failed earlier: %w", e)}
+		return &Error{Kind: e.Kind, Rank: c.rank, Call: call, Peer: c.peerIn(e), Err: fmt.Errorf("communicator failed earlier: %w", e)}
 	}
 	return nil
 }
@@ -327,12 +351,20 @@ func (c *Comm) failWith(call string, err error) *Error {
 	e := classify(c.rank, call, err)
 	var be *Error
 	own := !errors.As(err, &be) // from the executor or a transport, not a recorded failure
+	if !own && be.wknown {
+		// A failure recorded for the job names its peer by world rank.
+		if e == be {
+			cp := *be
+			e = &cp
+		}
+		e.Peer = c.peerIn(be)
+	}
 	if own && e.Kind == Timeout {
 		e.Err = fmt.Errorf("%s%w", c.waitedFor(err), e.Err)
 		if prior := c.w.failure.Load(); prior != nil {
 			// Another rank's timeout came while this one was held back
 			// (blame.go), or another failure: report that one.
-			e = &Error{Kind: prior.Kind, Rank: c.rank, Call: call, Peer: prior.Peer, Err: prior}
+			e = &Error{Kind: prior.Kind, Rank: c.rank, Call: call, Peer: c.peerIn(prior), Err: prior}
 		}
 	}
 	if own && e.Kind == Aborted && errors.Is(err, transport.ErrAborted) {
@@ -345,13 +377,14 @@ func (c *Comm) failWith(call string, err error) *Error {
 	}
 	if prior := c.w.failure.Load(); prior != nil && (e.Kind == Aborted || e.Kind == Internal) {
 		// Report the cause rather than its echo.
-		e = &Error{Kind: prior.Kind, Rank: c.rank, Call: call, Peer: prior.Peer, Err: prior}
+		e = &Error{Kind: prior.Kind, Rank: c.rank, Call: call, Peer: c.peerIn(prior), Err: prior}
 	}
 	wp := e.Peer
 	if wp >= 0 && wp < len(c.members) {
 		wp = c.members[wp]
 	}
 	c.w.failPeer(e, wp)
+	c.w.failedFlight(e)
 	return e
 }
 
@@ -362,7 +395,9 @@ func (c *Comm) Abort(reason error) {
 	if reason == nil {
 		reason = errors.New("Abort called")
 	}
-	c.w.fail(&Error{Kind: Aborted, Rank: c.rank, Call: "abort", Peer: -1, Err: reason})
+	e := &Error{Kind: Aborted, Rank: c.rank, Call: "abort", Peer: -1, Err: reason}
+	c.w.fail(e)
+	c.w.failedFlight(e)
 }
 
 // Close releases the communicator. Closing the communicator returned by
@@ -385,6 +420,7 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	perr := c.w.stopProfile()
+	c.w.stopFlight()
 	var err error
 	if c.w.collectiveClose && c.w.failure.Load() == nil && !c.w.closed.Load() && c.Size() > 1 {
 		d := min(c.w.opts.Timeout, 10*time.Second)
@@ -398,7 +434,7 @@ func (c *Comm) Close() error {
 		err = cerr
 	}
 	if f := c.w.failure.Load(); err == nil && f != nil {
-		err = &Error{Kind: f.Kind, Rank: c.rank, Call: "close", Peer: f.Peer, Err: fmt.Errorf("the communicator failed: %w", f)}
+		err = &Error{Kind: f.Kind, Rank: c.rank, Call: "close", Peer: c.peerIn(f), Err: fmt.Errorf("the communicator failed: %w", f)}
 	}
 	if err == nil {
 		err = perr

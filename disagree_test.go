@@ -3,8 +3,10 @@ package braid_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +104,40 @@ var disagreements = []disagreement{
 	}},
 }
 
+// nextCall is the call the ranks make after a disagreement: none of them
+// depends on every rank on every rank (a rank that only sends in it
+// learns nothing from it), so a rank that got no Mismatch from the
+// disagreeing call must get it from this one (the lagged confirmation,
+// confirm.go).
+type nextCall struct {
+	name string
+	call func(ctx context.Context, c *braid.Comm) error
+}
+
+var nextCalls = []nextCall{
+	{"bcast-root0", func(ctx context.Context, c *braid.Comm) error {
+		return c.Bcast(ctx, make([]float32, 16), 0)
+	}},
+	{"reduce-root-last", func(ctx context.Context, c *braid.Comm) error {
+		return c.Reduce(ctx, make([]float32, 16), make([]float32, 16), braid.Sum, c.Size()-1)
+	}},
+	{"scatter-root0", func(ctx context.Context, c *braid.Comm) error {
+		return c.Scatter(ctx, make([]float32, 4*c.Size()), make([]float32, 4), 0)
+	}},
+	{"gather-root0", func(ctx context.Context, c *braid.Comm) error {
+		return c.Gather(ctx, make([]float32, 4), make([]float32, 4*c.Size()), 0)
+	}},
+}
+
+// nextFor returns the next call of case i on n ranks: the cases take the
+// next calls in turn.
+func nextFor(i, n int) nextCall { return nextCalls[(i+n)%len(nextCalls)] }
+
+// schedOnly is a BRAID_ALGO that keeps every collective off the host's
+// shared area (schedules over the transport); "shm" puts every collective
+// the area runs on it.
+const schedOnly = "allreduce=ring,reduce=binomial,bcast=binomial,allgather=ring,reducescatter=ring,barrier=dissemination"
+
 // disagreeOutcome is what one rank saw: the error of the disagreeing call
 // and of the next call.
 type disagreeOutcome struct {
@@ -127,41 +163,108 @@ func (o disagreeOutcome) verdict(strict bool) string {
 }
 
 // TestDisagreementLocal runs every disagreement on goroutine ranks (2 to 5
-// of them), in the default mode and in strict mode, and checks that every
-// rank reports Mismatch: in strict mode from the call itself, else at the
-// latest from its next call (a barrier).
+// of them), on schedules over the in-process transport and on the shared
+// area, in the default mode and in strict mode, and checks that every rank
+// reports Mismatch: in strict mode from the call itself, else at the
+// latest from its next call, which is one that does not depend on every
+// rank (a broadcast, reduce, scatter or gather: see nextCalls).
 func TestDisagreementLocal(t *testing.T) {
-	for _, mode := range []string{"default", "strict"} {
-		for _, d := range disagreements {
-			for n := max(2, d.minRanks); n <= 5; n++ {
-				if testing.Short() && n != 3 && n != d.minRanks {
-					continue
-				}
-				t.Run(fmt.Sprintf("%s/%s/n=%d", mode, d.name, n), func(t *testing.T) {
-					t.Parallel()
-					opts := &braid.Options{Timeout: 5 * time.Second}
-					if mode == "strict" {
-						opts.Check = "strict"
+	for _, path := range []string{"sched", "area"} {
+		for _, mode := range []string{"default", "strict"} {
+			for i, d := range disagreements {
+				for n := max(2, d.minRanks); n <= 5; n++ {
+					if testing.Short() && n != 3 && n != d.minRanks {
+						continue
 					}
-					start := time.Now()
-					outs := make([]disagreeOutcome, n)
-					onRanks(t, n, opts, func(c *braid.Comm) error {
-						ctx := context.Background()
-						o := &outs[c.Rank()]
-						o.call = d.call(ctx, c)
-						o.next = c.Barrier(ctx)
-						return nil
+					next := nextFor(i, n)
+					t.Run(fmt.Sprintf("%s/%s/%s/n=%d/then-%s", path, mode, d.name, n, next.name), func(t *testing.T) {
+						t.Parallel()
+						opts := &braid.Options{Timeout: 5 * time.Second, Algo: schedOnly}
+						if path == "area" {
+							opts.Algo = "shm"
+						}
+						if mode == "strict" {
+							opts.Check = "strict"
+						}
+						start := time.Now()
+						outs := make([]disagreeOutcome, n)
+						onRanks(t, n, opts, func(c *braid.Comm) error {
+							ctx := context.Background()
+							o := &outs[c.Rank()]
+							o.call = d.call(ctx, c)
+							o.next = next.call(ctx, c)
+							return nil
+						})
+						for r, o := range outs {
+							if v := o.verdict(mode == "strict"); v != "" {
+								t.Errorf("rank %d: %s", r, v)
+							}
+						}
+						if t.Failed() {
+							t.Logf("after %v", time.Since(start).Round(time.Millisecond))
+						}
 					})
-					for r, o := range outs {
-						if v := o.verdict(mode == "strict"); v != "" {
-							t.Errorf("rank %d: %s", r, v)
+				}
+			}
+		}
+	}
+}
+
+// TestAgreementNextCalls checks the other side of the lagged confirmation:
+// ranks that agree run long sequences of calls that are not complete
+// everywhere (broadcasts, reduces, scatters and gathers from every root,
+// and calls of no elements), on schedules and on the shared area, with
+// right results and no error.
+func TestAgreementNextCalls(t *testing.T) {
+	for _, path := range []string{"sched", "area"} {
+		for n := 2; n <= 4; n++ {
+			t.Run(fmt.Sprintf("%s/n=%d", path, n), func(t *testing.T) {
+				t.Parallel()
+				opts := &braid.Options{Timeout: 10 * time.Second, Algo: schedOnly}
+				if path == "area" {
+					opts.Algo = "shm"
+				}
+				errs := onRanks(t, n, opts, func(c *braid.Comm) error {
+					ctx := context.Background()
+					for i := range 60 {
+						root := i % n
+						b := make([]float32, 8)
+						if c.Rank() == root {
+							for j := range b {
+								b[j] = float32(i + j)
+							}
+						}
+						var err error
+						switch i % 5 {
+						case 0:
+							if err = c.Bcast(ctx, b, root); err == nil && b[7] != float32(i+7) {
+								return fmt.Errorf("call %d: bcast gave %v", i, b)
+							}
+						case 1:
+							out := make([]float32, 8)
+							in := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+							if err = c.Reduce(ctx, in, out, braid.Sum, root); err == nil && c.Rank() == root && out[0] != float32(n) {
+								return fmt.Errorf("call %d: reduce gave %v", i, out)
+							}
+						case 2:
+							err = c.Scatter(ctx, make([]float32, 2*n), make([]float32, 2), root)
+						case 3:
+							err = c.Gather(ctx, make([]float32, 2), make([]float32, 2*n), root)
+						case 4:
+							err = c.Bcast(ctx, []float32{}, root)
+						}
+						if err != nil {
+							return fmt.Errorf("call %d: %w", i, err)
 						}
 					}
-					if t.Failed() {
-						t.Logf("after %v", time.Since(start).Round(time.Millisecond))
-					}
+					return c.Barrier(ctx)
 				})
-			}
+				for r, err := range errs {
+					if err != nil {
+						t.Errorf("rank %d: %v", r, err)
+					}
+				}
+			})
 		}
 	}
 }
@@ -218,19 +321,33 @@ func (b *lockedBuffer) String() string {
 }
 
 // disagreeChild is one rank of TestDisagreementProcs: it makes the
-// disagreeing call BRAID_TEST_CASE names, then closes the communicator,
-// and prints what each returned.
+// disagreeing call BRAID_TEST_CASE names, then the next call
+// BRAID_TEST_NEXT names, then closes the communicator, and prints what
+// each returned.
 func disagreeChild() int {
-	name := os.Getenv("BRAID_TEST_CASE")
+	name, nextName := os.Getenv("BRAID_TEST_CASE"), os.Getenv("BRAID_TEST_NEXT")
 	var d *disagreement
 	for i := range disagreements {
 		if disagreements[i].name == name {
 			d = &disagreements[i]
 		}
 	}
-	if d == nil {
-		fmt.Fprintf(os.Stderr, "unknown case %q\n", name)
+	if name == sameArgs.name {
+		d = &sameArgs
+	}
+	var next *nextCall
+	for i := range nextCalls {
+		if nextCalls[i].name == nextName {
+			next = &nextCalls[i]
+		}
+	}
+	if d == nil || next == nil {
+		fmt.Fprintf(os.Stderr, "unknown case %q or next call %q\n", name, nextName)
 		return 2
+	}
+	if a := os.Getenv("BRAID_TEST_ALGO_LAST"); a != "" && os.Getenv("BRAID_RANK") == fmt.Sprint(mustAtoi(os.Getenv("BRAID_WORLD_SIZE"))-1) {
+		// The last rank plans differently (TestAreaAgainstSchedule).
+		os.Setenv("BRAID_ALGO", a)
 	}
 	ctx := context.Background()
 	c, err := braid.Init(ctx, nil)
@@ -240,36 +357,44 @@ func disagreeChild() int {
 	}
 	start := time.Now()
 	o := disagreeOutcome{call: d.call(ctx, c)}
-	o.next = c.Close()
+	o.next = next.call(ctx, c)
+	cerr := c.Close()
 	fmt.Printf("RESULT %d %d %s\n", braid.KindOf(o.call), braid.KindOf(o.next), time.Since(start).Round(time.Millisecond))
-	fmt.Printf("ERRORS %v | %v\n", o.call, o.next)
+	fmt.Printf("ERRORS %v | %v | close: %v\n", o.call, o.next, cerr)
 	return 0
 }
 
-// TestDisagreementProcs runs every disagreement on processes, over shm and
-// over tcp (BRAID_TRANSPORT=tcp), in the default mode and in strict mode
-// (BRAID_CHECK=strict): every rank must report Mismatch, in strict mode
-// from the call, else at the latest from Close (collective for processes).
-// Under the race detector, strict mode runs each case over one transport.
+// TestDisagreementProcs runs every disagreement on processes (2 to 5 of
+// them, in turn): on schedules over shm and over tcp, and on the host's
+// shared area (BRAID_ALGO=shm, for the collectives it runs), in the
+// default mode and in strict mode (BRAID_CHECK=strict). Every rank must
+// report Mismatch: in strict mode from the call, else at the latest from
+// the next call, which does not depend on every rank (nextCalls), not
+// from Close. Under the race detector, strict mode runs each case on one
+// path.
 func TestDisagreementProcs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	for _, tr := range []string{"shm", "tcp"} {
+	for pi, path := range []string{"shm", "tcp", "area"} {
 		for _, mode := range []string{"default", "strict"} {
 			for i, d := range disagreements {
-				n := max(3, d.minRanks)
-				if d.name == "gather-roots" {
-					n = 2
-				}
-				if raceEnabled && mode == "strict" && (i%2 == 0) != (tr == "shm") {
+				n := max(2+(i+pi)%4, d.minRanks)
+				if raceEnabled && mode == "strict" && i%3 != pi {
 					// Under the race detector (CI), strict mode on one
-					// transport per case, alternately.
+					// path per case, in turn.
 					continue
 				}
-				t.Run(fmt.Sprintf("%s/%s/%s", tr, mode, d.name), func(t *testing.T) {
+				next := nextFor(i+pi, n)
+				t.Run(fmt.Sprintf("%s/%s/%s/n=%d/then-%s", path, mode, d.name, n, next.name), func(t *testing.T) {
 					t.Parallel()
-					env := []string{"BRAID_TEST_CASE=" + d.name, "BRAID_TRANSPORT=" + tr, "BRAID_TIMEOUT=10s"}
+					env := []string{"BRAID_TEST_CASE=" + d.name, "BRAID_TEST_NEXT=" + next.name, "BRAID_TIMEOUT=10s"}
+					switch path {
+					case "area":
+						env = append(env, "BRAID_TRANSPORT=shm", "BRAID_ALGO=shm")
+					default:
+						env = append(env, "BRAID_TRANSPORT="+path, "BRAID_ALGO="+schedOnly)
+					}
 					if mode == "strict" {
 						env = append(env, "BRAID_CHECK=strict")
 					}
@@ -288,7 +413,7 @@ func TestDisagreementProcs(t *testing.T) {
 						}
 						ok := braid.ErrorKind(k1) == braid.Mismatch || mode == "default" && k1 == 0 && braid.ErrorKind(k2) == braid.Mismatch
 						if !ok {
-							t.Errorf("rank %d: call %v, close %v after %s: %s", r, braid.ErrorKind(k1), braid.ErrorKind(k2), took, errs)
+							t.Errorf("rank %d: call %v, next call %v after %s: %s", r, braid.ErrorKind(k1), braid.ErrorKind(k2), took, errs)
 						}
 					}
 				})
@@ -320,6 +445,117 @@ func TestStrictNamesCalls(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("rank %d: %q does not say %q", r, err, w)
 			}
+		}
+	}
+}
+
+// TestMismatchPeerOnSplit checks that a Mismatch on a split communicator
+// names its peer by its rank in that communicator, not in the world: 4
+// ranks split in reverse order (rank r of the split is world rank 3−r),
+// and the split's rank 0 broadcasts where the others reduce.
+func TestMismatchPeerOnSplit(t *testing.T) {
+	const n = 4
+	var d disagreement
+	for _, x := range disagreements {
+		if x.name == "bcast-vs-reduce" {
+			d = x
+		}
+	}
+	type seen struct {
+		rank int
+		err  error
+	}
+	got := make([]seen, n)
+	onRanks(t, n, &braid.Options{Timeout: 5 * time.Second, Algo: schedOnly}, func(c *braid.Comm) error {
+		ctx := context.Background()
+		sub, err := c.Split(ctx, 0, -c.Rank())
+		if err != nil {
+			return err
+		}
+		s := &got[c.Rank()]
+		s.rank = sub.Rank()
+		if s.err = d.call(ctx, sub); s.err == nil {
+			s.err = nextCalls[0].call(ctx, sub)
+		}
+		return nil
+	})
+	worldRE := regexp.MustCompile(`world rank (\d+)'s messages for it carry signature`)
+	direct := 0
+	for w, s := range got {
+		var be *braid.Error
+		if !errors.As(s.err, &be) || be.Kind != braid.Mismatch {
+			t.Errorf("world rank %d (split rank %d): %v, want Mismatch", w, s.rank, s.err)
+			continue
+		}
+		if s.rank != n-1-w {
+			t.Fatalf("world rank %d is rank %d of the split, want %d", w, s.rank, n-1-w)
+		}
+		if be.Peer < -1 || be.Peer >= n {
+			t.Errorf("world rank %d: Peer %d out of range: %v", w, be.Peer, s.err)
+		}
+		// The rank that compared the signatures names the sender by world
+		// rank in the text and by split rank in Peer.
+		if m := worldRE.FindStringSubmatch(s.err.Error()); m != nil && strings.Count(s.err.Error(), "messages for it carry signature") == 1 {
+			var wp int
+			fmt.Sscan(m[1], &wp)
+			if be.Peer != n-1-wp {
+				t.Errorf("world rank %d: Peer %d, but the sender was world rank %d, rank %d of the split: %v", w, be.Peer, wp, n-1-wp, s.err)
+			}
+			direct++
+		}
+	}
+	if direct == 0 {
+		t.Errorf("no rank reported the signatures it compared: %v", got)
+	}
+}
+
+// sameArgs is a call on which the ranks agree, unless they plan it
+// differently (TestAreaAgainstSchedule).
+var sameArgs = disagreement{"same-args", 2, func(ctx context.Context, c *braid.Comm) error {
+	b := make([]float32, 64)
+	return c.Allreduce(ctx, b, b, braid.Sum)
+}}
+
+// TestAreaAgainstSchedule runs each disagreement, and a call whose
+// arguments agree, on processes whose last rank plans differently from
+// the others: the others through the host's shared area (BRAID_ALGO=shm)
+// and the last on schedules over shm, or the other way round. A rank
+// that waits in the area for a rank that runs a schedule of the same call
+// number, or the reverse, must get Mismatch (naming its own call and how
+// it ran it), by the next call at the latest, not a Timeout.
+func TestAreaAgainstSchedule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	cases := append([]disagreement{sameArgs}, disagreements...)
+	for li, lastArea := range []bool{false, true} {
+		for i, d := range cases {
+			n := max(2+(i+li)%3, d.minRanks)
+			next := nextFor(i+li, n)
+			base, last := "shm", schedOnly
+			if lastArea {
+				base, last = schedOnly, "shm"
+			}
+			t.Run(fmt.Sprintf("last-area=%v/%s/n=%d/then-%s", lastArea, d.name, n, next.name), func(t *testing.T) {
+				t.Parallel()
+				res := procRun(t, n, "disagree", "", "BRAID_TEST_CASE="+d.name, "BRAID_TEST_NEXT="+next.name, "BRAID_TIMEOUT=10s",
+					"BRAID_TRANSPORT=shm", "BRAID_ALGO="+base, "BRAID_TEST_ALGO_LAST="+last)
+				for r := range n {
+					var k1, k2 int
+					var took, errs string
+					for _, l := range res[r] {
+						if s, ok := strings.CutPrefix(l, "RESULT "); ok {
+							fmt.Sscanf(s, "%d %d %s", &k1, &k2, &took)
+						}
+						if s, ok := strings.CutPrefix(l, "ERRORS "); ok {
+							errs = s
+						}
+					}
+					if braid.ErrorKind(k1) != braid.Mismatch && (k1 != 0 || braid.ErrorKind(k2) != braid.Mismatch) {
+						t.Errorf("rank %d: call %v, next call %v after %s: %s", r, braid.ErrorKind(k1), braid.ErrorKind(k2), took, errs)
+					}
+				}
+			})
 		}
 	}
 }

@@ -50,8 +50,14 @@ type Error struct {
 	Kind ErrorKind
 	Rank int    // the reporting rank in the communicator
 	Call string // "allreduce", "send", "init", ...
-	Peer int    // the peer concerned, or -1
+	Peer int    // the peer concerned, or -1: its rank in the communicator
 	Err  error  // the underlying cause
+
+	// wpeer is the peer's world rank, set when the error is recorded as
+	// the job's failure (wknown), so that a communicator that reports it
+	// gives the peer's rank in itself (Comm.peerIn).
+	wpeer  int
+	wknown bool
 }
 
 func (e *Error) Error() string {

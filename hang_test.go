@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,11 @@ import (
 )
 
 func init() { childRoles["hang"] = hangChild }
+
+var (
+	callRE  = regexp.MustCompile(`waited for rank 2 \(call (\d+),`)
+	stuckRE = regexp.MustCompile(`the job stuck at call (\d+) \(allreduce\) of communicator [0-9a-f]{8}: .*`)
+)
 
 // hangChild is one rank of TestHungRankNamed: it writes its pid where the
 // test finds it, then calls allreduce until a call fails, and prints the
@@ -94,7 +100,8 @@ func TestHungRankNamed(t *testing.T) {
 			}
 			took := time.Since(stopped)
 			syscall.Kill(hung, syscall.SIGKILL)
-			<-done
+			runErr := <-done
+			calls := map[string]bool{}
 			for _, l := range strings.Split(out.String(), "\n") {
 				i := strings.Index(l, "] RESULT ")
 				if i < 0 {
@@ -107,8 +114,31 @@ func TestHungRankNamed(t *testing.T) {
 				if braid.ErrorKind(kind) != braid.Timeout || peer != 2 || !strings.Contains(l, "waited for rank 2 (call ") {
 					t.Errorf("rank %d: want a Timeout naming peer rank 2: %s", r, l)
 				}
+				if m := callRE.FindStringSubmatch(l); m != nil {
+					calls[m[1]] = true
+				}
 			}
 			t.Logf("every rank reported %v after rank 2 stopped", took.Round(time.Millisecond))
+			// braid run's verdict (launch.Run's error) names the call where
+			// the job stuck, the same the ranks' errors name, and rank 2 as
+			// the rank that never reached it (issue 17, item 6).
+			t.Logf("braid run: %v", runErr)
+			m := stuckRE.FindStringSubmatch(fmt.Sprint(runErr))
+			switch {
+			case m == nil:
+				t.Errorf("braid run's verdict names no stuck call: %v", runErr)
+			case !calls[m[1]] || len(calls) != 1:
+				t.Errorf("braid run's verdict names call %s, the ranks' errors calls %v", m[1], calls)
+			case !strings.Contains(m[0], "; rank 2 never reported reaching it"):
+				// Ranks 0, 1 and 3 are in the call or past it (a rank
+				// of a ring may finish its part and enter the next).
+				t.Errorf("braid run's verdict does not name rank 2 alone as never reaching the call: %v", runErr)
+			}
+			// A generous bound, not a measure of speed: the acceptance
+			// asks for BRAID_TIMEOUT + 2 s.
+			if took > 2*time.Second+30*time.Second {
+				t.Errorf("the ranks reported %v after rank 2 stopped", took)
+			}
 			if t.Failed() {
 				t.Logf("output:\n%s", out.String())
 			}

@@ -27,7 +27,7 @@ func TestImportRules(t *testing.T) {
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
 		"transport": {},
 		// The profiler records what the root package tells it.
-		"profile": {"internal/size"},
+		"profile": {"internal/size", "internal/arrival"},
 		// Leaf helpers that any layer may use import nothing of Braid.
 		"internal/size":     {},
 		"internal/textfile": {},

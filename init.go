@@ -47,12 +47,13 @@ func Init(ctx context.Context, opts *Options) (*Comm, error) {
 		return nil, classify(info.Rank, "init", err)
 	}
 	c.w.startProfile()
+	c.w.startFlight()
 	return c, nil
 }
 
 func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error) {
 	w := &world{rank: info.Rank, size: info.Size, opts: o, model: o.model(),
-		logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
+		logger: log.New(o.Log, "braid: ", log.Lmicroseconds), clock: newClock()}
 	w.agg.job, w.agg.secret = info.JobID, info.Secret
 	w.hosts = make([]string, info.Size)
 	w.numa = make([]int, info.Size)
@@ -172,6 +173,9 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		// being connected: tell the peers of the meshes made since.
 		w.abortMeshes(e, e.Peer)
 	}
+	if err := w.syncClock(ctx, jobComm(info.JobID)); err != nil {
+		return fail(err)
+	}
 	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
 	c.root = true
 	if len(remote) == 0 {
@@ -231,8 +235,12 @@ func (w *world) watchStore(store bootstrap.Store, info *bootstrap.Info) {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			bootstrap.ReportFailure(ctx, store, bootstrap.Failure{Rank: w.rank, Time: time.Now(), Kind: e.Kind.String(),
-				Peer: peer, Echo: errors.Is(e.Err, transport.ErrAborted), Msg: e.Error()})
+			f := bootstrap.Failure{Rank: w.rank, Time: time.Now(), Kind: e.Kind.String(),
+				Peer: peer, Echo: errors.Is(e.Err, transport.ErrAborted), Msg: e.Error()}
+			if fe, ok := w.stuckCall(); ok {
+				f.InCall, f.Comm, f.Seq, f.Call, f.Waited = true, fe.comm, fe.seq, fe.name, fe.waitPeer
+			}
+			bootstrap.ReportFailure(ctx, store, f)
 		})
 	}
 	lost, why := bootstrap.Lost(store)

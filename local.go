@@ -59,9 +59,10 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 			return nil, &Error{Kind: Internal, Rank: -1, Call: "newlocal", Peer: -1, Err: err}
 		}
 	}
+	clk := newClock() // one process: one clock, whatever hosts the ranks claim
 	for r := range n {
 		w := &world{rank: r, size: n, opts: o, model: o.model(), hosts: hosts,
-			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds)}
+			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds), clock: clk}
 		w.agg.job, w.agg.secret = job, secret
 		m, err := t.Connect(context.Background(), transport.Config{Self: transport.Endpoint{Rank: r}, World: n, Lost: w.lost, Unexpected: w.unexpected})
 		if err != nil {
@@ -76,6 +77,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		comms[r] = newComm(w, 1, r, identity(n))
 		comms[r].root = true
 		w.startProfile()
+		w.startFlight()
 		if groups != nil {
 			comms[r].node = groups[r]
 			w.localAreas = areas

@@ -128,8 +128,13 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		c.node.Skip(ctx, r.ticket)
 		return err
 	}
-	defer c.w.end(c.id, r.seq)
-	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq}
+	stamps := getStamps(c.Size())
+	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq,
+		Arrive: uint64(k.arrive), Arrivals: *stamps}
+	defer func() {
+		c.endCall(k, r.seq, rerr != nil, *stamps)
+		stampPool.Put(stamps)
+	}()
 	if _, ok := ctx.Deadline(); !ok {
 		// As the schedules' calls hold their timeout for a peer that
 		// waits too (blame.go), a call through the area waits a little

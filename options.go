@@ -194,6 +194,15 @@ type Options struct {
 	// BRAID_PROFILE. Empty profiles nothing. The directory must exist and
 	// be writable; a value such as "1" or "on" is InvalidArgument.
 	Profile string
+
+	// Flight says where the flight recorder's dumps go (BRAID_FLIGHT):
+	// every rank keeps its last 64 collective calls (sequence number,
+	// call, bytes, algorithm, state, arrival and end, arrival pattern)
+	// and dumps them when a call first fails on it or Abort is called
+	// (the last 16 calls), and on SIGUSR1 (all 64). Empty: to standard
+	// error; a directory: appended to DIR/braid-flight.RANK; "off": no
+	// dumps, and SIGUSR1 keeps its default action.
+	Flight string
 }
 
 // The values of Options.Bind.
@@ -348,6 +357,10 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		if err := checkProfile(r.Profile); err != nil {
 			return r, fmt.Errorf("%s=%q: %v", src, r.Profile, err)
 		}
+	}
+	src = from("Flight", "BRAID_FLIGHT", &r.Flight)
+	if err := checkFlight(r.Flight); err != nil {
+		return r, fmt.Errorf("%s=%q: %v", src, r.Flight, err)
 	}
 	r.Devices = slices.Clone(r.Devices)
 	return r, nil

@@ -161,6 +161,15 @@ func TestResolveKnobs(t *testing.T) {
 			want: []string{`BRAID_PROFILE="` + dir + `/": want a file prefix, not a directory`}},
 		{name: "profile in a file", env: map[string]string{"BRAID_PROFILE": filepath.Join(goodTable, "p")},
 			want: []string{`BRAID_PROFILE=`, goodTable + " is not a directory"}},
+		{name: "flight stderr", env: map[string]string{"BRAID_FLIGHT": ""}},
+		{name: "flight off", env: map[string]string{"BRAID_FLIGHT": "off"}},
+		{name: "flight dir", env: map[string]string{"BRAID_FLIGHT": dir}},
+		{name: "flight on", env: map[string]string{"BRAID_FLIGHT": "1"},
+			want: []string{`BRAID_FLIGHT="1": want off, or a directory`}},
+		{name: "flight no directory", opts: Options{Flight: filepath.Join(dir, "nosuch")},
+			want: []string{`Options.Flight="` + filepath.Join(dir, "nosuch") + `": directory`, "no such file or directory"}},
+		{name: "flight in a file", env: map[string]string{"BRAID_FLIGHT": goodTable},
+			want: []string{`BRAID_FLIGHT=`, goodTable + " is not a directory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"BRAID_TUNING": "none"}

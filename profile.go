@@ -80,7 +80,19 @@ func (c *Comm) profCollective(p *profile.Recorder, k *call, t0 int64, errp *erro
 	t1 := p.End(t0)
 	cl := c.profCall(k)
 	cl.Start, cl.End, cl.Failed = t0, t1, *errp != nil
+	profArrival(&cl, k)
 	p.Record(&cl)
+}
+
+// profArrival copies what the rank knew of k's arrival pattern into cl.
+func profArrival(cl *profile.Call, k *call) {
+	if k.pat.arrive == 0 {
+		return
+	}
+	cl.Arrive, cl.Return = k.pat.arrive, k.pat.end
+	if k.pat.known {
+		cl.Known, cl.Worst, cl.Average = true, k.pat.worst, k.pat.avg
+	}
 }
 
 // profCall describes the collective k for the profiler.
@@ -206,6 +218,7 @@ func (o *profOp) done(err error) {
 	switch {
 	case o.k != nil:
 		cl = o.c.profCall(o.k)
+		profArrival(&cl, o.k)
 		o.seq = o.k.seq
 	case o.ok:
 		cl = o.p2p

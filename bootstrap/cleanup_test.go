@@ -207,6 +207,8 @@ func TestFailureReports(t *testing.T) {
 	want := []Failure{
 		{Rank: 3, Time: t0, Kind: "timeout", Peer: 2, Msg: "braid: rank 3: allreduce: timeout\twith a tab"},
 		{Rank: 0, Time: t0.Add(time.Millisecond), Kind: "aborted", Peer: -1, Echo: true, Msg: strings.Repeat("x", 3*MaxFailureMsg)},
+		{Rank: 1, Time: t0, Kind: "timeout", Peer: 2, Echo: true, Msg: "in a call\twith a tab",
+			InCall: true, Comm: 0xdeadbeef, Seq: 812, Call: "allreduce", Waited: 0},
 	}
 	for _, f := range want {
 		if err := ReportFailure(ctx, s, f); err != nil {
@@ -214,7 +216,7 @@ func TestFailureReports(t *testing.T) {
 		}
 	}
 	got, err := Failures(ctx, s)
-	if err != nil || len(got) != 2 {
+	if err != nil || len(got) != len(want) {
 		t.Fatalf("Failures = %v, %v", got, err)
 	}
 	want[1].Msg = want[1].Msg[:MaxFailureMsg]

@@ -21,6 +21,15 @@ type Failure struct {
 	// (that rank aborted the job): it is a consequence, not a cause.
 	Echo bool
 	Msg  string // the error, at most MaxFailureMsg bytes
+
+	// Where the rank was (its flight recorder's oldest call in flight),
+	// if InCall: the communicator, the call's sequence number and name,
+	// and the world rank it waited for when it stalled (or -1).
+	InCall bool
+	Comm   uint32
+	Seq    uint32
+	Call   string
+	Waited int
 }
 
 // MaxFailureMsg bounds Failure.Msg.
@@ -45,6 +54,10 @@ func ReportFailure(ctx context.Context, s Store, f Failure) error {
 		echo = 1
 	}
 	v := fmt.Sprintf("1\t%d\t%d\t%s\t%d\t%d\t%s", f.Rank, f.Time.UnixNano(), strings.ReplaceAll(f.Kind, "\t", " "), f.Peer, echo, msg)
+	if f.InCall {
+		v = fmt.Sprintf("2\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s", f.Rank, f.Time.UnixNano(), strings.ReplaceAll(f.Kind, "\t", " "), f.Peer, echo,
+			f.Comm, f.Seq, strings.ReplaceAll(f.Call, "\t", " "), f.Waited, msg)
+	}
 	return s.Set(ctx, failuresKey+"/"+strconv.FormatInt(n, 10), []byte(v))
 }
 
@@ -70,6 +83,22 @@ func Failures(ctx context.Context, s Store) ([]Failure, error) {
 }
 
 func parseFailure(v string) (Failure, bool) {
+	if strings.HasPrefix(v, "2\t") {
+		p := strings.SplitN(v, "\t", 11)
+		if len(p) != 11 {
+			return Failure{}, false
+		}
+		v1 := []string{"1", p[1], p[2], p[3], p[4], p[5], p[10]}
+		f, ok := parseFailure(strings.Join(v1, "\t"))
+		comm, err1 := strconv.ParseUint(p[6], 10, 32)
+		seq, err2 := strconv.ParseUint(p[7], 10, 32)
+		waited, err3 := strconv.Atoi(p[9])
+		if !ok || err1 != nil || err2 != nil || err3 != nil {
+			return Failure{}, false
+		}
+		f.InCall, f.Comm, f.Seq, f.Call, f.Waited = true, uint32(comm), uint32(seq), p[8], waited
+		return f, true
+	}
 	p := strings.SplitN(v, "\t", 7)
 	if len(p) != 7 || p[0] != "1" {
 		return Failure{}, false

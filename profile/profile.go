@@ -50,6 +50,15 @@ type Call struct {
 	Start, End, Issue int64
 
 	Failed bool // the call returned an error: it counts in Failed and time, not in Calls, bytes or histograms
+
+	// Collectives: the call's arrival (entry) and return on the job's
+	// common clock, in nanoseconds (0: unknown), which go to the
+	// summary's arrival log (see Summary.Arrivals); and, where this rank
+	// knew every rank's arrival (calls through the host's shared area),
+	// the call's worst-case and average-case imbalance times, ns.
+	Arrive, Return int64
+	Known          bool
+	Worst, Average int64
 }
 
 // MaxEvents is how many calls a rank's trace keeps. Up to MaxEvents calls it
@@ -101,6 +110,8 @@ type Recorder struct {
 	small    uint64      // small blocking calls recorded
 	sampling atomic.Bool // Begin times one call in SampleEvery
 	tick     atomic.Uint64
+
+	arrivals []Arrival // the arrival log (see Summary.Arrivals)
 }
 
 // New returns a recorder for world rank rank of size ranks on host whose
@@ -155,6 +166,9 @@ type stat struct {
 	hist     [64]bin // hist[n]: calls of (2^(n−1), 2^n] bytes
 	algos    []algoN // calls per (algorithm, bin)
 	lastAlgo *algoN  // the last call's entry
+
+	known                uint64 // calls whose every rank's arrival was known
+	worst, average, wmax int64  // their imbalance times, summed (worst, average) and the largest
 }
 
 type bin struct {
@@ -261,6 +275,16 @@ func (r *Recorder) Record(c *Call) {
 		s.span += d
 		h.timed++
 		h.time += d
+	}
+	if c.Known {
+		s.known++
+		s.worst += c.Worst
+		s.average += c.Average
+		s.wmax = max(s.wmax, c.Worst)
+	}
+	if c.Arrive != 0 && logArrival(c.Seq, len(r.arrivals)) {
+		r.arrivals = append(r.arrivals, Arrival{Comm: c.Comm, Seq: c.Seq, Name: c.Name, Group: c.Group, Rank: c.Rank,
+			Bytes: c.Bytes, ArriveNS: c.Arrive, ReturnNS: c.Return})
 	}
 	if a := s.lastAlgo; a != nil && a.algo == c.Algo && a.bin == n {
 		a.calls++
@@ -472,8 +496,16 @@ func (r *Recorder) summary(wall int64) *Summary {
 		for _, a := range st.algos {
 			c.Algos = append(c.Algos, AlgoCount{Algo: a.algo, Upper: BinUpper(a.bin), Calls: a.calls})
 		}
+		if st.known > 0 {
+			sp := us(st.worst) / float64(st.known)
+			c.ArrivalSpreadUs = &sp
+			c.ArrivalKnown = st.known
+			c.ArrivalAverageUs = us(st.average) / float64(st.known)
+			c.ArrivalMaxUs = us(st.wmax)
+		}
 		s.Calls = append(s.Calls, c)
 	}
+	s.Arrivals = append([]Arrival(nil), r.arrivals...)
 	for _, p := range r.peers {
 		s.P2P = append(s.P2P, *p)
 	}
@@ -484,6 +516,20 @@ func (r *Recorder) summary(wall int64) *Summary {
 }
 
 func us(ns int64) float64 { return float64(ns) / 1e3 }
+
+// The arrival log keeps, per rank, the collectives whose sequence number
+// is at most ArrivalAll or a multiple of ArrivalEvery, up to MaxArrivals
+// records: the same calls on every rank of a program whose ranks make the
+// same calls, so that braid prof finds every rank's arrival at them.
+const (
+	ArrivalAll   = 4096
+	ArrivalEvery = 64
+	MaxArrivals  = 16384
+)
+
+func logArrival(seq uint32, n int) bool {
+	return n < MaxArrivals && (seq <= ArrivalAll || seq%ArrivalEvery == 0)
+}
 
 func share(part, whole int64) float64 {
 	if whole <= 0 {

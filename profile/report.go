@@ -325,18 +325,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintln(w, "\narrival spread (latest minus earliest rank's entry):")
-	spread := false
-	for _, m := range ms {
-		if len(m.Spread) > 0 {
-			spread = true
-			mean, lo, hi := stats(m.Spread)
-			fmt.Fprintf(w, "  %s: mean %s µs, min %s, max %s\n", m.Label, usText(mean), usText(lo), usText(hi))
-		}
-	}
-	if !spread {
-		fmt.Fprintln(w, "  n/a: the ranks do not exchange arrival times yet")
-	}
+	r.writePatterns(w, ms)
 
 	fmt.Fprintln(w, "\nper rank")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

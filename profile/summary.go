@@ -35,6 +35,24 @@ type Summary struct {
 	Calls   []CallStats `json:"calls"`    // by name, kind and blocking, in the order of their first call
 	P2P     []PeerStats `json:"p2p"`      // point-to-point partners, by world rank
 	Trace   TraceInfo   `json:"trace"`
+
+	// Arrivals is the arrival log: the rank's arrival at and return from
+	// sampled collective calls (see ArrivalAll), on the job's common
+	// clock, from which braid prof measures each call's arrival pattern
+	// over every rank.
+	Arrivals []Arrival `json:"arrivals,omitempty"`
+}
+
+// Arrival is one collective call in a rank's arrival log.
+type Arrival struct {
+	Comm     uint32 `json:"comm"`
+	Seq      uint32 `json:"seq"`
+	Name     string `json:"call"`
+	Group    int    `json:"group"` // the communicator's size
+	Rank     int    `json:"rank"`  // the rank in the communicator
+	Bytes    int64  `json:"bytes"`
+	ArriveNS int64  `json:"arrive_ns"` // on the job's clock: CLOCK_MONOTONIC of rank 0's host
+	ReturnNS int64  `json:"return_ns"` // 0 where the rank did not read its clock (a sample of small calls)
 }
 
 // CallStats counts the calls of one name, kind and blocking.
@@ -68,10 +86,16 @@ type CallStats struct {
 	Hist  []Bin       `json:"hist"`  // successful calls per size bin (SizeBin), bins with calls only
 	Algos []AlgoCount `json:"algos"` // successful calls per algorithm and size bin
 
-	// ArrivalSpreadUs is the spread of the ranks' arrival at the calls
-	// (latest minus earliest entry), once arrival times are exchanged;
-	// null (nil) until then.
-	ArrivalSpreadUs *float64 `json:"arrival_spread_us"`
+	// ArrivalSpreadUs is the mean spread of the ranks' arrival at the
+	// calls in which this rank knew every rank's arrival (ArrivalKnown of
+	// them: calls through the host's shared area): the worst-case
+	// imbalance time Ω, latest minus earliest entry; null when there were
+	// none. ArrivalAverageUs is their mean average-case imbalance time
+	// Δ̄, ArrivalMaxUs their largest Ω.
+	ArrivalSpreadUs  *float64 `json:"arrival_spread_us"`
+	ArrivalKnown     uint64   `json:"arrival_known,omitempty"`
+	ArrivalAverageUs float64  `json:"arrival_average_us,omitempty"`
+	ArrivalMaxUs     float64  `json:"arrival_max_us,omitempty"`
 }
 
 // Bin is one bin of a size histogram: calls of (Upper/2, Upper] bytes

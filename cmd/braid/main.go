@@ -52,7 +52,11 @@ that names the variable):
   BRAID_PROFILE    FILE: every rank records its calls (counts, bytes, time share,
                    size histograms, overlap, partners, algorithms) and writes
                    FILE.RANK and the Chrome trace FILE.RANK.trace.json at Close;
-                   braid prof FILE merges them
+                   braid prof FILE merges them and measures the arrival patterns
+  BRAID_FLIGHT     where the flight recorder's dumps go (each rank's last 64
+                   calls, dumped at its first failure or Abort and on SIGUSR1):
+                   empty for standard error, a directory DIR for
+                   DIR/braid-flight.RANK, off for none
   BRAID_HOST       host identity override (ranks with equal host use shared memory;
                    default: the host name and a hash of the boot id, namespaces
                    and /dev/shm's device)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,10 +84,18 @@ func TestProfileBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("braid prof: %v\n%s", err, out)
 	}
-	for _, w := range []string{"Braid profile of 4 of 4 ranks (0-3)", "message sizes", "algorithms", "n/a"} {
+	for _, w := range []string{"Braid profile of 4 of 4 ranks (0-3)", "message sizes", "algorithms", "arrival patterns"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("braid prof lacks %q:\n%s", w, out)
 		}
+	}
+	// Every rank logged its arrival at every call (fewer than
+	// profile.ArrivalAll): the patterns count each 8-byte allreduce once,
+	// a quarter of the calls the histogram counts over the ranks.
+	if m := regexp.MustCompile(`(?m)^\s*allreduce\s+≤ 8\s+(\d+)\s+1\s`).FindStringSubmatch(out); m == nil {
+		t.Errorf("braid prof has no arrival pattern of the 8-byte allreduces on one host:\n%s", out)
+	} else if h := regexp.MustCompile(`(?m)^\s*≤ 8\s+(\d+)\s`).FindStringSubmatch(out); h == nil || atoi(t, h[1]) != 4*atoi(t, m[1]) {
+		t.Errorf("arrival patterns of %s 8-byte allreduces, histogram %v over 4 ranks", m[1], h)
 	}
 	for _, f := range []string{hist, share} {
 		b, err := os.ReadFile(f)
@@ -142,4 +151,13 @@ func TestProfileLoopCounts(t *testing.T) {
 	if !regexp.MustCompile(`\n +≤ 2K +100\n`).MatchString(out) || !regexp.MustCompile(`\n +allreduce +collective +100 +0 +117\.2 KiB `).MatchString(out) {
 		t.Errorf("braid prof: want 100 allreduces of 1200 B over the ranks:\n%s", out)
 	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,10 @@ type ExitError struct {
 	// Cause is the error the rank reported through the job's store when
 	// its communicator failed, or "" if it reported none.
 	Cause string
+	// Stuck, if not empty, says at which call the job stuck: the ranks
+	// that reported being in it (their flight recorders' oldest call in
+	// flight) and the ranks that never reported reaching it.
+	Stuck string
 }
 
 // Error says which rank failed and how: "rank 2 exited with signal
@@ -85,10 +90,14 @@ func (e *ExitError) Error() string {
 	if e.Signal != 0 {
 		how = fmt.Sprintf("exited with signal %v", e.Signal)
 	}
-	if e.Cause == "" {
-		return fmt.Sprintf("rank %d %s", e.Rank, how)
+	stuck := ""
+	if e.Stuck != "" {
+		stuck = "; " + e.Stuck
 	}
-	return fmt.Sprintf("rank %d failed first: %s (it then %s)", e.Rank, strings.TrimPrefix(e.Cause, "braid: "), how)
+	if e.Cause == "" {
+		return fmt.Sprintf("rank %d %s%s", e.Rank, how, stuck)
+	}
+	return fmt.Sprintf("rank %d failed first: %s (it then %s)%s", e.Rank, strings.TrimPrefix(e.Cause, "braid: "), how, stuck)
 }
 
 // ExitCode returns the status a launcher should exit with: the rank's, or
@@ -480,7 +489,94 @@ func (j *job) blame(ended []*exit, stopAt time.Time) *ExitError {
 			consider(x.err, x.at)
 		}
 	}
+	if best != nil {
+		b := *best
+		b.Stuck = stuckAt(reports, len(ended))
+		best = &b
+	}
 	return best
+}
+
+// stuckAt summarises where the ranks' reports say the job stuck: the
+// earliest call that a reporting rank was in, on the communicator most
+// reports name; the ranks that were in it, and the ranks of the job that
+// reported neither it nor a later call of that communicator (for the
+// world communicator, the ranks that never arrived; a rank stopped inside
+// the call, which cannot report, counts among them). Empty when no
+// report says where its rank was.
+func stuckAt(reports []bootstrap.Failure, n int) string {
+	byComm := map[uint32]int{}
+	var comm uint32
+	for _, f := range reports {
+		if f.InCall {
+			byComm[f.Comm]++
+			if byComm[f.Comm] > byComm[comm] || byComm[comm] == 0 {
+				comm = f.Comm
+			}
+		}
+	}
+	if len(byComm) == 0 {
+		return ""
+	}
+	var seq uint32
+	name, first := "", true
+	for _, f := range reports {
+		if f.InCall && f.Comm == comm && (first || int32(f.Seq-seq) < 0) {
+			seq, name, first = f.Seq, f.Call, false
+		}
+	}
+	seen := make([]bool, n)
+	var in, past []int
+	var waits []string
+	for _, f := range reports {
+		if !f.InCall || f.Comm != comm || f.Rank < 0 || f.Rank >= n || seen[f.Rank] || int32(f.Seq-seq) < 0 {
+			continue
+		}
+		seen[f.Rank] = true
+		if f.Seq == seq {
+			in = append(in, f.Rank)
+			if f.Waited >= 0 {
+				waits = append(waits, fmt.Sprintf("rank %d for rank %d", f.Rank, f.Waited))
+			}
+		} else {
+			past = append(past, f.Rank)
+		}
+	}
+	var missing []int
+	for r := range n {
+		if !seen[r] {
+			missing = append(missing, r)
+		}
+	}
+	slices.Sort(in)
+	s := fmt.Sprintf("the job stuck at call %d (%s) of communicator %08x: %s in it", seq, name, comm, rankList(in))
+	if len(waits) > 0 {
+		slices.Sort(waits)
+		s += " (waiting: " + strings.Join(waits, ", ") + ")"
+	}
+	if len(past) > 0 {
+		slices.Sort(past)
+		s += fmt.Sprintf("; %s past it, in a later call", rankList(past))
+	}
+	if len(missing) > 0 {
+		s += fmt.Sprintf("; %s never reported reaching it (stopped, hung, dead or outside Braid)", rankList(missing))
+	}
+	return s
+}
+
+// rankList writes "rank 2" or "ranks 0, 1, 3".
+func rankList(rs []int) string {
+	if len(rs) == 0 {
+		return "no rank"
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = strconv.Itoa(r)
+	}
+	if len(rs) == 1 {
+		return "rank " + parts[0]
+	}
+	return "ranks " + strings.Join(parts, ", ")
 }
 
 // closeOutput waits up to grace for the output copiers to finish, then

@@ -10,7 +10,8 @@
 // bytes each) and four data slots of Group.Slot bytes:
 //
 //	line 0, 1   in[0], in[1]: the chunk number whose input is in slot in[p],
-//	            the call's signature, its length, and up to 48 bytes inline
+//	            the call's signature, its length, up to 40 bytes inline,
+//	            and the writer's arrival stamp (Call.Arrive)
 //	line 2, 3   res[0], res[1]: the chunk number whose partial result is in res[p]
 //	line 4      done: the last chunk this rank finished reading
 //	slots       in[0], in[1], res[0], res[1]
@@ -20,7 +21,7 @@
 // (the order of the communicator's calls, which MPI's rules make the same
 // everywhere), and chunk f uses parity p = f mod 2. A writer publishes a
 // chunk by storing its number into the flag line after the data (an atomic
-// store; readers load it atomically, then read the data). Data of at most 48
+// store; readers load it atomically, then read the data). Data of at most 40
 // bytes travels inside the flag line, so that an 8-byte allreduce costs each
 // reader one cache line per peer.
 //

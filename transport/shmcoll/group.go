@@ -17,7 +17,7 @@ import (
 // Layout of a block.
 const (
 	lineSize  = 64
-	inline    = lineSize - 16 // data bytes that travel inside a flag line
+	inline    = lineSize - 24 // data bytes that travel inside a flag line
 	ring      = 8             // flag lines per kind: chunk f uses line f mod ring
 	lineDone  = 2 * ring      // the last chunk the owner finished, and its running hash
 	histLen   = 16
@@ -31,6 +31,9 @@ const (
 	flagSig   = 8 // uint32
 	flagLen   = 12
 	flagBytes = 16
+	// flagArrive holds the writer's arrival stamp (Call.Arrive) in an
+	// input flag line, after the inline data.
+	flagArrive = lineSize - 8
 )
 
 // DefaultSlot is the size of a data slot, the largest chunk a collective
@@ -81,6 +84,7 @@ type Group struct {
 	hist    [histLen]uint64 // hash after chunk f, at f mod histLen
 	partial bool            // the last call did not read every rank's input flag
 	sink    uint64          // keeps touch's loads
+	stamp   uint64          // the current call's Call.Arrive
 	wake    *wake           // goroutine ranks: woken whenever a rank publishes
 
 	tickets atomic.Uint64 // handed out by Ticket
@@ -137,6 +141,15 @@ type Call struct {
 	// communicator's sequence number).
 	Name string
 	Seq  uint32
+	// Arrive is this rank's arrival stamp, opaque here (the caller's
+	// clock): it travels in the call's input flag lines. Arrivals, if
+	// not nil, has one word per rank and receives, by rank, this rank's
+	// own stamp and those of the ranks whose input flag it read (every
+	// rank's in allreduce, allgather, reducescatter and barrier; the
+	// root's in bcast; in reduce, the root reads every rank's, the others
+	// only when a chunk exceeds FlatMax); zero for the others.
+	Arrive   uint64
+	Arrivals []uint64
 
 	bo      transport.Backoff
 	wake    *wake       // goroutine ranks: the group's wake-up
@@ -232,6 +245,13 @@ func (g *Group) enter(c *Call) error {
 	}
 	c.chunk0 = g.f
 	c.wake = g.wake
+	g.stamp = c.Arrive
+	if len(c.Arrivals) == g.n {
+		clear(c.Arrivals)
+		c.Arrivals[g.rank] = c.Arrive
+	} else {
+		c.Arrivals = nil
+	}
 	if g.partial {
 		// The last call did not see every rank's signature: compare the
 		// running hashes of the ranks that have finished it.
@@ -441,6 +461,9 @@ func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
 	// store on amd64 is a locked exchange: one per chunk is enough.
 	*u32(l[flagSig:]) = sig
 	*u32(l[flagLen:]) = uint32(nbytes)
+	if kind == slotIn {
+		*u64(l[flagArrive:]) = g.stamp
+	}
 	atomic.StoreUint64(u64(l[flagSeq:]), f)
 	if g.wake != nil {
 		g.wake.kick()
@@ -484,6 +507,9 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 	if v != f || sig != c.Sig || n != nbytes {
 		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
 	}
+	if kind == slotIn && c.Arrivals != nil {
+		c.Arrivals[q] = *u64(l[flagArrive:])
+	}
 	if n <= inline {
 		return l[flagBytes : flagBytes+n], nil
 	}
@@ -493,7 +519,7 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 // touch loads every rank's flag of kind for chunk f without waiting: the
 // loads are independent, so the processor overlaps their cache misses,
 // and the reads that follow, in rank order, find the lines (with data of
-// up to 48 bytes) in the cache instead of missing on each in turn.
+// up to 40 bytes) in the cache instead of missing on each in turn.
 func (g *Group) touch(kind int, f uint64) {
 	var sum uint64
 	for q := range g.n {

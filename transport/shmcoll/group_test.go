@@ -332,3 +332,85 @@ func TestEarlierMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestArrivals checks that the arrival stamps travel in the input flags:
+// after each collective a rank holds its own stamp and that of every rank
+// whose input it read: every rank's in allreduce (one phase, two phases,
+// several chunks), allgather, reducescatter and barrier, the root's in
+// bcast; in reduce the root reads every rank's, the others only in two
+// phases (above FlatMax).
+func TestArrivals(t *testing.T) {
+	const n = 5
+	o := Options{Slot: 4096, FlatMax: 256}
+	stamp := func(call, r int) uint64 { return uint64(call)<<16 | uint64(r+1) }
+	runAll(t, n, o, func(g *Group, c *Call) error {
+		r := g.Rank()
+		call := 0
+		c.Arrivals = make([]uint64, n)
+		check := func(name string, readers func(q int) bool) error {
+			got := c.Arrivals
+			for q := range n {
+				want := uint64(0)
+				if q == r || readers(q) {
+					want = stamp(call, q)
+				}
+				if got[q] != want {
+					return fmt.Errorf("%s (call %d): rank %d's stamp %#x, want %#x", name, call, q, got[q], want)
+				}
+			}
+			return nil
+		}
+		all := func(int) bool { return true }
+		for _, m := range []int{1, 5, 6, 100, 1500} { // inline, one phase, two phases, several chunks
+			in := bytesOf(make([]float64, m))
+			out := make([]byte, len(in))
+			c.Sig = uint32(m)
+			call++
+			c.Ticket, c.Arrive = g.Ticket(), stamp(call, r)
+			if err := g.Allreduce(c, in, out, sumF64()); err != nil {
+				return err
+			}
+			if err := check(fmt.Sprintf("allreduce %d", m), all); err != nil {
+				return err
+			}
+			call++
+			c.Ticket, c.Arrive = g.Ticket(), stamp(call, r)
+			if err := g.Reduce(c, in, out, sumF64(), 2); err != nil {
+				return err
+			}
+			if err := check(fmt.Sprintf("reduce %d", m), func(int) bool { return r == 2 || 8*m > o.FlatMax }); err != nil {
+				return err
+			}
+			call++
+			c.Ticket, c.Arrive = g.Ticket(), stamp(call, r)
+			if err := g.Bcast(c, out, 3); err != nil {
+				return err
+			}
+			if err := check(fmt.Sprintf("bcast %d", m), func(q int) bool { return r != 3 && q == 3 }); err != nil {
+				return err
+			}
+			call++
+			c.Ticket, c.Arrive = g.Ticket(), stamp(call, r)
+			if err := g.Allgather(c, in, make([]byte, n*len(in))); err != nil {
+				return err
+			}
+			if err := check(fmt.Sprintf("allgather %d", m), all); err != nil {
+				return err
+			}
+			call++
+			c.Ticket, c.Arrive = g.Ticket(), stamp(call, r)
+			if err := g.ReduceScatter(c, bytesOf(make([]float64, n*m)), out, sumF64()); err != nil {
+				return err
+			}
+			if err := check(fmt.Sprintf("reducescatter %d", m), all); err != nil {
+				return err
+			}
+		}
+		call++
+		c.Ticket, c.Arrive = g.Ticket(), stamp(call, r)
+		if err := g.Barrier(c); err != nil {
+			return err
+		}
+		return check("barrier", all)
+	})
+}

@@ -1,0 +1,236 @@
+package braid
+
+import (
+	"context"
+
+	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/transport"
+)
+
+// Lagged confirmation: in the default mode, every rank learns of a
+// disagreement no later than its next call on the communicator.
+//
+// A rank checks the chained signature (check.go) of every message it
+// receives, so a call whose result depends on every rank's input (an
+// allreduce, allgather, reduce-scatter, alltoall or barrier of any rank,
+// a reduce or gather of the root, with at least one element) cannot end
+// well on a rank unless every rank made the same calls up to it: each
+// byte that reached the result crossed only checked messages. Such a call
+// is complete for that rank. Every other call (a broadcast or scatter, a
+// reduce or gather of a rank that is not the root, any call of no
+// elements) can end well while a rank it never heard from disagreed, and
+// that rank's Mismatch reaches it only as an abort, at some later time.
+//
+// For those calls the ranks confirm, one call late. The aggregator is the
+// call's root (rank 0 for calls without one).
+//
+//   - If the call is complete for the aggregator (a reduce or gather), the
+//     aggregator sends each other rank a confirmation (a message of no
+//     bytes carrying the call's chained signature) as soon as the call
+//     ends there.
+//   - Otherwise each other rank sends the aggregator a confirmation when
+//     its call ends, and the aggregator, once it has every rank's,
+//     confirms to each of them.
+//
+// A rank that needs a confirmation for call k waits for it when its next
+// call k+1 has done its own work, before k+1 returns success; the
+// aggregator collects and answers there too. So nothing is added to the
+// critical path of call k, the messages of k's confirmation overlap call
+// k+1, and a confirmation received proves that every rank carried the
+// same chained signature for call k: the aggregator checked each rank's
+// (or its complete call did), and this rank checked the aggregator's. A
+// rank that disagreed sends no good confirmation (it aborts with Mismatch,
+// or its confirmation carries another signature, or goes to another
+// aggregator, where it is a Mismatch), so the waiting rank gets the error
+// instead of success. A confirmation that waits long sends a stall probe
+// (check.go) like any call, so ranks that wait for each other with
+// nothing in flight get Mismatch, not Timeout.
+//
+// The cost per call that is not complete everywhere is one message of no
+// bytes per rank that is not the aggregator (two for a broadcast or
+// scatter), and no synchronisation: a rank waits only for what its next
+// call's peers had long sent. Strict mode has no need of it (its check is
+// complete on every rank before any data move).
+//
+// Non-blocking calls wait for the confirmations of calls that ended
+// before they did; Close of a communicator made by Init (a barrier) waits
+// for every pending one.
+
+// confirmStep is the Step of a confirmation's messages.
+const confirmStep = ctlStep | 1<<27
+
+// completeFor reports whether call p's result on rank r depends on every
+// rank's input (see above); with one rank every call is.
+func completeFor(p *sched.Params, r int) bool {
+	if p.NRanks <= 1 || p.Coll == sched.Barrier {
+		return true
+	}
+	if p.Count == 0 {
+		return false
+	}
+	switch p.Coll {
+	case sched.Allreduce, sched.Allgather, sched.ReduceScatter, sched.Alltoall:
+		return true
+	case sched.Reduce, sched.Gather:
+		return r == p.Root
+	}
+	return false
+}
+
+// confirmEntry is a confirmation this rank still has to settle.
+type confirmEntry struct {
+	seq, sig   uint32
+	prog       *sched.Program
+	name, algo string // the call's
+}
+
+// confirmKey names one of the cached confirmation programs.
+type confirmKey struct {
+	agg  int
+	kind uint8 // confSend, confRecv or confCollect
+}
+
+const (
+	confSend    uint8 = iota // a rank's confirmation to the aggregator, or the aggregator's to every rank
+	confRecv                 // wait for the aggregator's
+	confCollect              // the aggregator: every rank's, then confirm to each
+)
+
+// confirmProgram returns the program of kind for aggregator agg.
+func (c *Comm) confirmProgram(agg int, kind uint8) *sched.Program {
+	k := &c.chk
+	key := confirmKey{agg, kind}
+	k.confMu.Lock()
+	defer k.confMu.Unlock()
+	if p := k.confProgs[key]; p != nil {
+		return p
+	}
+	if k.confProgs == nil {
+		k.confProgs = map[confirmKey]*sched.Program{}
+	}
+	p := &sched.Program{Rank: c.rank}
+	n := c.Size()
+	switch {
+	case kind == confRecv:
+		p.Steps = []sched.Step{{Kind: sched.KindRecv, Peer: agg, Tag: confirmStep}}
+	case kind == confSend && c.rank != agg:
+		p.Steps = []sched.Step{{Kind: sched.KindSend, Peer: agg, Tag: confirmStep}}
+	case kind == confSend:
+		for q := range n {
+			if q != agg {
+				p.Steps = append(p.Steps, sched.Step{Kind: sched.KindSend, Peer: q, Tag: confirmStep})
+			}
+		}
+	default: // confCollect
+		var deps []int32
+		for q := range n {
+			if q != agg {
+				deps = append(deps, int32(len(p.Steps)))
+				p.Steps = append(p.Steps, sched.Step{Kind: sched.KindRecv, Peer: q, Tag: confirmStep})
+			}
+		}
+		for q := range n {
+			if q != agg {
+				p.Steps = append(p.Steps, sched.Step{Kind: sched.KindSend, Peer: q, Tag: confirmStep, Deps: deps})
+			}
+		}
+	}
+	k.confProgs[key] = p
+	return p
+}
+
+// confirm is called when call k (sequence number seq) has ended well on
+// this rank: it sends what this rank owes for k at once, records what it
+// must settle for k later, and settles what it owes for the calls before
+// seq. An error is the communicator's failure, already recorded.
+func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
+	if c.Size() <= 1 || c.w.opts.Check == CheckStrict {
+		return nil
+	}
+	if !completeFor(&k.p, 0) || !completeFor(&k.p, c.Size()-1) || !completeFor(&k.p, c.rank) {
+		agg := 0
+		if k.p.Coll.Rooted() {
+			agg = k.p.Root
+		}
+		aggDone := completeFor(&k.p, agg)
+		switch {
+		case c.rank == agg && aggDone:
+			if err := c.runConfirm(ctx, k.name, confirmEntry{seq, k.sig, c.confirmProgram(agg, confSend), k.name, k.algo}, false); err != nil {
+				return err
+			}
+		case c.rank == agg:
+			c.owe(confirmEntry{seq, k.sig, c.confirmProgram(agg, confCollect), k.name, k.algo})
+		default:
+			if !aggDone {
+				if err := c.runConfirm(ctx, k.name, confirmEntry{seq, k.sig, c.confirmProgram(agg, confSend), k.name, k.algo}, false); err != nil {
+					return err
+				}
+			}
+			c.owe(confirmEntry{seq, k.sig, c.confirmProgram(agg, confRecv), k.name, k.algo})
+		}
+	}
+	return c.settle(ctx, k.name, seq)
+}
+
+// owe records a confirmation to settle at the next call.
+func (c *Comm) owe(e confirmEntry) {
+	k := &c.chk
+	k.confMu.Lock()
+	k.conf = append(k.conf, e)
+	k.confMu.Unlock()
+}
+
+// settle runs the confirmations owed for the calls before seq.
+func (c *Comm) settle(ctx context.Context, name string, seq uint32) error {
+	k := &c.chk
+	k.confMu.Lock()
+	if len(k.conf) == 0 {
+		k.confMu.Unlock()
+		return nil
+	}
+	var due []confirmEntry
+	keep := k.conf[:0]
+	for _, e := range k.conf {
+		if int32(e.seq-seq) < 0 {
+			due = append(due, e)
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	clear(k.conf[len(keep):])
+	k.conf = keep
+	k.confMu.Unlock()
+	for _, e := range due {
+		if err := c.runConfirm(ctx, name, e, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runConfirm runs the confirmation program of e; register makes e's call
+// active again while it waits, so that a stalled wait probes its peer
+// (check.go). name is the call that reports a failure.
+func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, register bool) error {
+	seq, sig, prog := e.seq, e.sig, e.prog
+	if register {
+		c.w.reactivate(c.id, seq, sig, e.name, e.algo)
+		defer c.w.end(c.id, seq, false, nil, nil, 0)
+	}
+	env := exec.Env{
+		Conn:       c.connFn,
+		Tag:        transport.Tag{Comm: c.id, Seq: seq, Sig: sig},
+		Fail:       c.errFn,
+		Spin:       c.w.spin,
+		Stall:      c.chk.stallFn,
+		StallAfter: c.w.stallAfter(),
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		env.Timeout = c.w.opts.Timeout
+	}
+	if err := exec.Run(ctx, prog, &env, exec.Buffers{DType: Uint8, NRanks: c.Size()}); err != nil {
+		return c.failWith(name, err)
+	}
+	return nil
+}
