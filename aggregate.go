@@ -339,7 +339,7 @@ func (c *Comm) runAgg(ctx context.Context, k *call, r run) error {
 		c.w.debugf("info", "comm %08x allreduce seq %d: the aggregation failed here: %v", c.id, r.seq, aerr)
 	}
 	agree := call{name: "allreduce (agg agreement)", p: sched.Params{Coll: sched.Allreduce, NRanks: n, Count: 1},
-		in: bytesOf(flag), out: bytesOf(flag), d: Float64, op: Max, sig: r.aggSigs[0]}
+		in: bytesOf(flag), out: bytesOf(flag), d: Float64, op: Max, sig: r.aggSigs[0], arrive: c.w.clock.now()}
 	if err := c.runSeq(ctx, &agree, c.agreeProg(), "recdouble", r.seq+1); err != nil {
 		return err
 	}

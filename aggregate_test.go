@@ -106,6 +106,9 @@ func TestAggUsed(t *testing.T) {
 	for {
 		st := s.Stats()
 		if st.Calls >= 3 && st.Groups == 0 && st.Reserved == 0 {
+			if st.Aborted != 0 {
+				t.Fatalf("a job that closed in good order ended %d groups by failure: %+v", st.Aborted, st)
+			}
 			break
 		}
 		if time.Now().After(deadline) {

@@ -356,7 +356,8 @@ func TestMemberLost(t *testing.T) {
 	sh := g1.shards[0]
 	sh.c.write(ctx, header{typ: tData, code: code(dtype.Float32, dtype.Sum), handle: sh.handle, part: 0, parts: 64, seq: 1}, buf[:64<<10])
 	time.Sleep(50 * time.Millisecond)
-	c1.Close()
+	c1.conns[0].c.Close() // dies: no leave
+	defer c1.Close()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "disconnected") {

@@ -168,9 +168,25 @@ func dialOne(ctx context.Context, addr, job string, secret []byte) (*cconn, erro
 	return c, nil
 }
 
-// Close closes every connection: the daemons end the client's groups.
+// Close leaves the groups still joined and closes every connection (a
+// daemon ends the groups of a connection that closes without leaving).
 func (cl *Client) Close() error {
 	for _, c := range cl.conns {
+		c.mu.Lock()
+		var handles []uint32
+		if c.err == nil {
+			for h := range c.groups {
+				handles = append(handles, h)
+			}
+		}
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		for _, h := range handles {
+			if c.write(ctx, header{typ: tLeave, handle: h}, nil) != nil {
+				break
+			}
+		}
+		cancel()
 		c.c.Close()
 		<-c.done
 	}

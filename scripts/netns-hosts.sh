@@ -31,6 +31,13 @@
 #	                  machine they get bbr, which paces each flow at its own
 #	                  estimate of the bottleneck and left 8-12 % of tbf's 1
 #	                  Gbit/s unused in an 8-host ring; cubic fills it.
+#	--jobs J          run J jobs of the same shape at once on the same hosts
+#	                  and daemons (each its own store, secret and job name;
+#	                  the daemons hold every job's secret, through
+#	                  --secret-file); job 0's rank 0 writes to standard
+#	                  output, the others' output is in the logs
+#	--kill-rank J:R:SECS  kill -9 rank R of job J SECS seconds after the start
+#	--agg-stats       print daemon 0's statistics (braid agg --stats) at the end
 #	--kill-agg SECS   kill -9 daemon 0 SECS seconds after the ranks start
 #	                  (a fault test: the job must complete or fail cleanly)
 #	--tc-stats        print every shaped link's qdisc counters (bytes sent,
@@ -45,7 +52,7 @@
 #	    --algo ring --min-size 64M --max-size 64M --iters 5
 set -uo pipefail
 
-hosts=4 per=1 rate=none aggs=0 aggrate= aggargs= braidbin=braid logs= tcstats=0 cc= killagg=
+hosts=4 per=1 rate=none aggs=0 aggrate= aggargs= braidbin=braid logs= tcstats=0 cc= killagg= jobs=1 killrank= aggstats=0
 while [ $# -gt 0 ]; do
     case $1 in
     -n) hosts=$2; shift 2 ;;
@@ -59,6 +66,9 @@ while [ $# -gt 0 ]; do
     --tc-stats) tcstats=1; shift ;;
     --cc) cc=$2; shift 2 ;;
     --kill-agg) killagg=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --kill-rank) killrank=$2; shift 2 ;;
+    --agg-stats) aggstats=1; shift ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "netns-hosts.sh: unknown flag $1 (--help lists them)" >&2; exit 2 ;;
@@ -154,10 +164,16 @@ node() {
 for ((h = 0; h < hosts; h++)); do
     node "${tag}h$h" "10.231.0.$((h + 1))" "$rate" "h$h"
 done
+secrets=("$secret")
+for ((j = 1; j < jobs; j++)); do
+    secrets+=("$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')")
+done
+printf '%s\n' "${secrets[@]}" >"$logs/secrets"
+chmod 600 "$logs/secrets"
 aggaddrs=
 for ((a = 0; a < aggs; a++)); do
     node "${tag}a$a" "10.231.1.$((a + 1))" "$aggrate" "a$a"
-    ip netns exec "${tag}a$a" env BRAID_SECRET="$secret" "$braidbin" agg \
+    ip netns exec "${tag}a$a" env BRAID_SECRET="$secret" "$braidbin" agg --secret-file "$logs/secrets" \
         --listen "10.231.1.$((a + 1)):$aggport" $aggargs >"$logs/agg$a.log" 2>&1 &
     pids+=($!)
     aggaddrs+=${aggaddrs:+,}10.231.1.$((a + 1)):$aggport
@@ -173,22 +189,32 @@ if [ "$aggs" -gt 0 ]; then
     done
 fi
 
-rankpids=()
-for ((h = 0; h < hosts; h++)); do
-    for ((l = 0; l < per; l++)); do
-        r=$((h * per + l))
-        env=(BRAID_RANK=$r BRAID_WORLD_SIZE=$world BRAID_LOCAL_RANK=$l BRAID_LOCAL_SIZE=$per
-            BRAID_STORE=10.231.0.1:$port BRAID_SECRET=$secret BRAID_JOB=netns$$)
-        [ -n "$aggaddrs" ] && env+=(BRAID_AGG=$aggaddrs)
-        if [ "$r" = 0 ]; then
-            ip netns exec "${tag}h$h" env "${env[@]}" "$@" 2> >(tee "$logs/rank$r.log" >&2) &
-        else
-            ip netns exec "${tag}h$h" env "${env[@]}" "$@" >"$logs/rank$r.log" 2>&1 &
-        fi
-        rankpids+=($!)
-        pids+=($!)
+rankpids=() # job j's rank r at j*world+r
+for ((j = 0; j < jobs; j++)); do
+    for ((h = 0; h < hosts; h++)); do
+        for ((l = 0; l < per; l++)); do
+            r=$((h * per + l))
+            env=(BRAID_RANK=$r BRAID_WORLD_SIZE=$world BRAID_LOCAL_RANK=$l BRAID_LOCAL_SIZE=$per
+                BRAID_STORE=10.231.0.1:$((port + 2 + j)) BRAID_SECRET=${secrets[$j]} BRAID_JOB=netns$$-$j)
+            [ -n "$aggaddrs" ] && env+=(BRAID_AGG=$aggaddrs)
+            log=$logs/rank$r.log
+            [ "$j" -gt 0 ] && log=$logs/job$j-rank$r.log
+            if [ "$r$j" = 00 ]; then
+                ip netns exec "${tag}h$h" env "${env[@]}" "$@" 2> >(tee "$log" >&2) &
+            else
+                ip netns exec "${tag}h$h" env "${env[@]}" "$@" >"$log" 2>&1 &
+            fi
+            rankpids+=($!)
+            pids+=($!)
+        done
     done
 done
+if [ -n "$killrank" ]; then
+    IFS=: read -r kj kr ks <<<"$killrank"
+    kp=${rankpids[$((kj * world + kr))]}
+    (sleep "$ks"; kill -9 "$kp" 2>/dev/null && echo "netns-hosts.sh: killed rank $kr of job $kj (pid $kp) at ${ks}s" >&2) &
+    pids+=($!)
+fi
 if [ -n "$killagg" ] && [ "$aggs" -gt 0 ]; then
     (sleep "$killagg"; kill -9 "${pids[0]}" 2>/dev/null && echo "netns-hosts.sh: killed daemon 0 (pid ${pids[0]}) at ${killagg}s" >&2) &
     pids+=($!)
@@ -203,14 +229,24 @@ tc_report() {
         echo "tc $p down: $(ip netns exec "$sw" tc -s qdisc show dev "$p" | grep -o 'Sent [0-9]* bytes [0-9]* pkt (dropped [0-9]*, overlimits [0-9]*')"
     done >&2
 }
-for ((r = 0; r < world; r++)); do
-    wait "${rankpids[$r]}"
-    s=$?
-    if [ "$s" != 0 ] && [ "$status" = 0 ]; then status=$s; fi
-    if [ "$s" != 0 ] && [ "$r" != 0 ]; then
-        echo "netns-hosts.sh: rank $r exited with status $s:" >&2
-        tail -n 20 "$logs/rank$r.log" >&2
-    fi
+for ((j = 0; j < jobs; j++)); do
+    codes=
+    for ((r = 0; r < world; r++)); do
+        wait "${rankpids[$((j * world + r))]}"
+        s=$?
+        codes+=" $s"
+        if [ "$s" != 0 ] && [ "$status" = 0 ]; then status=$s; fi
+        log=$logs/rank$r.log
+        [ "$j" -gt 0 ] && log=$logs/job$j-rank$r.log
+        if [ "$s" != 0 ] && [ "$r$j" != 00 ]; then
+            echo "netns-hosts.sh: job $j rank $r exited with status $s:" >&2
+            tail -n 5 "$log" >&2
+        fi
+    done
+    [ "$jobs" -gt 1 ] && echo "netns-hosts.sh: job $j: ranks exited with$codes" >&2
 done
+if [ "$aggstats" = 1 ] && [ "$aggs" -gt 0 ]; then
+    ip netns exec "${tag}a0" env BRAID_SECRET="$secret" "$braidbin" agg --stats "${aggaddrs%%,*}" >&2
+fi
 [ "$tcstats" = 1 ] && tc_report
 exit "$status"
