@@ -14,14 +14,6 @@ import (
 // float32 and rounded once at the end; other types in their own type with
 // Braid's kernels (integer sums wrap around).
 
-// accBytes is the accumulator's size for a part of n bytes of d.
-func accBytes(d dtype.DType, n int) int {
-	if d == dtype.Float16 || d == dtype.BFloat16 {
-		return 2 * n
-	}
-	return n
-}
-
 func isHalf(d dtype.DType) bool { return d == dtype.Float16 || d == dtype.BFloat16 }
 
 func f32s(b []byte) []float32 {
