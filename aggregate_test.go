@@ -205,6 +205,44 @@ func TestAggFallback(t *testing.T) {
 			t.Fatalf("log:\n%s", logb.String())
 		}
 	})
+	t.Run("midcall", func(t *testing.T) {
+		// The daemon dies while it sums the parts of a call: every rank
+		// completes that call, correctly, through the ring.
+		s, _ := aggDaemon(t, agg.Config{})
+		var logb strings.Builder
+		opts := &braid.Options{LocalHosts: hosts, Algo: "allreduce=agg", Debug: "info", Log: &syncWriter{w: &logb}, Timeout: 20 * time.Second}
+		go func() {
+			for s.Stats().Parts < 5 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			s.Close()
+		}()
+		errs := onRanks(t, 4, opts, func(c *braid.Comm) error {
+			buf := make([]float32, 8<<20) // 32 MiB: 32 parts a call
+			for i := range 3 {
+				for j := range buf {
+					buf[j] = float32(c.Rank() + j%5 + i)
+				}
+				if err := c.Allreduce(context.Background(), buf, buf, braid.Sum); err != nil {
+					return err
+				}
+				for j, v := range buf {
+					if want := float32(6 + 4*(j%5+i)); v != want {
+						return fmt.Errorf("call %d element %d: %v, want %v", i, j, v, want)
+					}
+				}
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v\n%s", r, err, logb.String())
+			}
+		}
+		if !strings.Contains(logb.String(), "seq 2: the aggregation failed") {
+			t.Fatalf("the daemon was not lost in the first call through it:\n%s", logb.String())
+		}
+	})
 }
 
 // syncWriter serialises the ranks' log lines.
