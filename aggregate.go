@@ -1,7 +1,6 @@
 package braid
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -53,6 +52,7 @@ type aggComm struct {
 	groups map[int]*agg.Group // by chunk index
 	why    string             // why the daemons are off
 	progs  map[int]*aggProgs  // by count
+	saved  []byte             // an in-place call's input, for the fallback
 }
 
 type aggProgs struct {
@@ -296,7 +296,25 @@ func (c *Comm) runAgg(ctx context.Context, k *call, r run) error {
 	local := len(ap.rs.Steps) > 0 && c.LocalSize() > 1
 	in := k.in
 	if len(k.in) > 0 && &k.in[0] == &k.out[0] {
-		in = bytes.Clone(k.in) // the fallback's input
+		// In place: keep the input for the fallback, in a buffer the
+		// communicator reuses; a call that runs while another holds it
+		// (non-blocking calls) takes one of its own.
+		c.agg.mu.Lock()
+		saved := c.agg.saved
+		c.agg.saved = nil
+		c.agg.mu.Unlock()
+		if cap(saved) < len(k.in) {
+			saved = make([]byte, len(k.in))
+		}
+		in = saved[:len(k.in)]
+		copy(in, k.in)
+		defer func() {
+			c.agg.mu.Lock()
+			if cap(saved) > cap(c.agg.saved) {
+				c.agg.saved = saved
+			}
+			c.agg.mu.Unlock()
+		}()
 	}
 	// 1. The host reduce-scatter.
 	k1 := *k
