@@ -14,6 +14,7 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
@@ -29,10 +30,18 @@ type call struct {
 	d    DType
 	op   Op
 
+	// dyn, if not nil, is the dynamic algorithm the call runs instead of
+	// a program (set by runIssued).
+	dyn sched.Dynamic
+
 	// What ran, for the profiler: set by runIssued.
 	algo string
 	seq  uint32
 	sig  uint32 // chained signature (check.go), set when issued
+
+	// chunk is the shared area's last chunk of a call through it, set
+	// when it ends well (for its confirmation, confirm.go).
+	chunk uint64
 
 	arrive int64   // when the call entered Braid, on the job's clock (arrival.go)
 	pat    pattern // what this rank knew of its arrival pattern, set as it ends
@@ -69,6 +78,14 @@ type planned struct {
 	// treesSig is the signature of the trees the program packs (check.go),
 	// 0 if it packs none.
 	treesSig uint32
+
+	// dyn is the plan's algorithm if it is dynamic (no program).
+	dyn sched.Dynamic
+
+	// watch, if not nil, moves the plan between algo and the
+	// arrival-aware reductions by the call site's arrival statistics
+	// (arrivalplan.go).
+	watch *arrivalWatch
 }
 
 // trialCalls is the calls per MIAD trial: the first warms the new
@@ -138,6 +155,13 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	}
 	if nc, ok := c.nodeCandidate(p, es); ok {
 		cand = append(cand, plan.Candidate{Name: nodeAlgo, Params: p, Cost: nc.cost})
+		if choice.SharedPAPRuns(p.Coll) {
+			// The arrival-aware reductions have no cost in the balanced
+			// model (NaN): the model never picks them. BRAID_ALGO, a
+			// tuning table, a Planner that names them, or the arrival
+			// statistics (arrivalplan.go) do.
+			cand = append(cand, plan.Candidate{Name: papAlgo, Params: p, Cost: math.NaN()})
+		}
 	}
 	ac, hasAgg := c.aggCandidate(p, es)
 	if hasAgg {
@@ -148,14 +172,22 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
 	}
+	// Dynamic algorithms (algo.DynamicAlgorithm), which decide as
+	// messages arrive, have no cost in the balanced model either.
+	for _, a := range algo.Dynamics(p.Coll) {
+		if a.Supports(p) == nil {
+			cand = append(cand, plan.Candidate{Name: a.Name(), Params: p, Cost: math.NaN()})
+		}
+	}
 	var d plan.Decision
 	forced, forcedSeg := false, false
-	if ch, ok := c.force.perCol[p.Coll]; ok && ch.Algo == nodeAlgo {
-		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo }) {
+	hasNode := slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo })
+	if ch, ok := c.force.perCol[p.Coll]; ok && choice.IsShared(p.Coll, ch.Algo) {
+		if !hasNode {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
-				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, c.Size(), c.nhosts)}
+				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier (%s: allreduce and reduce) of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, papAlgo, c.Size(), c.nhosts)}
 		}
-		d, forced = plan.Decision{Algo: nodeAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if c.aggForced(p.Coll) {
 		if hasAgg {
 			d, forced = plan.Decision{Algo: aggAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + aggAlgo}, true
@@ -164,6 +196,11 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 				aggNote = "; " + note
 			}
 		}
+	} else if da := algo.LookupDynamic(p.Coll, ch.Algo); ok && da != nil {
+		if err := da.Supports(p); err != nil {
+			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v", ch, err)}
+		}
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ok {
 		forcedSeg = ch.Segment > 0
 		a, err := algo.Lookup(p.Coll, ch.Algo)
@@ -175,8 +212,10 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v%s", ch, err, c.treesNote(a, fp))}
 		}
 		d, forced = plan.Decision{Algo: ch.Algo, Params: tuned(a, fp, es, model), Reason: "forced by BRAID_ALGO=" + ch.String()}, true
-	} else if ch := c.force.any; ch.Algo == nodeAlgo && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo }) {
-		d, forced = plan.Decision{Algo: nodeAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if ch := c.force.any; choice.IsShared(p.Coll, ch.Algo) && hasNode {
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if ch.Algo != "" && algo.LookupDynamic(p.Coll, ch.Algo) != nil && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
+		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
 	} else if ch.Algo != "" && slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == ch.Algo }) {
 		forcedSeg = ch.Segment > 0
 		a, _ := algo.Lookup(p.Coll, ch.Algo)
@@ -200,11 +239,30 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		}
 		return pl, nil
 	}
-	if d.Algo == nodeAlgo {
-		pl := &planned{algo: nodeAlgo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+	var names []string
+	for _, x := range cand {
+		names = append(names, x.Name)
+	}
+	watch := !forced && !d.Fixed && d.Algo != papAlgo && c.watchable(p, es, names)
+	if choice.IsShared(p.Coll, d.Algo) {
+		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+		if watch {
+			pl.watch = &arrivalWatch{reason: pl.reason}
+		}
 		if c.rank == 0 {
 			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s)",
-				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, nodeAlgo, pl.reason)
+				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, d.Algo, pl.reason)
+		}
+		return pl, nil
+	}
+	if da := algo.LookupDynamic(p.Coll, d.Algo); da != nil {
+		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es)), dyn: da}
+		if watch {
+			pl.watch = &arrivalWatch{reason: pl.reason}
+		}
+		if c.rank == 0 {
+			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B) root=%d: %s (%s)",
+				p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), p.Root, d.Algo, pl.reason)
 		}
 		return pl, nil
 	}
@@ -238,6 +296,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		pl.p.Segment = pl.miad.Segment()
 		pl.adapting.Store(true)
 		pl.reason += fmt.Sprintf("; MIAD adapts the segment from %s", plan.FormatSize(int64(pl.p.Segment)*int64(es)))
+	}
+	if watch && pl.miad == nil {
+		pl.watch = &arrivalWatch{reason: pl.reason}
 	}
 	prog := a.Program(pl.p, c.rank)
 	pl.prog.Store(&prog)
@@ -296,14 +357,17 @@ func (c *Comm) issue(k *call) (run, error) {
 	if err != nil {
 		return run{}, err
 	}
+	if pl.watch != nil {
+		return c.issueWatched(k, pl), nil
+	}
 	if pl.algo == aggAlgo {
 		return c.issueAgg(k, pl), nil
 	}
-	if pl.algo == nodeAlgo {
+	if choice.IsShared(k.p.Coll, pl.algo) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
 		c.nodeMu.Lock()
-		seq, sig := c.chk.next(c.callSig(k, nodeAlgo, 0, 0, 0))
+		seq, sig := c.chk.next(c.callSig(k, pl.algo, 0, 0, 0))
 		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
 		c.nodeMu.Unlock()
 		return r, nil
@@ -352,6 +416,13 @@ type run struct {
 	// so that ranks that planned differently report Mismatch.
 	seg, radix int
 
+	// A call of a watched plan (arrival.go): the algorithm it runs (the
+	// plan's or the arrival-aware one), and whether it ends a window
+	// (trial; seq+1 is then the window's agreement).
+	watch *arrivalWatch
+	algo  string
+	timed bool // the call is one of the window's timed samples
+
 	// agg: the call runs through aggregation daemons (aggregate.go), as
 	// seq, seq+1 and seq+2 with these chained signatures for the last two.
 	agg     bool
@@ -382,6 +453,13 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 	k.p.Segment, k.p.Radix, k.sig = r.seg, r.radix, r.sig
 	k.algo, k.seq = r.pl.algo, r.seq
+	if r.pl.dyn != nil {
+		k.dyn = r.pl.dyn
+	}
+	if r.watch != nil {
+		k.algo = r.algo
+		return c.runWatched(ctx, k, r)
+	}
 	if r.ticket != 0 {
 		if err := c.runNode(ctx, k, r); err != nil {
 			return err
@@ -491,7 +569,13 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 	if c.w.opts.Debug == "trace" {
 		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, seq, k.p.Count, algoName)
 	}
-	err := exec.Run(ctx, prog, &env, exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks})
+	bufs := exec.Buffers{In: k.in, Out: k.out, DType: k.d, Op: k.op, NRanks: k.p.NRanks}
+	var err error
+	if k.dyn != nil && algoName == k.algo {
+		err = exec.RunDynamic(ctx, k.dyn, k.p, c.rank, &env, bufs)
+	} else {
+		err = exec.Run(ctx, prog, &env, bufs)
+	}
 	if err != nil {
 		return c.failWith(k.name, err)
 	}
@@ -666,6 +750,11 @@ func (c *Comm) Explain(coll string, count int, d DType, root int) (algo, reason 
 	pl, err := c.plan(p, d.Size())
 	if err != nil {
 		return "", "", err
+	}
+	if w := pl.watch; w != nil && w.pap.Load() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return papAlgo, w.reason, nil
 	}
 	return choiceString(pl.algo, pl.p, d.Size()), pl.reason, nil
 }

@@ -223,6 +223,9 @@ type Comm struct {
 	agreeOnce sync.Once
 	agree     *sched.Program // MIAD's agreement allreduce
 
+	arrivalOnce  sync.Once
+	arrivalAgree *sched.Program // the arrival statistics' agreement (arrival.go)
+
 	p2pMu   sync.Mutex
 	p2pSend map[[2]int]uint32 // (peer, tag) -> messages sent
 	p2pRecv map[[2]int]uint32 // (peer, tag) -> messages received

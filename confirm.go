@@ -2,14 +2,17 @@ package braid
 
 import (
 	"context"
+	"time"
 
 	"github.com/braid-ccl/braid/exec"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // Lagged confirmation: in the default mode, every rank learns of a
-// disagreement no later than its next call on the communicator.
+// disagreement no later than its next collective call on the
+// communicator (point-to-point calls do not wait for it).
 //
 // A rank checks the chained signature (check.go) of every message it
 // receives, so a call whose result depends on every rank's input (an
@@ -83,6 +86,7 @@ type confirmEntry struct {
 	seq, sig   uint32
 	prog       *sched.Program
 	name, algo string // the call's
+	chunk      uint64 // a call through the shared area (prog nil): its last chunk
 }
 
 // confirmKey names one of the cached confirmation programs.
@@ -155,19 +159,25 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 		}
 		aggDone := completeFor(&k.p, agg)
 		switch {
+		case k.algo == nodeAlgo:
+			// Through the shared area, every rank reads every other's
+			// running hash instead (shmcoll's Confirm): no messages.
+			if !completeFor(&k.p, c.rank) {
+				c.owe(confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk})
+			}
 		case c.rank == agg && aggDone:
-			if err := c.runConfirm(ctx, k.name, confirmEntry{seq, k.sig, c.confirmProgram(agg, confSend), k.name, k.algo}, false); err != nil {
+			if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
 				return err
 			}
 		case c.rank == agg:
-			c.owe(confirmEntry{seq, k.sig, c.confirmProgram(agg, confCollect), k.name, k.algo})
+			c.owe(confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confCollect), name: k.name, algo: k.algo})
 		default:
 			if !aggDone {
-				if err := c.runConfirm(ctx, k.name, confirmEntry{seq, k.sig, c.confirmProgram(agg, confSend), k.name, k.algo}, false); err != nil {
+				if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
 					return err
 				}
 			}
-			c.owe(confirmEntry{seq, k.sig, c.confirmProgram(agg, confRecv), k.name, k.algo})
+			c.owe(confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confRecv), name: k.name, algo: k.algo})
 		}
 	}
 	return c.settle(ctx, k.name, seq)
@@ -214,6 +224,9 @@ func (c *Comm) settle(ctx context.Context, name string, seq uint32) error {
 // (check.go). name is the call that reports a failure.
 func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, register bool) error {
 	seq, sig, prog := e.seq, e.sig, e.prog
+	if prog == nil {
+		return c.confirmArea(ctx, name, e)
+	}
 	if register {
 		c.w.reactivate(c.id, seq, sig, e.name, e.algo)
 		defer c.w.end(c.id, seq, false, nil, nil, 0)
@@ -230,6 +243,21 @@ func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, regi
 		env.Timeout = c.w.opts.Timeout
 	}
 	if err := exec.Run(ctx, prog, &env, exec.Buffers{DType: Uint8, NRanks: c.Size()}); err != nil {
+		return c.failWith(name, err)
+	}
+	return nil
+}
+
+// confirmArea settles the confirmation of a call that ran through the
+// shared area: every rank's running hash of the area's calls after the
+// call's last chunk must be this rank's (shmcoll's Confirm).
+func (c *Comm) confirmArea(ctx context.Context, name string, e confirmEntry) error {
+	cl := shmcoll.Call{Ctx: ctx, Fail: c.errFn, Spin: c.w.spin, Name: e.name, Seq: e.seq}
+	if _, ok := ctx.Deadline(); !ok {
+		cl.Timeout = c.w.opts.Timeout
+		cl.Hold = min(time.Second, c.w.opts.Timeout/3)
+	}
+	if err := c.node.Confirm(&cl, e.chunk); err != nil {
 		return c.failWith(name, err)
 	}
 	return nil

@@ -41,21 +41,39 @@
 //     disagreed with this one, on this call or an earlier one: every rank
 //     whose data reach the result checked the signature of the rank it
 //     received them from.
-//   - A disagreement is reported as Mismatch on every rank at the latest
-//     by the first call after it whose result depends on every rank
-//     (allreduce, allgather, reduce-scatter, alltoall, barrier), and by
-//     Close of a communicator made by Init, which is such a call. The rank
-//     that finds it aborts the job, so in practice the others learn it
-//     within microseconds, in whatever call they make.
-//   - Before that, a call whose result does not depend on the rank that
-//     disagreed may succeed, with a correct result: the root of a
-//     broadcast or scatter (its data are its own), a rank of a reduce or
-//     gather that is not the root (it has no result), a broadcast's rank
-//     whose root agreed with it.
+//   - Every rank gets Mismatch no later than its next collective call on the
+//     communicator (Close of a communicator made by Init counts: it is a
+//     barrier). A call whose result depends on every rank (allreduce,
+//     allgather, reduce-scatter, alltoall, barrier, and reduce and gather
+//     on the root) fails itself. The other calls (broadcast and scatter,
+//     reduce and gather on the other ranks, any call of no elements) may
+//     end well, with a correct result, before the disagreement is known;
+//     they are confirmed one call late: in a call that ran as a schedule,
+//     the ranks send the root (rank 0 if none) a message of no bytes that
+//     carries the call's signature, and the root, once it has every
+//     rank's (or at once, for a reduce or gather, whose result checked
+//     them all), sends one back to each; in a call that ran through the
+//     host's shared area, every rank reads every other's running hash of
+//     the area's signatures. A rank's next call, after its own work,
+//     waits for that before it returns success, so the rank that
+//     disagreed, which sends no good confirmation, makes it fail with
+//     Mismatch instead. The confirmation is not on the first call's path
+//     and is mostly in flight during the next (docs/RELIABILITY.md gives
+//     its cost).
+//   - The rank that finds a disagreement aborts the job, so in practice
+//     the others learn of it within microseconds, in whatever call they
+//     make.
+//   - A non-blocking call (IBcast, ...) waits for the confirmations of the
+//     calls that ended on this rank before it did; calls that overlap
+//     may learn of a disagreement one call later. Calls on GPU buffers
+//     are not part of this check.
 //
 // Signatures are 32-bit hashes: two different calls look alike with
-// probability 2^-32. The cost is a hash and an atomic update per call
-// (about 25 ns) and nothing per message.
+// probability 2^-32. The signature also covers the spanning trees of a
+// tree-packing call (ranks that packed other trees, from another
+// topology or other devices, disagree). The cost is a hash and an atomic
+// update per call (about 25 ns) and nothing per message, plus the
+// confirmation of the calls that need one.
 //
 // Strict mode (BRAID_CHECK=strict, Options.Check = CheckStrict), like
 // PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL: before any of a call's data

@@ -3,6 +3,7 @@ package braid_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -77,6 +78,9 @@ type mcase struct {
 	root    int
 	inPlace bool
 	real    bool // the real-valued pattern (check.FillReal), not small integers
+	// delay, if set, makes each rank wait a random time of up to delay
+	// before the call, so that the ranks arrive in a random order.
+	delay time.Duration
 }
 
 // runCases runs every case, in order, on one local job of n ranks with the
@@ -132,6 +136,9 @@ func oneCall(c *braid.Comm, coll sched.Collective, k mcase) error {
 		}
 	} else {
 		fill(d, op, in, rank, 0, salt)
+	}
+	if k.delay > 0 {
+		time.Sleep(time.Duration(rand.Int64N(int64(k.delay))))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

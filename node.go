@@ -21,6 +21,10 @@ import (
 // one host write their data once into the area and read each other's there.
 const nodeAlgo = choice.Shared
 
+// papAlgo is the shared area's arrival-aware allreduce and reduce
+// (shmcoll's AllreducePAP and ReducePAP).
+const papAlgo = choice.SharedPAP
+
 // nodeSupports reports whether the shared area runs coll.
 func nodeSupports(coll sched.Collective) bool { return choice.SharedRuns(coll) }
 
@@ -124,7 +128,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	// schedules' calls do, so that a peer that ran this call as a schedule
 	// is found by its messages; strict mode agrees before the area moves
 	// anything.
-	if err := c.beginCall(ctx, k, nodeAlgo, r.seq); err != nil {
+	if err := c.beginCall(ctx, k, k.algo, r.seq); err != nil {
 		c.node.Skip(ctx, r.ticket)
 		return err
 	}
@@ -144,7 +148,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		cl.Hold = min(time.Second, c.w.opts.Timeout/3)
 	}
 	if c.w.opts.Debug == "trace" {
-		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, nodeAlgo)
+		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, k.algo)
 	}
 	g := c.node
 	var err error
@@ -155,11 +159,20 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		if err != nil {
 			break
 		}
+		pap := k.algo == papAlgo
 		switch k.p.Coll {
 		case sched.Allreduce:
-			err = g.Allreduce(&cl, k.in, k.out, red)
+			if pap {
+				err = g.AllreducePAP(&cl, k.in, k.out, red, shmcoll.DefaultPAPLeaderMax)
+			} else {
+				err = g.Allreduce(&cl, k.in, k.out, red)
+			}
 		case sched.Reduce:
-			err = g.Reduce(&cl, k.in, k.out, red, k.p.Root)
+			if pap {
+				err = g.ReducePAP(&cl, k.in, k.out, red, k.p.Root, shmcoll.DefaultPAPLeaderMax)
+			} else {
+				err = g.Reduce(&cl, k.in, k.out, red, k.p.Root)
+			}
 		default:
 			err = g.ReduceScatter(&cl, k.in, k.out, red)
 		}
@@ -178,6 +191,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	if err != nil {
 		return c.failWith(k.name, err)
 	}
+	k.chunk = cl.Last
 	return nil
 }
 

@@ -60,6 +60,13 @@ type Options struct {
 	// BRAID_MIAD=off (or 0, false; on, 1, true or unset keep it on).
 	DisableMIAD bool
 
+	// DisableArrival switches off the planner's use of arrival
+	// statistics: a call site of reduce above 16 KiB on one host whose
+	// ranks arrive far apart is switched to the arrival-aware reductions
+	// (arrivalplan.go). BRAID_ARRIVAL=off (or 0, false; on, 1, true or unset
+	// keep it on).
+	DisableArrival bool
+
 	// Timeout bounds every call that has no earlier deadline in its
 	// context; a call that runs past it fails with Timeout and aborts the
 	// communicator. BRAID_TIMEOUT (a Go duration such as "30s" or "5m", or
@@ -324,6 +331,13 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		r.DisableMIAD = true
 	default:
 		return r, fmt.Errorf("BRAID_MIAD=%q: want off (keep pipelined algorithms' segment as planned) or on (the default: adapt it)", v)
+	}
+	switch v := getenv("BRAID_ARRIVAL"); strings.ToLower(v) {
+	case "", "on", "1", "true":
+	case "off", "0", "false":
+		r.DisableArrival = true
+	default:
+		return r, fmt.Errorf("BRAID_ARRIVAL=%q: want off (keep the balanced choice whatever the arrival spread) or on (the default: switch to the arrival-aware reductions when the ranks arrive far apart)", v)
 	}
 	switch v := getenv(shm.EnvCMA); v {
 	case "", "0", "1":

@@ -50,6 +50,10 @@ type Decision struct {
 	Algo   string
 	Params sched.Params // what to generate the schedule with
 	Reason string       // why, for BRAID_DEBUG=info
+	// Fixed asks the communicator to keep this choice as it is: no
+	// adaptation at run time by arrival statistics (a benchmark that
+	// times one algorithm sets it).
+	Fixed bool
 }
 
 // Planner picks one of the candidates (the algorithms that support the

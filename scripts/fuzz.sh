@@ -14,7 +14,7 @@ FUZZTIME=${FUZZTIME:-10m}
 LOG=${1:-/var/tmp/braid-fuzz}
 mkdir -p "$LOG"
 TARGETS=${TARGETS:-"./transport/tcp:FuzzHeader ./transport/tcp:FuzzServerHandshake ./transport/tcp:FuzzClientHandshake
-./transport/shm:FuzzRing ./bootstrap:FuzzDecodeFrame ./bootstrap:FuzzStoreServer ./bootstrap:FuzzStoreClient
+./transport/shm:FuzzRing ./transport/shm:FuzzReadLayout ./bootstrap:FuzzDecodeFrame ./bootstrap:FuzzStoreServer ./bootstrap:FuzzStoreClient
 ./bootstrap:FuzzFromLookup ./topo:FuzzParse ./plan:FuzzParseTable ./cuda:FuzzParseMultiPathTable
 .:FuzzOptionsResolve ./internal/choice:FuzzParseAlgo ./internal/size:FuzzParse"}
 src=$(mktemp -d /var/tmp/braid-fuzz-src.XXXXXX)

@@ -58,6 +58,7 @@ func benchCmd(args []string) error {
 	n := fs.Int("n", 0, "start N local ranks (as braid run -n N would)")
 	minS := fs.String("min-size", "4", "smallest size (bytes; K, M, G suffixes)")
 	maxS := fs.String("max-size", "64M", "largest size")
+	sizesF := fs.String("sizes", "", "measure these sizes (comma-separated, K, M, G suffixes) instead of the powers of two from --min-size to --max-size")
 	iters := fs.Int("iters", 0, "timed iterations per size (0: as many as fit in --budget)")
 	warmup := fs.Int("warmup", 0, "warm-up iterations per size (0: 50 small, 5 medium, 2 large; -1: none)")
 	chk := fs.Bool("check", false, "verify every result before timing (the table's correct column)")
@@ -153,7 +154,20 @@ func benchCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := bench.Config{Coll: col, MinSize: lo, MaxSize: hi, Iters: *iters, Warmup: *warmup,
+	var sizeList []int64
+	if *sizesF != "" {
+		if set["min-size"] || set["max-size"] {
+			return usageError{"bench: --sizes lists the sizes; --min-size and --max-size give a range: use one of them"}
+		}
+		for _, f := range strings.Split(*sizesF, ",") {
+			v, err := bench.ParseSize(strings.TrimSpace(f))
+			if err != nil {
+				return usageError{fmt.Sprintf("bench: --sizes %q: %v", *sizesF, err)}
+			}
+			sizeList = append(sizeList, v)
+		}
+	}
+	cfg := bench.Config{Coll: col, MinSize: lo, MaxSize: hi, SizeList: sizeList, Iters: *iters, Warmup: *warmup,
 		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Imbalance: *imb, Seed: *seed,
 		Algos: algos, Budget: *budget}
 	if !col.Reduces() {

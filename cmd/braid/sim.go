@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -496,6 +497,14 @@ func candidate(t *topo.Topology, devs []int, coll sched.Collective, count, root 
 		}
 		return c, nil
 	}
+	if base, stale := strings.CutSuffix(name, ":stale"); algo.LookupDynamic(coll, base) != nil {
+		a := algo.LookupDynamic(coll, base)
+		p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Layout: t.Layout(devs)}
+		if err := a.Supports(p); err != nil {
+			return nil, err
+		}
+		return &dynamicRunner{a: a, p: p, stale: stale}, nil
+	}
 	a, err := algo.Lookup(coll, name)
 	if err != nil {
 		return nil, err
@@ -612,4 +621,57 @@ func ringPaths(cycles [][]int, root int) *sched.Trees {
 		ts.Tree = append(ts.Tree, sched.Tree{Root: root, Parent: parent, Weight: 1})
 	}
 	return ts
+}
+
+// dynamicRunner times a dynamic algorithm (algo.DynamicAlgorithm) by its
+// schedule for the order of arrival (Trace): under an arrival pattern, the
+// order of the ranks' start offsets (ties by rank), which is what the
+// algorithm learns at run time, less its control messages (the simulator
+// leaves them out). With stale set ("papchain:stale"), each pattern runs
+// the schedule sorted by the previous pattern's order instead (the first
+// by rank): a static schedule sorted by an estimate of the order from the
+// last call, as the sorted linear tree with online arrival estimation of
+// Proficz (2018) builds it.
+type dynamicRunner struct {
+	a     algo.DynamicAlgorithm
+	p     sched.Params
+	stale bool
+}
+
+func (d *dynamicRunner) pick(net *sim.Network, cfg sim.Config, segment, count int) (picked, error) {
+	ident := make([]int, d.p.NRanks)
+	for r := range ident {
+		ident[r] = r
+	}
+	res, err := simulate(net, cfg, d.p, algo.ArrivalPrograms(d.a, d.p, ident))
+	if err != nil {
+		return picked{}, err
+	}
+	desc := "order of arrival"
+	if d.stale {
+		desc = "order of the last call"
+	}
+	prev := ident
+	again := func(c sim.Config) (*sim.Result, error) {
+		order := arrivalOrder(c.Start, d.p.NRanks)
+		use := order
+		if d.stale {
+			use, prev = prev, order
+		}
+		return simulate(net, c, d.p, algo.ArrivalPrograms(d.a, d.p, use))
+	}
+	return picked{res, desc, again}, nil
+}
+
+// arrivalOrder returns the ranks sorted by their start offsets (ties, and
+// no offsets, by rank).
+func arrivalOrder(start []float64, n int) []int {
+	order := make([]int, n)
+	for r := range order {
+		order[r] = r
+	}
+	if len(start) == n {
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(start[a], start[b]) })
+	}
+	return order
 }

@@ -35,6 +35,28 @@ const Agg = "agg"
 // AggRuns reports whether the daemons run coll.
 func AggRuns(coll sched.Collective) bool { return coll == sched.Allreduce }
 
+// SharedPAP is the name of the shared area's arrival-aware reductions
+// ("Efficient Process Arrival Pattern Aware Collective Communication for
+// Deep Learning", Alizadeh et al., EuroMPI/USA 2022, §5.1–5.2): a leader
+// that is the first rank to arrive for small chunks, a chain in the order
+// of arrival for large ones. The planner chooses it for a reduce above
+// 16 KiB whose measured arrival spread is more than 4 times the balanced
+// call's time (arrivalplan.go); BRAID_ALGO or
+// a tuning table may name it for the collectives of SharedPAPRuns. It
+// takes no parameters.
+const SharedPAP = "pap"
+
+// SharedPAPRuns reports whether the shared area runs coll arrival-aware.
+func SharedPAPRuns(coll sched.Collective) bool {
+	return coll == sched.Allreduce || coll == sched.Reduce
+}
+
+// IsShared reports whether name is an algorithm of the shared area for
+// coll (Shared or SharedPAP).
+func IsShared(coll sched.Collective, name string) bool {
+	return name == Shared && SharedRuns(coll) || name == SharedPAP && SharedPAPRuns(coll)
+}
+
 // SharedRuns reports whether the shared area runs coll.
 func SharedRuns(coll sched.Collective) bool {
 	switch coll {
@@ -49,7 +71,13 @@ func SharedRuns(coll sched.Collective) bool {
 // trees). The error lists the algorithms of coll, or the parameters the
 // algorithm takes.
 func Check(coll sched.Collective, ch plan.Choice) error {
-	if ch.Algo == Shared && SharedRuns(coll) || ch.Algo == Agg && AggRuns(coll) {
+	if IsShared(coll, ch.Algo) || ch.Algo == Agg && AggRuns(coll) {
+		if ch.Segment > 0 || ch.Radix > 0 {
+			return fmt.Errorf("%v algorithm %q takes no parameters", coll, ch.Algo)
+		}
+		return nil
+	}
+	if algo.LookupDynamic(coll, ch.Algo) != nil {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("%v algorithm %q takes no parameters", coll, ch.Algo)
 		}
@@ -66,7 +94,7 @@ func Check(coll sched.Collective, ch plan.Choice) error {
 // applies), and every collective that has it takes ch's parameters. The
 // error lists every algorithm name.
 func CheckAny(ch plan.Choice) error {
-	if ch.Algo == Shared || ch.Algo == Agg {
+	if ch.Algo == Shared || ch.Algo == SharedPAP || ch.Algo == Agg {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("algorithm %q takes no parameters", ch.Algo)
 		}
@@ -76,6 +104,14 @@ func CheckAny(ch plan.Choice) error {
 	for _, a := range algo.All() {
 		if a.Name() == ch.Algo {
 			colls = append(colls, a.Collective())
+		}
+	}
+	for _, c := range sched.Collectives() {
+		if algo.LookupDynamic(c, ch.Algo) != nil {
+			if ch.Segment > 0 || ch.Radix > 0 {
+				return fmt.Errorf("algorithm %q takes no parameters", ch.Algo)
+			}
+			return nil
 		}
 	}
 	if len(colls) == 0 {
@@ -97,7 +133,12 @@ func Names() []string {
 	for _, a := range algo.All() {
 		names = append(names, a.Name())
 	}
-	names = append(names, Shared, Agg)
+	names = append(names, Shared, SharedPAP, Agg)
+	for _, c := range sched.Collectives() {
+		for _, a := range algo.Dynamics(c) {
+			names = append(names, a.Name())
+		}
+	}
 	slices.Sort(names)
 	return slices.Compact(names)
 }

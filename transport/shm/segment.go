@@ -128,7 +128,9 @@ func readLayout(mem []byte) (layout, bool) {
 		return layout{}, false
 	}
 	nPeers, ringSize, nSlots := int(*s.u32(offNPeers)), int(*s.u64(offRingSize)), int(*s.u32(offNSlots))
-	if ringSize <= 0 || ringSize%pageBytes != 0 || nSlots <= 0 || nPeers < 0 || nPeers > 1<<20 {
+	// Bounds that keep the layout's arithmetic far from overflow: a ring
+	// of at most 1 TiB, at most 2^20 peers and 2^20 slots each.
+	if ringSize <= 0 || ringSize%pageBytes != 0 || ringSize > 1<<40 || nSlots <= 0 || nSlots > 1<<20 || nPeers < 0 || nPeers > 1<<20 {
 		return layout{}, false
 	}
 	l := newLayout(nPeers, nSlots, ringSize)

@@ -16,7 +16,8 @@
 //	line 4      done: the last chunk this rank finished reading
 //	slots       in[0], in[1], res[0], res[1]
 //
-// Only the owner writes its block. A collective moves its data in chunks of
+// Only the owner writes its block (but for the arrival words, see
+// AllreducePAP). A collective moves its data in chunks of
 // at most Slot bytes; every rank numbers chunks 1, 2, 3... in the same order
 // (the order of the communicator's calls, which MPI's rules make the same
 // everywhere), and chunk f uses parity p = f mod 2. A writer publishes a
@@ -44,6 +45,15 @@
 //   - ReduceScatter: every rank writes the chunk's part of every block; rank
 //     r reduces the r-th parts in rank order.
 //   - Barrier: a chunk of no data.
+//   - AllreducePAP and ReducePAP (pap.go): the arrival-aware reductions of
+//     "Efficient Process Arrival Pattern Aware Collective Communication
+//     for Deep Learning" (Alizadeh et al., EuroMPI/USA 2022): small chunks
+//     combined by a leader as the inputs arrive (the first rank to arrive
+//     for an allreduce, the root for a reduce), large ones along a chain
+//     in the order of arrival, kept in an arrival word per chunk in rank
+//     0's block (the one word of the area that every rank writes, by
+//     compare-and-swap). One rank combines, so every rank gets the same
+//     bits, in the order of arrival rather than of rank.
 //
 // Every reader compares the writer's signature of the call with its own and
 // reports a mismatch (Group.Mismatch) instead of reading other arguments'

@@ -21,7 +21,8 @@ const (
 	ring      = 8             // flag lines per kind: chunk f uses line f mod ring
 	lineDone  = 2 * ring      // the last chunk the owner finished, and its running hash
 	histLen   = 16
-	dataOff   = 2048 // the slots start here
+	lineHist  = lineDone + 1 // two lines: the running hash after chunk f, at word f mod histLen
+	dataOff   = 2048         // the slots start here
 	slotIn    = 0
 	slotRes   = 1
 	minSlot   = 4 << 10
@@ -150,6 +151,10 @@ type Call struct {
 	// only when a chunk exceeds FlatMax); zero for the others.
 	Arrive   uint64
 	Arrivals []uint64
+
+	// Last is set when the call ends well: the last chunk it used, which
+	// Confirm takes.
+	Last uint64
 
 	bo      transport.Backoff
 	wake    *wake       // goroutine ranks: the group's wake-up
@@ -314,6 +319,8 @@ func (g *Group) leave(c *Call, err error) error {
 	if err != nil {
 		e := ErrBroken
 		g.broken.CompareAndSwap(nil, &e)
+	} else {
+		c.Last = g.f
 	}
 	g.served.Store(c.Ticket)
 	return err
@@ -438,6 +445,7 @@ func (g *Group) finish(f uint64, sig uint32) {
 	// not move while it read.
 	l := g.line(g.rank, lineDone)
 	atomic.StoreUint64(u64(l[8+8*(f&1):]), h)
+	atomic.StoreUint64(g.histWord(g.rank, f), h)
 	atomic.StoreUint64(u64(l), f)
 	if g.wake != nil {
 		g.wake.kick()
@@ -809,6 +817,63 @@ func (g *Group) Barrier(c *Call) (err error) {
 	g.finish(f, c.Sig)
 	// Every rank has finished every earlier chunk: compare the hashes.
 	return g.verify(true)
+}
+
+// histWord returns rank q's word of the running hash after chunk f.
+func (g *Group) histWord(q int, f uint64) *uint64 {
+	return u64(g.blocks[q][lineHist*lineSize+8*int(f%histLen):])
+}
+
+// Confirm returns once every rank has finished chunk f (a call's Last)
+// and its running hash of the signatures of its chunks agrees with this
+// rank's, or with a MismatchError (Earlier set) naming a rank whose does
+// not: then that rank made other calls than this one up to chunk f. The
+// hashes are compared after chunk f, or after a later chunk that both
+// ranks finished. It is the shared area's lagged confirmation of a call
+// that did not read every rank's input: the communicator calls it when its
+// next call has ended, so that a broadcast's ranks, or a reduce's that
+// are not the root, learn of a disagreement by then. Only c's Ctx, Fail,
+// Timeout, Hold, Spin, Name and Seq are read. It may run beside this
+// rank's next calls in the area.
+func (g *Group) Confirm(c *Call, f uint64) error {
+	c.wake = g.wake
+	c.chunk0 = f
+	mine := u64(g.line(g.rank, lineDone))
+	for q := range g.n {
+		if q == g.rank {
+			continue
+		}
+		done := u64(g.line(q, lineDone))
+		if c.wake != nil {
+			c.recheck = func() bool { return atomic.LoadUint64(done) >= f }
+		}
+		for {
+			me := atomic.LoadUint64(mine)
+			lo := f
+			if me >= histLen && me-histLen+1 > lo {
+				lo = me - histLen + 1
+			}
+			d := atomic.LoadUint64(done)
+			if d < lo {
+				if err := c.idle(q, "the end of an earlier call", 0); err != nil {
+					return err
+				}
+				continue
+			}
+			at := min(d, me)
+			h := atomic.LoadUint64(g.histWord(q, at))
+			own := atomic.LoadUint64(g.histWord(g.rank, at))
+			if atomic.LoadUint64(done)-at >= histLen || atomic.LoadUint64(mine)-at >= histLen {
+				continue // overwritten meanwhile: read a later chunk
+			}
+			if h != own {
+				return &MismatchError{Peer: q, Earlier: true}
+			}
+			break
+		}
+		c.arrived()
+	}
+	return nil
 }
 
 // wake lets goroutine ranks block until a rank of the group publishes a

@@ -1,0 +1,172 @@
+package braid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/internal/check"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/sched"
+)
+
+// TestMatrixPAP runs the matrix's cases of allreduce and reduce through
+// the shared area's arrival-aware reductions (algorithm "pap": a leader
+// for small chunks, a chain in the order of arrival for large ones) while
+// every rank arrives after a random delay of up to 200 µs, so that the
+// leaders and the chains' orders change from call to call: every dtype
+// and op at the small counts (with real values, whose sums round: every
+// rank must hold the same bits, which check.VerifyReal compares), float32
+// at the large ones, in place and not, every root, on 1–9 ranks, and the
+// small counts on 16.
+func TestMatrixPAP(t *testing.T) {
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.Reduce} {
+		t.Run(coll.String(), func(t *testing.T) {
+			t.Parallel()
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16} {
+				var cases []mcase
+				for _, k := range matrixCases(coll, nodeAlgo{coll}, n) {
+					if n > 9 && k.count > 1000 {
+						continue
+					}
+					k.delay = 200 * time.Microsecond
+					cases = append(cases, k)
+				}
+				runCases(t, coll, "pap", n, nil, cases)
+			}
+		})
+	}
+}
+
+// TestMatrixPAPChain runs the same cases through the executor's dynamic
+// arrival-ordered chain (algorithm "papchain": Algorithm 2 over messages,
+// the root keeping the line), on 1–9 and 16 ranks under random arrival
+// delays, so that every order of the chain, and the root's every place in
+// it, occurs.
+func TestMatrixPAPChain(t *testing.T) {
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.Reduce} {
+		t.Run(coll.String(), func(t *testing.T) {
+			t.Parallel()
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16} {
+				var cases []mcase
+				for _, k := range matrixCases(coll, nodeAlgo{coll}, n) {
+					if n > 9 && k.count > 1000 {
+						continue
+					}
+					k.delay = 200 * time.Microsecond
+					cases = append(cases, k)
+				}
+				runCases(t, coll, "papchain", n, nil, cases)
+			}
+		})
+	}
+}
+
+// TestMatrixHierPAP runs hierpap (Hierarchical-RSA with arrival-ordered
+// chains inside each host) under random arrival delays: the allreduce cases
+// of the matrix on 1–9 ranks of one host, and on the matrix's emulated
+// layouts of several hosts (layoutCases: float32 at every count, the
+// dtypes and ops on one host).
+func TestMatrixHierPAP(t *testing.T) {
+	coll := sched.Allreduce
+	a := nodeAlgo{coll}
+	for n := 1; n <= 9; n++ {
+		var cases []mcase
+		for _, k := range matrixCases(coll, a, n) {
+			k.delay = 200 * time.Microsecond
+			cases = append(cases, k)
+		}
+		runCases(t, coll, "hierpap", n, nil, cases)
+		if n < 2 {
+			continue
+		}
+		for i, hosts := range matrixLayouts(n) {
+			var cases []mcase
+			for _, k := range layoutCases(coll, a, n, i == 0) {
+				k.delay = 200 * time.Microsecond
+				cases = append(cases, k)
+			}
+			runCases(t, coll, "hierpap", n, hosts, cases)
+		}
+	}
+}
+
+// TestPAPSameBits: with real values whose sums and products round, and a
+// random order of arrival each call, every rank of an arrival-aware
+// allreduce holds the same bits (one rank combines, the others copy).
+func TestPAPSameBits(t *testing.T) {
+	const n, calls = 5, 6
+	dts := []dtype.DType{dtype.Float32, dtype.Float64, dtype.Float16, dtype.BFloat16}
+	counts := []int{3, 1000, 70000} // inline, the leader, the chain
+	got := make([][][]byte, n)
+	errs := onRanks(t, n, &braid.Options{Algo: "allreduce=pap"}, func(c *braid.Comm) error {
+		r := c.Rank()
+		for _, d := range dts {
+			for _, op := range []dtype.Op{dtype.Sum, dtype.Prod} {
+				for _, count := range counts {
+					for i := range calls {
+						p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: count}
+						in, out := check.Buffers(p, r, d.Size(), false)
+						salt := i + count
+						check.FillReal(d, op, in, r, 0, salt)
+						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+						if err := c.Allreduce(context.Background(), braid.Raw{Bytes: in, Type: d}, braid.Raw{Bytes: out, Type: d}, op); err != nil {
+							return err
+						}
+						if err := check.VerifyReal(p, d, op, r, out, salt); err != nil {
+							return fmt.Errorf("%v %v count %d: %w", d, op, count, err)
+						}
+						got[r] = append(got[r], out)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := 1; r < n; r++ {
+		for i := range got[0] {
+			if string(got[r][i]) != string(got[0][i]) {
+				t.Fatalf("call %d: rank %d's result differs from rank 0's", i, r)
+			}
+		}
+	}
+}
+
+// TestPAPTimeoutNamesAbsent: a rank that never arrives at an
+// arrival-aware allreduce, through the shared area (pap) and through the
+// executor's dynamic chain (papchain), is named in the other ranks'
+// errors.
+func TestPAPTimeoutNamesAbsent(t *testing.T) {
+	for _, name := range []string{"pap", "papchain"} {
+		comms, err := braid.NewLocal(3, &braid.Options{Algo: "allreduce=" + name, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		for _, c := range comms[:2] {
+			go func() {
+				errs <- c.Allreduce(context.Background(), []float32{1}, make([]float32, 1), braid.Sum)
+			}()
+		}
+		for range 2 {
+			err := <-errs
+			var be *braid.Error
+			if !errors.As(err, &be) || be.Kind != braid.Timeout && be.Kind != braid.Aborted || !strings.Contains(err.Error(), "rank 2") {
+				t.Errorf("%s: %v, want a timeout naming rank 2", name, err)
+			}
+		}
+		for _, c := range comms {
+			c.Close()
+		}
+	}
+}

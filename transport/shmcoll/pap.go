@@ -1,0 +1,354 @@
+package shmcoll
+
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// Process-arrival-pattern (PAP) aware reductions, after "Efficient Process
+// Arrival Pattern Aware Collective Communication for Deep Learning"
+// (Alizadeh et al., EuroMPI/USA 2022, §5.1 and §5.2). The ranks of a call
+// rarely arrive together; the reductions above combine the inputs in rank
+// order, so that a rank that arrived early waits for the late ones before
+// it can start, and all the work is left for after the last arrival. Here
+// the ranks take their place in the order of arrival, and the work is done
+// as they come:
+//
+//   - Small chunks (Algorithm 1, "Small-PAP-aware"): the first rank to
+//     arrive leads the chunk of an allreduce (a reduce's root leads its
+//     own: it needs the result, and the others need not wait for
+//     anyone). Every rank writes its input as usual; the
+//     leader combines each input as soon as its flag is up, in whatever
+//     order the flags rise, and publishes the result, which the others
+//     copy out. After the last arrival there is one combination left.
+//   - Large chunks (Algorithm 2, "Large-PAP-aware"): the ranks form a
+//     chain in the order of arrival. The first writes its input as the
+//     chain's partial result; each next one combines its predecessor's
+//     partial result with its input into its own (one pass, no copy in)
+//     and, for a reduce, leaves; the last holds the result, which the
+//     root (reduce) or every rank (allreduce: the paper's reduce followed
+//     by a broadcast from the last rank) copies out.
+//
+// The order of arrival is kept in one word per chunk (the group's arrival
+// word, in rank 0's block, which every rank updates by compare-and-swap):
+// the chunk number, how many ranks have arrived, the first of them and the
+// latest. A rank's swap returns the previous latest: its predecessor in the
+// chain. Each rank also raises its input flag of the chunk on arrival (with
+// its input, or empty for the chain), so that a wait that ends names a rank
+// that has not arrived.
+//
+// One rank combines everything, so every rank gets the same bits; the
+// order of combination is the order of arrival, so two calls with the same
+// inputs may round differently (the ops are commutative).
+
+// The arrival word of chunk f: bits 0–12 the ranks arrived, 13–25 the first,
+// 26–38 the latest, 39–63 the chunk number modulo 2^25 (a stale word, of
+// chunk f−ring, has another).
+const (
+	arrCountBits = 13
+	arrRankBits  = 13
+	arrMask      = 1<<arrRankBits - 1
+	arrFirst     = arrCountBits
+	arrLast      = arrCountBits + arrRankBits
+	arrChunk     = arrCountBits + 2*arrRankBits
+	lineArrival  = lineDone + 1 // lines lineArrival .. +ring-1 of rank 0's block
+)
+
+// DefaultPAPLeaderMax is the largest chunk the arrival-aware reductions
+// combine at one leader (Algorithm 1); larger chunks form a chain in the
+// order of arrival (Algorithm 2).
+const DefaultPAPLeaderMax = 16 << 10
+
+// arrival is the decoded arrival word of a chunk.
+type arrival struct {
+	count, first, last int
+}
+
+func (g *Group) arrivalWord(f uint64) *uint64 {
+	return u64(g.line(0, lineArrival+int(f%ring)))
+}
+
+func decodeArrival(w, f uint64) (arrival, bool) {
+	if w>>arrChunk != f&(1<<(64-arrChunk)-1) {
+		return arrival{}, false
+	}
+	return arrival{count: int(w & (1<<arrCountBits - 1)), first: int(w >> arrFirst & arrMask), last: int(w >> arrLast & arrMask)}, true
+}
+
+// arrive takes this rank's place in chunk f's order of arrival: it returns
+// its position (0 for the first) and the rank that arrived just before it
+// (-1 for the first) and the first rank.
+func (g *Group) arrive(f uint64) (pos, pred, first int) {
+	w := g.arrivalWord(f)
+	tag := f & (1<<(64-arrChunk) - 1) << arrChunk
+	for {
+		old := atomic.LoadUint64(w)
+		a, ok := decodeArrival(old, f)
+		var nw uint64
+		if !ok {
+			nw = tag | uint64(g.rank)<<arrLast | uint64(g.rank)<<arrFirst | 1
+		} else {
+			nw = tag | uint64(g.rank)<<arrLast | uint64(a.first)<<arrFirst | uint64(a.count+1)
+		}
+		if atomic.CompareAndSwapUint64(w, old, nw) {
+			if !ok {
+				return 0, -1, g.rank
+			}
+			return a.count, a.last, a.first
+		}
+	}
+}
+
+// waitAll waits until every rank has arrived at chunk f and returns the last.
+func (g *Group) waitAll(c *Call, f uint64) (int, error) {
+	w := g.arrivalWord(f)
+	a, _ := decodeArrival(atomic.LoadUint64(w), f)
+	if a.count == g.n {
+		return a.last, nil
+	}
+	if c.wake != nil {
+		c.recheck = func() bool { a, _ := decodeArrival(atomic.LoadUint64(w), f); return a.count == g.n }
+	}
+	for a.count < g.n {
+		if err := c.idle(g.absent(f), "its arrival", f-c.chunk0); err != nil {
+			return 0, err
+		}
+		a, _ = decodeArrival(atomic.LoadUint64(w), f)
+	}
+	c.arrived()
+	return a.last, nil
+}
+
+// absent returns a rank whose input flag of chunk f is not up (one that
+// has not arrived), or this rank's if every flag is.
+func (g *Group) absent(f uint64) int {
+	for q := range g.n {
+		if atomic.LoadUint64(u64(g.flag(q, slotIn, f))) < f {
+			return q
+		}
+	}
+	return g.rank
+}
+
+// peek returns rank q's input of chunk f if its flag is up, without
+// waiting.
+func (g *Group) peek(q int, c *Call, f uint64, nbytes int) ([]byte, bool, error) {
+	l := g.flag(q, slotIn, f)
+	v := atomic.LoadUint64(u64(l[flagSeq:]))
+	if v < f {
+		return nil, false, nil
+	}
+	sig := *u32(l[flagSig:])
+	n := int(*u32(l[flagLen:]))
+	if v != f || sig != c.Sig || n != nbytes {
+		return nil, false, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
+	}
+	if c.Arrivals != nil {
+		c.Arrivals[q] = *u64(l[flagArrive:])
+	}
+	if n <= inline {
+		return l[flagBytes : flagBytes+n], true, nil
+	}
+	return g.slotBuf(q, slotIn, int(f&1))[:n], true, nil
+}
+
+// AllreducePAP is Allreduce with the arrival-aware reductions: chunks of
+// at most leaderMax bytes with a leader, larger ones with a chain.
+func (g *Group) AllreducePAP(c *Call, in, out []byte, r Reducer, leaderMax int) (err error) {
+	return g.reducePAP(c, in, out, r, -1, leaderMax)
+}
+
+// ReducePAP is Reduce with the arrival-aware reductions.
+func (g *Group) ReducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax int) (err error) {
+	return g.reducePAP(c, in, out, r, root, leaderMax)
+}
+
+func (g *Group) reducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax int) (err error) {
+	if err := g.enter(c); err != nil {
+		return err
+	}
+	defer func() { err = g.leave(c, err) }()
+	size, count := chunks(len(in), r.ElemSize, g.slot)
+	// Every rank must take the same path for every chunk: the chunk's
+	// size decides, and it is the same everywhere.
+	g.partial = g.n > 1
+	for i := range count {
+		off := i * size
+		b := min(size, len(in)-off)
+		var o []byte
+		if root < 0 || g.rank == root {
+			o = out[off : off+b]
+		}
+		if b <= leaderMax {
+			err = g.leaderChunk(c, in[off:off+b], o, r, root)
+		} else {
+			err = g.chainChunk(c, in[off:off+b], o, r, root)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// leaderChunk is one chunk of Algorithm 1: the first rank to arrive
+// combines the inputs as they come.
+func (g *Group) leaderChunk(c *Call, in, out []byte, r Reducer, root int) error {
+	f := g.next()
+	b := len(in)
+	if err := g.claim(c, f, b <= inline); err != nil {
+		return err
+	}
+	copy(g.buf(slotIn, f, b), in)
+	g.commit(slotIn, f, c.Sig, b)
+	// A reduce's leader is its root, which needs the result anyway: the
+	// others deposit their inputs and leave, whenever they come, and the
+	// root combines them in the order they come. An allreduce's is the
+	// first rank to arrive.
+	leader := root
+	if root < 0 {
+		_, _, leader = g.arrive(f)
+	}
+	if leader != g.rank {
+		if root >= 0 && g.rank != root {
+			g.finish(f, c.Sig)
+			return nil
+		}
+		s, err := g.read(c, leader, slotRes, f, b)
+		if err != nil {
+			return g.nameAbsent(err, f)
+		}
+		copy(out, s)
+		g.finish(f, c.Sig)
+		return nil
+	}
+	// The leader: its own input first, then the others' as their flags
+	// rise.
+	acc := g.buf(slotRes, f, b)
+	copy(acc, in)
+	left := g.srcs[:0] // the ranks not yet combined, as a list of nil/non-nil marks
+	for range g.n {
+		left = append(left, nil)
+	}
+	todo := g.n - 1
+	if c.wake != nil && todo > 0 {
+		c.recheck = func() bool {
+			for q := range g.n {
+				if q != g.rank && left[q] == nil && atomic.LoadUint64(u64(g.flag(q, slotIn, f))) >= f {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	for todo > 0 {
+		moved := false
+		for q := range g.n {
+			if q == g.rank || left[q] != nil {
+				continue
+			}
+			s, ok, err := g.peek(q, c, f, b)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			r.K(acc, s)
+			left[q] = s
+			todo--
+			moved = true
+		}
+		if moved {
+			c.arrived()
+			continue
+		}
+		if todo > 0 {
+			q := 0
+			for q < g.n && (q == g.rank || left[q] != nil) {
+				q++
+			}
+			if err := c.idle(q, "its input", f-c.chunk0); err != nil {
+				return err
+			}
+		}
+	}
+	clear(left)
+	g.sawAll(f)
+	if root < 0 || root == g.rank {
+		copy(out, acc)
+	}
+	if root < 0 || root != g.rank {
+		g.commit(slotRes, f, c.Sig, b)
+	}
+	g.finish(f, c.Sig)
+	return nil
+}
+
+// chainChunk is one chunk of Algorithm 2: the ranks combine in a chain in
+// the order of arrival; the last one's partial result is the result.
+func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int) error {
+	f := g.next()
+	b := len(in)
+	if err := g.claim(c, f, b <= inline); err != nil {
+		return err
+	}
+	g.commit(slotIn, f, c.Sig, 0) // arrived (for the names of waits)
+	pos, pred, _ := g.arrive(f)
+	last := pos == g.n-1
+	var mine []byte
+	if last && g.rank == root {
+		mine = out // the root arrived last: the result goes straight out
+	} else {
+		mine = g.buf(slotRes, f, b)
+	}
+	if pred < 0 {
+		copy(mine, in)
+	} else {
+		s, err := g.read(c, pred, slotRes, f, b)
+		if err != nil {
+			return err
+		}
+		r.K3(mine, s, in)
+	}
+	if last {
+		if root < 0 {
+			copy(out, mine)
+		}
+		if root < 0 || root != g.rank {
+			g.commit(slotRes, f, c.Sig, b)
+		}
+		g.finish(f, c.Sig)
+		return nil
+	}
+	g.commit(slotRes, f, c.Sig, b)
+	if root >= 0 && g.rank != root {
+		g.finish(f, c.Sig)
+		return nil
+	}
+	// The result is the last rank's partial result.
+	q, err := g.waitAll(c, f)
+	if err != nil {
+		return err
+	}
+	s, err := g.read(c, q, slotRes, f, b)
+	if err != nil {
+		return g.nameAbsent(err, f)
+	}
+	copy(out, s)
+	g.finish(f, c.Sig)
+	return nil
+}
+
+// nameAbsent returns err, a wait for the rank that holds chunk f's result
+// that ended, naming instead a rank that has not arrived at chunk f if
+// there is one: the holder was itself waiting for it.
+func (g *Group) nameAbsent(err error, f uint64) error {
+	var w *WaitError
+	if errors.As(err, &w) {
+		if q := g.absent(f); q != g.rank {
+			w.Peer, w.What = q, "its arrival"
+		}
+	}
+	return err
+}
