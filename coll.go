@@ -163,6 +163,11 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			cand = append(cand, plan.Candidate{Name: papAlgo, Params: p, Cost: math.NaN()})
 		}
 	}
+	ac, hasAgg := c.aggCandidate(p, es)
+	if hasAgg {
+		cand = append(cand, ac)
+	}
+	aggNote := ""
 	if len(cand) == 0 {
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 			Err: fmt.Errorf("no algorithm supports %d ranks, count %d: %v", p.NRanks, p.Count, why)}
@@ -185,6 +190,14 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier (%s: allreduce and reduce) of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, papAlgo, c.Size(), c.nhosts)}
 		}
 		d, forced = plan.Decision{Algo: ch.Algo, Params: p, Reason: "forced by BRAID_ALGO=" + ch.String()}, true
+	} else if c.aggForced(p.Coll) {
+		if hasAgg {
+			d, forced = plan.Decision{Algo: aggAlgo, Params: p, Reason: "forced by BRAID_ALGO=" + aggAlgo}, true
+		} else {
+			if note := c.aggUnavailable(); note != "" {
+				aggNote = "; " + note
+			}
+		}
 	} else if da := algo.LookupDynamic(p.Coll, ch.Algo); ok && da != nil {
 		if err := da.Supports(p); err != nil {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf("BRAID_ALGO forces %s: %v", ch, err)}
@@ -219,6 +232,14 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		if !slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == d.Algo }) {
 			d = plan.Default{}.Plan(req, cand)
 		}
+		d.Reason += aggNote
+	}
+	if d.Algo == aggAlgo {
+		pl := &planned{algo: aggAlgo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
+		if c.rank == 0 {
+			c.w.debugf("info", "%v comm %08x n=%d count=%d (%d B): %s (%s)", p.Coll, c.id, p.NRanks, p.Count, int64(p.Count)*int64(es), aggAlgo, pl.reason)
+		}
+		return pl, nil
 	}
 	var names []string
 	for _, x := range cand {
@@ -341,6 +362,9 @@ func (c *Comm) issue(k *call) (run, error) {
 	if pl.watch != nil {
 		return c.issueWatched(k, pl), nil
 	}
+	if pl.algo == aggAlgo {
+		return c.issueAgg(k, pl), nil
+	}
 	if choice.IsShared(k.p.Coll, pl.algo) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
@@ -400,6 +424,11 @@ type run struct {
 	watch *arrivalWatch
 	algo  string
 	timed bool // the call is one of the window's timed samples
+
+	// agg: the call runs through aggregation daemons (aggregate.go), as
+	// seq, seq+1 and seq+2 with these chained signatures for the last two.
+	agg     bool
+	aggSigs [2]uint32
 }
 
 // runCall executes a checked call.
@@ -407,6 +436,11 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 	k.arrive = c.w.clock.now()
 	if err := c.usable(k.name); err != nil {
 		return err
+	}
+	if k.p.Coll == sched.Allreduce && c.aggPending() {
+		if err := c.aggSetup(ctx); err != nil {
+			return err
+		}
 	}
 	r, err := c.issue(k)
 	if err != nil {
@@ -433,6 +467,9 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 			return err
 		}
 		return c.confirm(ctx, k, r.seq)
+	}
+	if r.agg {
+		return c.runAgg(ctx, k, r)
 	}
 	if !r.trial {
 		if err := c.runSeq(ctx, k, r.prog, r.pl.algo, r.seq); err != nil {

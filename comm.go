@@ -64,7 +64,8 @@ type world struct {
 
 	prof *profile.Recorder // BRAID_PROFILE's recorder (profile.go); nil when off
 
-	clock *clock // arrival stamps on the job's common clock (arrival.go)
+	agg   aggWorld // the aggregation daemons (aggregate.go)
+	clock *clock   // arrival stamps on the job's common clock (arrival.go)
 	// flightSig stops the flight recorder's signal handler (flight.go);
 	// flightOnce dumps the recorder after the first failure.
 	flightSig  func()
@@ -239,6 +240,7 @@ type Comm struct {
 		d      *DeviceComm
 		closed bool
 	}
+	agg aggComm // allreduce through aggregation daemons (aggregate.go)
 
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
 	errFn  func() error             // c.w.err, likewise

@@ -54,6 +54,7 @@ func Init(ctx context.Context, opts *Options) (*Comm, error) {
 func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error) {
 	w := &world{rank: info.Rank, size: info.Size, opts: o, model: o.model(),
 		logger: log.New(o.Log, "braid: ", log.Lmicroseconds), clock: newClock()}
+	w.agg.job, w.agg.secret = info.JobID, info.Secret
 	w.hosts = make([]string, info.Size)
 	w.numa = make([]int, info.Size)
 	w.conns = make([]transport.Conn, info.Size)

@@ -2,8 +2,10 @@ package braid
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
+	"sync/atomic"
 
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/inproc"
@@ -27,6 +29,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 	}
 	t := inproc.New(n)
 	comms := make([]*Comm, n)
+	job, secret := fmt.Sprintf("local-%d-%d", os.Getpid(), localJobs.Add(1)), aggSecretOf()
 	hosts := make([]string, n)
 	host := o.Host
 	if host == "" {
@@ -60,6 +63,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 	for r := range n {
 		w := &world{rank: r, size: n, opts: o, model: o.model(), hosts: hosts,
 			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds), clock: clk}
+		w.agg.job, w.agg.secret = job, secret
 		m, err := t.Connect(context.Background(), transport.Config{Self: transport.Endpoint{Rank: r}, World: n, Lost: w.lost, Unexpected: w.unexpected})
 		if err != nil {
 			return nil, err
@@ -81,6 +85,10 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 	}
 	return comms, nil
 }
+
+// localJobs numbers the jobs of NewLocal, which name them to aggregation
+// daemons.
+var localJobs atomic.Int64
 
 // localSlot is the shared area's slot of goroutine ranks (NewLocal).
 const localSlot = 64 << 10

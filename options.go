@@ -185,6 +185,13 @@ type Options struct {
 	// less, so that the area stays within 32 MiB.
 	SharedSlot int
 
+	// Agg names aggregation daemons (braid agg) as "host:port,...": the
+	// planner may then run large allreduces through them (the "agg"
+	// algorithm, package agg), with the job's secret, on a communicator
+	// that spans several hosts; without a daemon, or when one is full
+	// or lost, allreduce runs on host algorithms. BRAID_AGG.
+	Agg string
+
 	// Profile is the prefix of the profiler's files: each rank records its
 	// calls (counts, bytes, time and its share of the run, size histograms,
 	// overlap of non-blocking calls, point-to-point partners, algorithms)
@@ -351,6 +358,12 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 				return r, fmt.Errorf("BRAID_TOPO: %v", err)
 			}
 			r.Topology = t
+		}
+	}
+	src = from("Agg", "BRAID_AGG", &r.Agg)
+	if r.Agg != "" {
+		if _, err := parseAgg(r.Agg); err != nil {
+			return r, fmt.Errorf("%s=%q: %v", src, r.Agg, err)
 		}
 	}
 	src = from("Profile", "BRAID_PROFILE", &r.Profile)

@@ -13,6 +13,12 @@
 //     nonces); a client that does not is refused and logged (a few lines
 //     per interval, then a summary). Connections still in the handshake
 //     are capped per client address and in all (StoreLimits).
+//   - the Redis store (DialRedisStore, BRAID_STORE=redis://[:PASSWORD@]HOST:PORT[/DB]):
+//     the keys in a Redis server that the site runs, under a prefix that
+//     hashes the job's secret and name; every value carries an HMAC of
+//     the secret, so that a value planted by a client without it is
+//     refused; the keys expire after RedisTTL and the job deletes them
+//     when it closes.
 //   - the file store (NewFileStore): one file per key in a directory that
 //     the ranks share (on one host, or on a shared file system).
 //   - the memory store (NewMemStore): for a single rank, or for ranks that

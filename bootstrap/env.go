@@ -419,7 +419,12 @@ func (e env) overrides(info *Info) error {
 	if e.has(EnvStore) {
 		info.Store = e.get(EnvStore)
 		info.ServeStore = false
-		if !isFileStore(info.Store) {
+		if isRedisStore(info.Store) {
+			if len(info.Secret) == 0 {
+				return fmt.Errorf("bootstrap: rank %d: the Redis store %s needs the job's secret: set %s to the same hex value on every rank",
+					info.Rank, redactRedis(info.Store), EnvSecret)
+			}
+		} else if !isFileStore(info.Store) {
 			host, port, err := net.SplitHostPort(info.Store)
 			if p, perr := strconv.Atoi(port); err != nil || perr != nil || p < 1 || p > 65535 || host == "" {
 				return fmt.Errorf("bootstrap: %s=%q: want HOST:PORT or file:DIR", EnvStore, info.Store)

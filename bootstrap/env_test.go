@@ -139,6 +139,8 @@ func TestFromLookupErrors(t *testing.T) {
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"},
 			"BRAID_STORE is not set"},
 		{map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, `MASTER_PORT=""`},
+		{map[string]string{"BRAID_RANK": "0", "BRAID_WORLD_SIZE": "2", "BRAID_STORE": "redis://:pw@h:6379"},
+			"the Redis store redis://:xxxxx@h:6379 needs the job's secret"},
 		{map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "65535"}, `MASTER_PORT="65535" is not a port below 65535`},
 		{map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
 			"TCP store h:2: set BRAID_SECRET"},

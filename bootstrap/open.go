@@ -37,6 +37,8 @@ func NewSecret() []byte {
 //
 //   - Store "": a store in memory (a single rank only).
 //   - Store "file:DIR": a file store in DIR (see NewFileStore).
+//   - Store "redis://[:PASSWORD@]HOST:PORT[/DB]": a Redis store (see
+//     DialRedisStore); it needs the job's secret.
 //   - Store "HOST:PORT": a TCP store. If info.ServeStore, this rank serves
 //     it, listening on PORT (on HOST only if HOST is a loopback address,
 //     else on every interface), and uses it directly; otherwise it dials
@@ -81,6 +83,8 @@ func Open(ctx context.Context, info *Info) (Store, func() error, error) {
 		return s, s.Close, nil
 	case isFileStore(info.Store):
 		return openFileStore(ctx, info)
+	case isRedisStore(info.Store):
+		return openRedisStore(ctx, info)
 	default:
 		return openTCPStore(ctx, info)
 	}

@@ -23,6 +23,7 @@ usage:
   braid topo [--topo PRESET|FILE] [flags]        show a topology, or the spanning trees packed on it (--plan)
   braid sim --topo PRESET|FILE --coll C [flags]  simulate algorithms on a topology; --sweep: trees vs rings on a DGX-1
   braid prof FILE... [flags]                     merge the ranks' profiles (BRAID_PROFILE=FILE): tables, plots, one trace
+  braid agg [--listen ADDR] [flags]              run an aggregation daemon for jobs' allreduces (see braid agg -h)
   braid version
 
 Collectives: allreduce, reduce, bcast, allgather, reducescatter, gather,
@@ -74,6 +75,10 @@ that names the variable):
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same
+  BRAID_AGG        aggregation daemons (braid agg) as host:port,...: allreduce
+                   may then run through them (agg) across hosts, with the job's
+                   secret; absent, full or lost daemons leave it on host
+                   algorithms
   BRAID_GPU_HOST_SHARE  percentage of large device allreduces and broadcasts on 3+
                    GPUs sent through host memory beside NVLink (default by size; 0
                    turns it off, and a bad value is an error naming it); go doc
@@ -107,6 +112,8 @@ func main() {
 		err = simCmd(os.Args[2:])
 	case "prof":
 		err = profCmd(os.Args[2:])
+	case "agg":
+		err = aggCmd(os.Args[2:])
 	case "version", "--version", "-v":
 		fmt.Println("braid", version)
 	case "help", "-h", "--help":

@@ -27,6 +27,14 @@ import (
 // collectives of SharedRuns. It takes no parameters.
 const Shared = "shm"
 
+// Agg is the name of the allreduce through aggregation daemons (package
+// agg, BRAID_AGG): the planner offers it when the job has daemons, and
+// BRAID_ALGO may name it. It takes no parameters.
+const Agg = "agg"
+
+// AggRuns reports whether the daemons run coll.
+func AggRuns(coll sched.Collective) bool { return coll == sched.Allreduce }
+
 // SharedPAP is the name of the shared area's arrival-aware reductions
 // ("Efficient Process Arrival Pattern Aware Collective Communication for
 // Deep Learning", Alizadeh et al., EuroMPI/USA 2022, §5.1–5.2): a leader
@@ -83,7 +91,7 @@ func SharedRuns(coll sched.Collective) bool {
 // trees). The error lists the algorithms of coll, or the parameters the
 // algorithm takes.
 func Check(coll sched.Collective, ch plan.Choice) error {
-	if DeviceOnly(coll, ch.Algo) || IsShared(coll, ch.Algo) {
+	if DeviceOnly(coll, ch.Algo) || IsShared(coll, ch.Algo) || ch.Algo == Agg && AggRuns(coll) {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("%v algorithm %q takes no parameters", coll, ch.Algo)
 		}
@@ -106,7 +114,7 @@ func Check(coll sched.Collective, ch plan.Choice) error {
 // applies), and every collective that has it takes ch's parameters. The
 // error lists every algorithm name.
 func CheckAny(ch plan.Choice) error {
-	if ch.Algo == Shared || ch.Algo == SharedPAP || ch.Algo == Fused || ch.Algo == algo.GPUOneShot.Name() {
+	if ch.Algo == Shared || ch.Algo == SharedPAP || ch.Algo == Agg || ch.Algo == Fused || ch.Algo == algo.GPUOneShot.Name() {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("algorithm %q takes no parameters", ch.Algo)
 		}
@@ -145,7 +153,7 @@ func Names() []string {
 	for _, a := range algo.All() {
 		names = append(names, a.Name())
 	}
-	names = append(names, Shared, SharedPAP, Fused, algo.GPUOneShot.Name())
+	names = append(names, Shared, SharedPAP, Agg, Fused, algo.GPUOneShot.Name())
 	for _, c := range sched.Collectives() {
 		for _, a := range algo.Dynamics(c) {
 			names = append(names, a.Name())
