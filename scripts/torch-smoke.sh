@@ -8,13 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=""
 for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' >/dev/null 2>&1; then py=$p; break; fi
+    # From / : in the repository root, the folder torch/ (this backend)
+    # would be imported as PyTorch.
+    if command -v "$p" >/dev/null 2>&1 && (cd / && "$p" -c 'import torch.distributed') >/dev/null 2>&1; then py=$p; break; fi
 done
 headers='
 import os, torch.utils.cpp_extension as c
 h = "torch/csrc/distributed/c10d/ProcessGroup.hpp"
 raise SystemExit(not any(os.path.exists(os.path.join(d, h)) for d in c.include_paths()))'
-if [ -z "$py" ] || ! "$py" -c "$headers" 2>/dev/null; then
+if [ -z "$py" ] || ! (cd / && "$py" -c "$headers") 2>/dev/null; then
     echo "skip: no PyTorch with its C++ headers (apt-get install python3-torch libtorch-dev): the torch backend is not tested"
     exit 0
 fi
