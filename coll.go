@@ -182,7 +182,9 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	var d plan.Decision
 	forced, forcedSeg := false, false
 	hasNode := slices.ContainsFunc(cand, func(x plan.Candidate) bool { return x.Name == nodeAlgo })
-	if ch, ok := c.force.perCol[p.Coll]; ok && choice.IsShared(p.Coll, ch.Algo) {
+	ch, ok := c.force.perCol[p.Coll]
+	ok = ok && !choice.DeviceOnly(p.Coll, ch.Algo) // a fused kernel forced for device buffers
+	if ok && choice.IsShared(p.Coll, ch.Algo) {
 		if !hasNode {
 			return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: p.Coll.String(), Peer: -1,
 				Err: fmt.Errorf("BRAID_ALGO forces %s: the shared area runs allreduce, reduce, bcast, allgather, reducescatter and barrier (%s: allreduce and reduce) of a communicator whose ranks are all on one host, created by Init or NewLocal (this one: %d ranks on %d hosts)", ch, papAlgo, c.Size(), c.nhosts)}

@@ -73,8 +73,12 @@ func (c *Comm) collective(ctx context.Context, name string, coll sched.Collectiv
 	if p := c.w.prof; p != nil {
 		defer c.profCollective(p, &k, p.Begin(), &err)
 	}
-	if deviceArgs(send, recv) {
-		// GPU buffers take the device path (device.go).
+	// GPU buffers take the device path (device.go); host buffers go on
+	// to the host planner after two type checks, without entering it.
+	if _, dev := send.(Device); dev {
+		return c.deviceCall(ctx, name, coll, send, recv, op, root)
+	}
+	if _, dev := recv.(Device); dev {
 		return c.deviceCall(ctx, name, coll, send, recv, op, root)
 	}
 	if k, err = c.prepare(name, coll, send, recv, op, root); err != nil {

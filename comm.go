@@ -235,6 +235,11 @@ type Comm struct {
 	node   *shmcoll.Group // the host's shared area, when every rank is on this host
 	nodeMu sync.Mutex     // orders sequence numbers and the area's tickets
 
+	dev struct { // the device communicator of Comm's calls on Device buffers (device.go)
+		mu     sync.Mutex
+		d      *DeviceComm
+		closed bool
+	}
 	agg aggComm // allreduce through aggregation daemons (aggregate.go)
 
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
@@ -416,11 +421,12 @@ func (c *Comm) Abort(reason error) {
 // returns the job's failure, if the job failed, so that a failure that no
 // call reported is not lost.
 func (c *Comm) Close() error {
+	derr := c.closeDevice()
 	if !c.root {
 		if c.node != nil {
-			return c.node.Close()
+			return errors.Join(derr, c.node.Close())
 		}
-		return nil
+		return derr
 	}
 	perr := c.w.stopProfile()
 	c.w.stopFlight()
@@ -441,6 +447,9 @@ func (c *Comm) Close() error {
 	}
 	if err == nil {
 		err = perr
+	}
+	if err == nil {
+		err = derr
 	}
 	return err
 }

@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/size"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -28,36 +33,46 @@ type Device struct {
 	Type  DType
 }
 
-// DeviceOptions tunes a DeviceComm. The zero value chooses by size.
+// DeviceOptions tunes a DeviceComm. The zero value lets the planner
+// choose: for every call it costs the fused kernels that can run it and
+// the schedules (plan.DeviceModel), and runs the cheapest, unless Algo,
+// BRAID_ALGO or Table names one; BRAID_DEBUG=info logs each decision with
+// its alternatives' costs.
 type DeviceOptions struct {
-	// Algo forces the algorithm of a collective, by the collective's name:
-	// {"allreduce": "ring", "bcast": "chain"}. Allreduce also accepts
-	// "gpu_oneshot" (see algo.GPUOneShot).
+	// Algo forces the algorithm of a collective, by the collective's name,
+	// as BRAID_ALGO's entries do (and before them): {"allreduce": "ring",
+	// "bcast": "chain:seg=4M"}. The fused kernels are named
+	// "gpu_oneshot" (allreduce, one-shot; algo.GPUOneShot where the
+	// kernels are off), "direct" (allreduce, the two-shot kernel; the
+	// direct program where it is off) and "fused" (bcast, allgather,
+	// reducescatter). A forced fused kernel runs wherever it fits, past
+	// the caps below; one that cannot run the call is an InvalidArgument.
 	Algo map[string]string
-	// OneShotMax is the largest allreduce, in bytes, that runs one-shot
-	// (every rank pushes its input to every peer and reduces all inputs,
-	// in one kernel); 0 means DefaultOneShotMax(Size()), negative never.
+	// OneShotMax caps the allreduces, in bytes, that the planner may run
+	// one-shot (every rank pushes its input to every peer and reduces all
+	// inputs, in one kernel) on its own; 0 means DefaultOneShotMax(Size()),
+	// negative never.
 	OneShotMax int
-	// DirectMax is the largest allreduce, in bytes, that runs as a direct
-	// reduce-scatter and allgather ("direct": the fused two-shot kernel,
-	// which moves the vector through the slots in rounds) once one-shot no
-	// longer applies; larger ones run the ring. 0 means
-	// DefaultDirectMax(Size()), negative never (and "direct", when named,
-	// then runs as a program).
+	// DirectMax caps the allreduces, in bytes, that the planner may run
+	// as the fused two-shot kernel ("direct": a reduce-scatter and an
+	// allgather that move the vector through the slots in rounds); 0
+	// means DefaultDirectMax(Size()), negative never (and "direct", when
+	// named, then runs as a program).
 	DirectMax int
-	// FusedMax is the largest broadcast, and the largest block of an
-	// allgather or reduce-scatter, in bytes, that runs as a fused kernel
+	// FusedMax caps the broadcasts, and the blocks of allgathers and
+	// reduce-scatters, in bytes, that the planner may run as fused kernels
 	// (pushes into the peers' registered regions, device-side flags, in
-	// rounds through the slots); larger ones run as programs. 0 means
-	// DefaultFusedMax(collective, Size()), negative never.
+	// rounds through the slots); 0 means DefaultFusedMax(collective,
+	// Size()), negative never.
 	FusedMax int
 	// LLMax is the largest one-shot allreduce, in bytes, whose data
 	// travels in low-latency lines: every 16-byte store carries 8 bytes
 	// and the call's number, so a peer needs no separate flag and the
 	// sender no fence (half the time on small vectors, twice the bytes on
-	// the links). Vectors in whole 8-byte words, between 8-byte aligned
-	// buffers, qualify. 0 means BRAID_GPU_LL_MAX where set, else
-	// gpu.DefaultLLBytes(Size()); negative never.
+	// the links). Vectors in whole 8-byte words qualify (a rank whose
+	// buffers are not 8-byte aligned runs the kernel on aligned scratch).
+	// 0 means BRAID_GPU_LL_MAX where set, else gpu.DefaultLLBytes(Size());
+	// negative never.
 	LLMax int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce or broadcast on more than 2 GPUs that travels through
@@ -92,6 +107,188 @@ type DeviceOptions struct {
 	// queued on Stream() after the call. A call's error, a peer's death
 	// say, is returned by a later call or by Synchronize.
 	StreamOrdered bool
+
+	// Tuning of the fused kernels, for experiments; the zero values
+	// choose by kind and size. Each has a BRAID_GPU_* variable, read once
+	// by NewDeviceComm for a field left at zero (deviceEnv lists them); a
+	// value the field does not take, set or read, fails NewDeviceComm
+	// with an InvalidArgument error naming it. Every rank must pass the
+	// same values (NewDeviceComm compares them): ranks that cut a vector
+	// differently would run kernels that never meet.
+
+	// LL2Max is the largest one-shot allreduce, in bytes, that runs as a
+	// two-shot in low-latency lines once above LLMax (BRAID_GPU_LL2_MAX;
+	// 0 there: none); 0 means gpu.DefaultLL2Bytes(Size()), negative never.
+	LL2Max int
+	// LLBlocks is the grid of a call in low-latency lines, 1 to 256
+	// (BRAID_GPU_LL_BLOCKS); 0 means a thread per 8-byte word.
+	LLBlocks int
+	// Blocks is the most blocks a pipelined fused kernel runs with, 1 to
+	// 256 (BRAID_GPU_BLOCKS); 0 means by kind and size.
+	Blocks int
+	// Threads is the block size of a pipelined fused kernel, a multiple
+	// of 32 from 32 to 512 (BRAID_GPU_THREADS); 0 means by kind and size.
+	Threads int
+	// MinRounds is the fewest rounds a pipelined fused kernel cuts a
+	// vector into, where areas of 1 KiB a block allow
+	// (BRAID_GPU_ROUNDS); 0 means gpu.DefaultMinRounds.
+	MinRounds int
+	// BcastRamp is how many halvings a fused broadcast on more than 2
+	// GPUs cuts its last full round into, 1 to cuda.MaxRamp
+	// (BRAID_GPU_BCAST_RAMP, 0 to cuda.MaxRamp); 0 means by size
+	// (gpu.DefaultBcastRamp), negative none.
+	BcastRamp int
+	// Pull moves the data of programs by pull, receivers reading the
+	// senders' memory, instead of push (BRAID_GPU_PULL=1).
+	Pull bool
+	// Stats prints, when the communicator closes, where the time of its
+	// synchronous program calls went (BRAID_GPU_STATS=1).
+	Stats bool
+
+	// Table, where not nil, is a tuning table for calls on device buffers:
+	// its entries name a schedule, or a fused kernel ("gpu_oneshot" and
+	// "direct" for allreduce, "fused" for bcast, allgather and
+	// reducescatter), and win over the model (plan.Default).
+	Table *plan.Table
+	// Model, where not nil, replaces plan.DefaultDeviceModel, the costs
+	// the planner compares fused kernels and schedules with.
+	Model *plan.DeviceModel
+
+	// firstSeq is the fused kernels' first sequence number (tests: near
+	// gpu.SeqLimit, to cross the reset); 0 means 1.
+	firstSeq uint32
+}
+
+// deviceEnv are the BRAID_GPU_* variables: each sets a DeviceOptions
+// field that the caller left at zero. parse reads the variable's value
+// into the field's form (what a zero in the variable means becomes the
+// field's negative "never"), or says what the variable takes.
+var deviceEnv = []struct {
+	name, field string
+	get         func(o *DeviceOptions) *int
+	parse       func(v string) (int, error)
+}{
+	{"BRAID_GPU_LL_MAX", "LLMax", func(o *DeviceOptions) *int { return &o.LLMax }, envBytes},
+	{"BRAID_GPU_LL2_MAX", "LL2Max", func(o *DeviceOptions) *int { return &o.LL2Max }, envBytes},
+	{"BRAID_GPU_LL_BLOCKS", "LLBlocks", func(o *DeviceOptions) *int { return &o.LLBlocks }, envRange(1, cuda.OneShotMaxBlocks, 1)},
+	{"BRAID_GPU_BLOCKS", "Blocks", func(o *DeviceOptions) *int { return &o.Blocks }, envRange(1, cuda.OneShotMaxBlocks, 1)},
+	{"BRAID_GPU_THREADS", "Threads", func(o *DeviceOptions) *int { return &o.Threads }, envRange(32, 512, 32)},
+	{"BRAID_GPU_ROUNDS", "MinRounds", func(o *DeviceOptions) *int { return &o.MinRounds }, envRange(1, 1<<20, 1)},
+	{"BRAID_GPU_BCAST_RAMP", "BcastRamp", func(o *DeviceOptions) *int { return &o.BcastRamp }, envZeroNever(envRange(0, cuda.MaxRamp, 1))},
+	{"BRAID_GPU_HOST_SHARE", "HostShare", func(o *DeviceOptions) *int { return &o.HostShare }, envZeroNever(envRange(0, 50, 1))},
+}
+
+// deviceFlags are the BRAID_GPU_* variables of DeviceOptions' switches:
+// "1" sets the field, "0" leaves it.
+var deviceFlags = []struct {
+	name, field string
+	get         func(o *DeviceOptions) *bool
+}{
+	{"BRAID_GPU_PULL", "Pull", func(o *DeviceOptions) *bool { return &o.Pull }},
+	{"BRAID_GPU_STATS", "Stats", func(o *DeviceOptions) *bool { return &o.Stats }},
+}
+
+// envBytes reads a size in bytes (4096, 256K); 0 means never (-1).
+func envBytes(v string) (int, error) {
+	b, err := size.Parse(v)
+	if err != nil || b < 0 || b > math.MaxInt32 {
+		return 0, errors.New("want a size in bytes (256K, 1M; 0 for none)")
+	}
+	if b == 0 {
+		return -1, nil
+	}
+	return int(b), nil
+}
+
+// envRange reads an integer from lo to hi, a multiple of step.
+func envRange(lo, hi, step int) func(string) (int, error) {
+	return func(v string) (int, error) {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < lo || x > hi || x%step != 0 {
+			if step > 1 {
+				return 0, fmt.Errorf("want a multiple of %d from %d to %d", step, lo, hi)
+			}
+			return 0, fmt.Errorf("want an integer from %d to %d", lo, hi)
+		}
+		return x, nil
+	}
+}
+
+// envZeroNever makes a 0 that parse reads the field's "never" (-1).
+func envZeroNever(parse func(string) (int, error)) func(string) (int, error) {
+	return func(v string) (int, error) {
+		x, err := parse(v)
+		if err == nil && x == 0 {
+			x = -1
+		}
+		return x, err
+	}
+}
+
+// resolve fills the fields left at zero from the BRAID_GPU_* variables
+// and checks every field, naming the variable or field at fault.
+func (o *DeviceOptions) resolve(getenv func(string) string) error {
+	for _, e := range deviceEnv {
+		v := getenv(e.name)
+		if v == "" || *e.get(o) != 0 {
+			continue
+		}
+		x, err := e.parse(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q: %v", e.name, v, err)
+		}
+		*e.get(o) = x
+	}
+	for _, e := range deviceFlags {
+		switch v := getenv(e.name); v {
+		case "", "0":
+		case "1":
+			*e.get(o) = true
+		default:
+			return fmt.Errorf("%s=%q: want 1 or 0", e.name, v)
+		}
+	}
+	check := func(field string, v, lo, hi, step int) error {
+		if v != 0 && (v < lo || v > hi || v%step != 0) {
+			return fmt.Errorf("DeviceOptions.%s = %d: want 0 or a multiple of %d from %d to %d", field, v, step, lo, hi)
+		}
+		return nil
+	}
+	return errors.Join(
+		check("LLBlocks", o.LLBlocks, 1, cuda.OneShotMaxBlocks, 1),
+		check("Blocks", o.Blocks, 1, cuda.OneShotMaxBlocks, 1),
+		check("Threads", o.Threads, 32, 512, 32),
+		check("MinRounds", o.MinRounds, 1, 1<<20, 1),
+		check("BcastRamp", max(o.BcastRamp, 0), 1, cuda.MaxRamp, 1),
+		check("HostShare", max(o.HostShare, 0), 1, 50, 1),
+	)
+}
+
+// shared lists the settings every rank must pass alike, resolved, for
+// gpu.Options.Shared: ranks that decide differently from them would run
+// different kernels or schedules and wait for each other until the
+// deadline.
+func (o *DeviceOptions) shared() []gpu.Setting {
+	var out []gpu.Setting
+	add := func(name string, v any) { out = append(out, gpu.Setting{Name: name, Value: fmt.Sprint(v)}) }
+	for _, e := range deviceEnv {
+		add("DeviceOptions."+e.field+" ("+e.name+")", *e.get(o))
+	}
+	add("DeviceOptions.Pull (BRAID_GPU_PULL)", o.Pull)
+	algos := make([]string, 0, len(o.Algo))
+	for k, v := range o.Algo {
+		algos = append(algos, k+"="+v)
+	}
+	slices.Sort(algos)
+	add("DeviceOptions.Algo", strings.Join(algos, ","))
+	add("DeviceOptions.OneShotMax", o.OneShotMax)
+	add("DeviceOptions.DirectMax", o.DirectMax)
+	add("DeviceOptions.FusedMax", o.FusedMax)
+	add("DeviceOptions.SlotBytes", o.SlotBytes)
+	add("DeviceOptions.Segment", o.Segment)
+	add("DeviceOptions.Groups", o.Groups)
+	add("first sequence number", o.firstSeq)
+	return out
 }
 
 // deviceSpin is how long the worker of a DeviceComm, and a caller waiting
@@ -170,16 +367,26 @@ type DeviceComm struct {
 	w      *cuda.Worker
 	g      *gpu.Comm
 	opts   DeviceOptions
+	model  plan.DeviceModel
 	mu     sync.Mutex
-	progs  map[progKey]*sched.Program
+	plans  map[devKey]*devPlan
 	closed bool
 }
 
-type progKey struct {
+// devKey is what a device call's plan depends on.
+type devKey struct {
 	coll  sched.Collective
-	algo  string
 	count int
 	root  int
+	dt    DType
+	op    Op
+}
+
+// devPlan is the decision for one devKey: a fused kernel or a program.
+type devPlan struct {
+	algo  string
+	fused *cuda.OneShot
+	prog  *sched.Program
 }
 
 // NewDeviceComm makes the device communicator of c on GPU dev (an ordinal
@@ -195,11 +402,22 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: call, Peer: -1,
 			Err: fmt.Errorf("device buffers across %d hosts: the GPU path reaches peers through CUDA IPC on one host", c.nhosts)}
 	}
-	d := &DeviceComm{c: c, progs: map[progKey]*sched.Program{}}
+	d := &DeviceComm{c: c, plans: map[devKey]*devPlan{}, model: plan.DefaultDeviceModel()}
 	if opts != nil {
 		d.opts = *opts
 	}
-	w, werr := cuda.NewWorker(dev, cuda.WorkerOptions{Spin: deviceSpin})
+	if d.opts.Model != nil {
+		d.model = *d.opts.Model
+	}
+	// A bad setting fails this rank with InvalidArgument; it still takes
+	// part in the set-up below, without a worker, so that the others fail
+	// too instead of waiting for it.
+	var w *cuda.Worker
+	werr := d.opts.resolve(os.Getenv)
+	badOpts := werr != nil
+	if werr == nil {
+		w, werr = cuda.NewWorker(dev, cuda.WorkerOptions{Spin: deviceSpin})
+	}
 	// The kernels' first load on a GPU that the embedded cubin does not
 	// cover compiles their PTX (about 30 s on an H200, then cached by the
 	// driver), at a different pace on each rank: every rank loads them
@@ -235,21 +453,25 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
 	if werr != nil {
-		if _, gerr := gpu.New(ctx, deviceHost{c}, nil, gpu.Options{}); gerr != nil {
-			werr = errors.Join(werr, gerr)
+		gpu.New(ctx, deviceHost{c}, nil, gpu.Options{Failed: werr})
+		if badOpts {
+			return nil, &Error{Kind: InvalidArgument, Rank: c.rank, Call: call, Peer: -1, Err: werr}
 		}
 		return nil, deviceError(c.rank, call, werr)
 	}
 	d.w = w
+	o := &d.opts
 	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{
-		OneShotBytes: d.oneShotMax(), TwoShot: d.opts.DirectMax >= 0, Fused: d.opts.FusedMax >= 0, SlotBytes: d.opts.SlotBytes,
-		LLBytes: d.opts.LLMax, HostShare: d.opts.HostShare,
+		OneShotBytes: d.oneShotMax(), TwoShot: o.DirectMax >= 0, Fused: o.FusedMax >= 0, SlotBytes: o.SlotBytes,
+		LLBytes: o.LLMax, LL2Bytes: o.LL2Max, LLBlocks: o.LLBlocks, Blocks: o.Blocks, Threads: o.Threads,
+		MinRounds: o.MinRounds, BcastRamp: o.BcastRamp, HostShare: o.HostShare, Pull: o.Pull, Stats: o.Stats,
+		Shared: o.shared(), FirstSeq: o.firstSeq,
 	}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
 	}
 	if ok, why := d.g.Fused(); ok {
-		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags): allreduce one-shot up to %s (in low-latency lines up to %s), then two-shot up to %s; bcast up to %s; allgather and reducescatter blocks up to %s and %s",
+		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags), which the planner weighs against schedules; its own choices are capped at: allreduce one-shot %s (in low-latency lines up to %s), two-shot %s; bcast %s; allgather and reducescatter blocks %s and %s",
 			dev, sizeLimit(d.oneShotMax()), sizeLimit(min(d.g.LLBytes(), d.oneShotMax())), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
 			sizeLimit(d.fusedMax(sched.Allgather)), sizeLimit(d.fusedMax(sched.ReduceScatter)))
 		c.w.debugf("info", "device comm on GPU %d: multi-path through host memory: %s", dev, d.g.HostPath())
@@ -260,23 +482,13 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 }
 
 // fusedMax is the largest broadcast or allgather or reduce-scatter block,
-// in bytes, that runs fused.
+// in bytes, that the planner runs fused unless told to.
 func (d *DeviceComm) fusedMax(coll sched.Collective) int {
 	m := d.opts.FusedMax
 	if m == 0 {
 		m = DefaultFusedMax(coll.String(), d.c.Size())
 	}
 	return max(m, 0)
-}
-
-// fuses reports whether a call of coll on count elements of es bytes asks
-// for its fused kernel.
-func (d *DeviceComm) fuses(coll sched.Collective, count, es int) bool {
-	switch coll {
-	case sched.Bcast, sched.Allgather, sched.ReduceScatter:
-		return d.opts.Algo[coll.String()] == "" && count*es <= d.fusedMax(coll)
-	}
-	return false
 }
 
 // directMax is the largest allreduce, in bytes, that runs "direct".
@@ -305,10 +517,15 @@ func sizeLimit(b int) string {
 	return size.Format(int64(b))
 }
 
-// deviceError wraps err as an *Error, Unsupported when there is no driver.
+// deviceError wraps err as an *Error, Unsupported when there is no
+// driver, InvalidArgument when the ranks' settings differ.
 func deviceError(rank int, call string, err error) error {
 	if errors.Is(err, cuda.ErrNoDriver) {
 		return &Error{Kind: Unsupported, Rank: rank, Call: call, Peer: -1, Err: err}
+	}
+	var m *gpu.MismatchError
+	if errors.As(err, &m) {
+		return &Error{Kind: InvalidArgument, Rank: rank, Call: call, Peer: -1, Err: err}
 	}
 	return classify(rank, call, err)
 }
@@ -484,11 +701,11 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	if d.closed {
 		return &Error{Kind: Aborted, Rank: c.rank, Call: name, Peer: -1, Err: errors.New("device communicator is closed")}
 	}
-	prog, algoName, err := d.program(p, dt.Size())
+	pl, err := d.plan(p, dt, op)
 	if err != nil {
-		return &Error{Kind: InvalidArgument, Rank: c.rank, Call: name, Peer: -1, Err: err}
+		return err
 	}
-	k := gpu.Call{Params: p, Algo: algoName, Prog: prog, DType: dt, Op: op, In: in, Out: out, Fuse: d.fuses(coll, p.Count, dt.Size())}
+	k := gpu.Call{Params: p, Algo: pl.algo, Fused: pl.fused, Prog: pl.prog, DType: dt, Op: op, In: in, Out: out}
 	if d.opts.StreamOrdered {
 		// The call outlives this function: only a deadline is passed on.
 		dl, ok := ctx.Deadline()
@@ -507,30 +724,54 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	return nil
 }
 
-// program returns (and caches) this rank's program for p, and the name
-// of its algorithm.
-func (d *DeviceComm) program(p sched.Params, es int) (*sched.Program, string, error) {
-	a, err := d.algorithm(p, es)
-	if err != nil {
-		return nil, "", err
+// fusedNames are the candidates that fused kernels make, by collective:
+// the one-shot and two-shot allreduce take the names of the algorithms
+// they fuse (algo.GPUOneShot, and "direct": a reduce-scatter and an
+// allgather), and run as those programs where the kernels are off.
+var fusedNames = map[sched.Collective][]struct {
+	name string
+	kind cuda.FusedKind
+}{
+	sched.Allreduce:     {{algo.GPUOneShot.Name(), cuda.FusedOneShot}, {"direct", cuda.FusedTwoShot}},
+	sched.Bcast:         {{deviceFused, cuda.FusedBcast}},
+	sched.Allgather:     {{deviceFused, cuda.FusedAllgather}},
+	sched.ReduceScatter: {{deviceFused, cuda.FusedReduceScatter}},
+}
+
+// deviceFused is the name of the fused broadcast, allgather and
+// reduce-scatter among a call's candidates (choice.Fused).
+const deviceFused = choice.Fused
+
+// fusedKinds names cuda's kinds as plan.Fused does.
+var fusedKinds = map[cuda.FusedKind]string{
+	cuda.FusedOneShot: plan.FusedOneShot, cuda.FusedOneShotLL: plan.FusedOneShotLL, cuda.FusedTwoShotLL: plan.FusedTwoShotLL,
+	cuda.FusedTwoShot: plan.FusedTwoShot, cuda.FusedBcast: plan.FusedBcast, cuda.FusedAllgather: plan.FusedAllgather,
+	cuda.FusedReduceScatter: plan.FusedReduceScatter,
+}
+
+// plan returns (and caches) the decision for a call of p on dt and op:
+// the planner's, between the fused kernels that can run it and the
+// schedules, each costed with the device model (plan.DeviceModel), unless
+// DeviceOptions.Algo or BRAID_ALGO forces one. The fused kernels the
+// planner chooses on its own are capped by DeviceOptions' OneShotMax,
+// DirectMax and FusedMax (their defaults are where measurements showed
+// them to lose); a forced one runs wherever it fits. d.mu is held.
+func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
+	if !p.Coll.Reduces() {
+		op = Sum // unused: one plan whatever op the caller passed
 	}
-	key := progKey{p.Coll, a.Name(), p.Count, p.Root}
-	if prog, ok := d.progs[key]; ok {
-		return prog, a.Name(), nil
+	key := devKey{p.Coll, p.Count, p.Root, dt, op}
+	if pl, ok := d.plans[key]; ok {
+		return pl, nil
 	}
-	p.Segment = max(p.Count, 1)
-	switch {
-	case d.opts.Segment > 0:
-		p.Segment = max(d.opts.Segment/es, 1)
-	case p.Coll == sched.Bcast:
-		p.Segment = max(DeviceSegment/es, 1)
-	case a.Name() == "segring":
-		block := (p.Count + p.NRanks - 1) / p.NRanks
-		p.Segment = max(DeviceSegment/es, block/4, 1)
+	c := d.c
+	es := dt.Size()
+	bad := func(kind ErrorKind, format string, args ...any) (*devPlan, error) {
+		return nil, &Error{Kind: kind, Rank: c.rank, Call: p.Coll.String(), Peer: -1, Err: fmt.Errorf(format, args...)}
 	}
 	if g := d.opts.Groups; g != nil {
 		if len(g) != p.NRanks {
-			return nil, "", fmt.Errorf("DeviceOptions.Groups has %d entries for %d ranks", len(g), p.NRanks)
+			return bad(InvalidArgument, "DeviceOptions.Groups has %d entries for %d ranks", len(g), p.NRanks)
 		}
 		names := make([]string, len(g))
 		for r, x := range g {
@@ -538,80 +779,186 @@ func (d *DeviceComm) program(p sched.Params, es int) (*sched.Program, string, er
 		}
 		p.Layout = sched.NewLayout(names, nil)
 	}
-	if err := a.Supports(p); err != nil {
-		return nil, "", err
+	// What forces a choice: DeviceOptions.Algo, else BRAID_ALGO's entry
+	// for the collective, else its bare name where the call has it.
+	var force plan.Choice
+	forcedBy := ""
+	if name := d.opts.Algo[p.Coll.String()]; name != "" {
+		ch, err := plan.ParseChoice(name)
+		if err != nil {
+			return bad(InvalidArgument, "DeviceOptions.Algo: %v", err)
+		}
+		force, forcedBy = ch, "DeviceOptions.Algo"
+	} else if ch, ok := c.force.perCol[p.Coll]; ok {
+		force, forcedBy = ch, "BRAID_ALGO="+p.Coll.String()+"="+ch.String()
 	}
-	prog := a.Program(p, d.c.Rank())
-	d.progs[key] = &prog
-	return &prog, a.Name(), nil
+	bytes := p.Count * es
+	var cand []plan.Candidate
+	fusedOf := map[string]*cuda.OneShot{}
+	capped := map[string]bool{}
+	for _, f := range fusedNames[p.Coll] {
+		a, ok := d.g.Shape(f.kind, p, dt, op)
+		if !ok {
+			continue
+		}
+		pf := &plan.Fused{Kind: fusedKinds[a.Kind], Blocks: a.Grid(), Threads: a.Threads, Rounds: a.Rounds(),
+			HostBytes: a.HostBytes, Area: a.Area, Ramp: a.Ramp}
+		if pf.Threads == 0 {
+			pf.Threads = cuda.DefaultThreads
+		}
+		if a.HostBytes > 0 {
+			pf.HostShare = d.g.HostShareOf(&a)
+		}
+		cand = append(cand, plan.Candidate{Name: f.name, Params: p, Cost: d.model.Cost(pf, p, es), Fused: pf})
+		fusedOf[f.name] = &a
+		switch f.kind {
+		case cuda.FusedOneShot:
+			capped[f.name] = d.opts.OneShotMax < 0 || bytes > d.oneShotMax()
+		case cuda.FusedTwoShot:
+			capped[f.name] = bytes > d.directMax()
+		default:
+			capped[f.name] = bytes > d.fusedMax(p.Coll)
+		}
+	}
+	schedules := algo.ForCollective(p.Coll)
+	if p.Coll == sched.Allreduce {
+		schedules = append(schedules, algo.GPUOneShot)
+	}
+	for _, a := range schedules {
+		if _, ok := fusedOf[a.Name()]; ok {
+			continue // the fused kernel stands for it
+		}
+		sp := d.segmented(p, a.Name(), es)
+		if force.Algo == a.Name() {
+			sp = force.Apply(sp, es)
+		}
+		if a.Supports(sp) != nil {
+			continue
+		}
+		cost := math.NaN()
+		if k, ok := a.(algo.Coster); ok {
+			cost = k.Cost(sp, es, d.model.Programs)
+		}
+		cand = append(cand, plan.Candidate{Name: a.Name(), Params: sp, Cost: cost})
+	}
+	req := plan.Request{Params: p, ElemSize: es}
+	var dec plan.Decision
+	switch i := slices.IndexFunc(cand, func(x plan.Candidate) bool { return x.Name == force.Algo }); {
+	case force.Algo != "" && i >= 0:
+		x := cand[i]
+		dec = plan.Decision{Algo: x.Name, Params: x.Params, Fused: x.Fused, Reason: "forced by " + forcedBy}
+	case force.Algo != "":
+		var names []string
+		for _, x := range cand {
+			names = append(names, x.Name)
+		}
+		return bad(InvalidArgument, "%s forces %s, which cannot run %v of %d elements on %d GPUs (candidates: %s)",
+			forcedBy, force, p.Coll, p.Count, p.NRanks, strings.Join(names, ", "))
+	default:
+		auto := slices.DeleteFunc(slices.Clone(cand), func(x plan.Candidate) bool { return capped[x.Name] })
+		if bare := c.force.any; bare.Algo != "" {
+			if i := slices.IndexFunc(auto, func(x plan.Candidate) bool { return x.Name == bare.Algo }); i >= 0 {
+				x := auto[i]
+				dec = plan.Decision{Algo: x.Name, Params: bare.Apply(x.Params, es), Fused: x.Fused, Reason: "forced by BRAID_ALGO=" + bare.String()}
+				break
+			}
+		}
+		if dec.Algo == "" {
+			dec = plan.Default{Table: d.opts.Table}.Plan(req, auto)
+		}
+	}
+	if dec.Algo == "" {
+		return bad(Unsupported, "no algorithm runs %v of %d elements on %d GPUs", p.Coll, p.Count, p.NRanks)
+	}
+	pl := &devPlan{algo: dec.Algo}
+	what := dec.Algo
+	if dec.Fused != nil {
+		pl.fused = fusedOf[dec.Algo]
+		what += " [fused " + dec.Fused.String() + "]"
+	} else {
+		a, err := d.lookup(p.Coll, dec.Algo)
+		if err != nil {
+			return bad(InvalidArgument, "%v", err)
+		}
+		gp := p
+		gp.Segment, gp.Radix = dec.Params.Segment, dec.Params.Radix
+		if err := a.Supports(gp); err != nil {
+			return bad(InvalidArgument, "%s: %v", dec.Algo, err)
+		}
+		prog := a.Program(gp, c.Rank())
+		pl.prog = &prog
+		what += " [program]"
+	}
+	if c.rank == 0 {
+		var off []string
+		for _, x := range cand {
+			if capped[x.Name] {
+				off = append(off, fmt.Sprintf("%s [fused %s] %s", x.Name, x.Fused, formatCost(x.Cost)))
+			}
+		}
+		note := ""
+		if len(off) > 0 {
+			note = "; capped by DeviceOptions (OneShotMax, DirectMax, FusedMax): " + strings.Join(off, ", ")
+		}
+		c.w.debugf("info", "device %v n=%d count=%d (%d B) root=%d: %s (%s%s)", p.Coll, p.NRanks, p.Count, bytes, p.Root, what, dec.Reason, note)
+	}
+	d.plans[key] = pl
+	return pl, nil
 }
 
-// Algorithm returns the name of the algorithm a call of coll on count
-// elements of es bytes runs.
+// formatCost writes a model's seconds for the log.
+func formatCost(s float64) string {
+	if math.IsNaN(s) {
+		return "no cost model"
+	}
+	return time.Duration(s * 1e9).String()
+}
+
+// lookup returns the schedule algorithm named name for coll.
+func (d *DeviceComm) lookup(coll sched.Collective, name string) (algo.Algorithm, error) {
+	if coll == sched.Allreduce && name == algo.GPUOneShot.Name() {
+		return algo.GPUOneShot, nil
+	}
+	return algo.Lookup(coll, name)
+}
+
+// segmented returns p with the segment a program of algorithm name runs
+// with on device buffers: DeviceOptions.Segment, else DeviceSegment for
+// the broadcast's chain and the pipelined ring's smallest (a quarter of a
+// block above), else the whole vector.
+func (d *DeviceComm) segmented(p sched.Params, name string, es int) sched.Params {
+	p.Segment = max(p.Count, 1)
+	switch {
+	case d.opts.Segment > 0:
+		p.Segment = max(d.opts.Segment/es, 1)
+	case p.Coll == sched.Bcast:
+		p.Segment = max(DeviceSegment/es, 1)
+	case name == "segring":
+		block := (p.Count + p.NRanks - 1) / p.NRanks
+		p.Segment = max(DeviceSegment/es, block/4, 1)
+	}
+	return p
+}
+
+// Algorithm returns the name of what a call of coll on count elements of
+// es bytes runs (a sum, for reductions): a schedule's algorithm, or the
+// fused kernel's candidate name ("gpu_oneshot", "direct", "fused").
 func (d *DeviceComm) Algorithm(coll sched.Collective, count, es int) (string, error) {
-	a, err := d.algorithm(sched.Params{Coll: coll, NRanks: d.c.Size(), Count: count}, es)
+	dt, ok := map[int]DType{1: Uint8, 2: Float16, 4: Float32, 8: Float64}[es]
+	if !ok {
+		return "", fmt.Errorf("no element type of %d bytes", es)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	pl, err := d.plan(sched.Params{Coll: coll, NRanks: d.c.Size(), Count: count}, dt, Sum)
 	if err != nil {
 		return "", err
 	}
-	if ok, _ := d.g.Fused(); ok && d.fuses(coll, count, es) {
-		return "fused", nil
-	}
-	return a.Name(), nil
-}
-
-// algorithm chooses the algorithm of p: the one DeviceOptions.Algo names,
-// else one by collective and size. Allreduce: the fused one-shot kernel up
-// to DefaultOneShotMax, then "direct", the fused two-shot kernel, which
-// moves any size through the registered slots in rounds (the ring only
-// above DirectMax, or where fused kernels are off). Broadcast, allgather
-// and reduce-scatter run fused kernels up to FusedMax (fuses); above it,
-// and for what the fused kernels do not cover, programs: a single push for
-// a broadcast on two GPUs and the pipelined chain on more, the ring for
-// allgather and reduce-scatter. Every message of a program costs notices
-// and events between processes (tens of microseconds); the fused kernels
-// have none.
-func (d *DeviceComm) algorithm(p sched.Params, es int) (algo.Algorithm, error) {
-	n := p.NRanks
-	name := d.opts.Algo[p.Coll.String()]
-	if name == "" {
-		bytes := p.Count * es
-		switch p.Coll {
-		case sched.Allreduce:
-			one := d.oneShotMax()
-			if d.opts.OneShotMax < 0 {
-				one = -1
-			}
-			switch {
-			case bytes <= one:
-				name = algo.GPUOneShot.Name()
-			case bytes <= d.directMax():
-				name = "direct"
-			default:
-				name = "ring"
-			}
-		case sched.Bcast:
-			name = "linear"
-			if n > 2 {
-				name = "chain"
-			}
-		case sched.Allgather, sched.ReduceScatter:
-			name = "ring"
-		case sched.Reduce, sched.Gather, sched.Scatter:
-			name = "linear"
-		case sched.Alltoall:
-			name = "pairwise"
-		}
-	}
-	if p.Coll == sched.Allreduce && name == algo.GPUOneShot.Name() {
-		return algo.GPUOneShot, nil
-	}
-	return algo.Lookup(p.Coll, name)
+	return pl.algo, nil
 }
 
 // deviceArgs reports whether a collective's buffers are device buffers,
-// which Comm's collectives hand to deviceCall:
-//
-//	if deviceArgs(send, recv) { return c.deviceCall(ctx, name, coll, send, recv, op, root) }
+// as Comm's collectives check before they hand them to deviceCall.
 func deviceArgs(send, recv any) bool {
 	_, s := send.(Device)
 	_, r := recv.(Device)
@@ -639,15 +986,18 @@ func (c *Comm) deviceCall(ctx context.Context, name string, coll sched.Collectiv
 	return d.collective(ctx, name, coll, s, r, op, root)
 }
 
-// deviceComms holds the device communicator of each Comm that deviceCall
-// made.
-var deviceComms sync.Map // *Comm → *DeviceComm
-
+// deviceComm returns the device communicator that deviceCall made for c,
+// making it on the GPU that holds ptr on first use; Close closes it.
 func (c *Comm) deviceComm(ctx context.Context, ptr cuda.DevicePtr) (*DeviceComm, error) {
-	if d, ok := deviceComms.Load(c); ok {
-		return d.(*DeviceComm), nil
+	c.dev.mu.Lock()
+	defer c.dev.mu.Unlock()
+	if c.dev.closed {
+		return nil, &Error{Kind: Aborted, Rank: c.rank, Call: "device", Peer: -1, Err: errors.New("communicator is closed")}
 	}
-	dev, err := gpu.PointerDevice(ptr)
+	if c.dev.d != nil {
+		return c.dev.d, nil
+	}
+	dev, err := cuda.PointerDevice(ptr)
 	if err != nil {
 		return nil, err
 	}
@@ -655,6 +1005,19 @@ func (c *Comm) deviceComm(ctx context.Context, ptr cuda.DevicePtr) (*DeviceComm,
 	if err != nil {
 		return nil, err
 	}
-	deviceComms.Store(c, d)
+	c.dev.d = d
 	return d, nil
+}
+
+// closeDevice closes the device communicator deviceCall made, if any.
+func (c *Comm) closeDevice() error {
+	c.dev.mu.Lock()
+	defer c.dev.mu.Unlock()
+	c.dev.closed = true
+	if c.dev.d == nil {
+		return nil
+	}
+	d := c.dev.d
+	c.dev.d = nil
+	return d.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/gpu"
 	"github.com/braid-ccl/braid/internal/check"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/launch"
@@ -109,6 +111,59 @@ func TestDeviceNoDriver(t *testing.T) {
 	}
 }
 
+// TestDeviceOptionsEnv checks the BRAID_GPU_* variables: each fills its
+// field where the caller left zero, and a value it does not take is named
+// in the error. It needs no GPU.
+func TestDeviceOptionsEnv(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	var o DeviceOptions
+	err := o.resolve(env(map[string]string{"BRAID_GPU_LL_MAX": "64K", "BRAID_GPU_HOST_SHARE": "0", "BRAID_GPU_THREADS": "256",
+		"BRAID_GPU_BCAST_RAMP": "2", "BRAID_GPU_PULL": "1", "BRAID_GPU_LL2_MAX": "0"}))
+	if err != nil || o.LLMax != 64<<10 || o.HostShare != -1 || o.Threads != 256 || o.BcastRamp != 2 || !o.Pull || o.LL2Max != -1 {
+		t.Errorf("resolve: %v, %+v", err, o)
+	}
+	o = DeviceOptions{Threads: 128}
+	if err := o.resolve(env(map[string]string{"BRAID_GPU_THREADS": "bad"})); err != nil || o.Threads != 128 {
+		t.Errorf("a field set by the caller: %v, threads %d (the variable is not read)", err, o.Threads)
+	}
+	for _, c := range []struct{ name, v string }{
+		{"BRAID_GPU_THREADS", "33"}, {"BRAID_GPU_THREADS", "1024"}, {"BRAID_GPU_BLOCKS", "0"}, {"BRAID_GPU_BLOCKS", "x"},
+		{"BRAID_GPU_LL_MAX", "-5"}, {"BRAID_GPU_HOST_SHARE", "51"}, {"BRAID_GPU_BCAST_RAMP", "5"}, {"BRAID_GPU_ROUNDS", "0"},
+		{"BRAID_GPU_PULL", "yes"}, {"BRAID_GPU_STATS", "2"}, {"BRAID_GPU_LL_BLOCKS", "257"}, {"BRAID_GPU_LL2_MAX", "1Q"},
+	} {
+		var o DeviceOptions
+		if err := o.resolve(env(map[string]string{c.name: c.v})); err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s=%s: %v, want an error naming it", c.name, c.v, err)
+		}
+	}
+	o = DeviceOptions{Threads: 48}
+	if err := o.resolve(env(nil)); err == nil || !strings.Contains(err.Error(), "Threads") {
+		t.Errorf("DeviceOptions.Threads 48: %v, want an error naming it", err)
+	}
+	// Through NewDeviceComm, on every rank: this rank's own error is an
+	// InvalidArgument naming the variable, with or without a GPU.
+	t.Setenv("BRAID_GPU_THREADS", "33")
+	comms, err := NewLocal(2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(comms)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Go(func() { _, errs[i] = c.NewDeviceComm(ctx, 0, nil) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		var e *Error
+		if !errors.As(err, &e) || e.Kind != InvalidArgument || !strings.Contains(err.Error(), "BRAID_GPU_THREADS") {
+			t.Errorf("rank %d: %v, want an InvalidArgument error naming BRAID_GPU_THREADS", i, err)
+		}
+	}
+}
+
 func closeAll(comms []*Comm) {
 	for _, c := range comms {
 		c.Close()
@@ -129,31 +184,60 @@ func TestDeviceCollectives(t *testing.T) {
 		deviceRank(t)
 		return
 	}
-	if !cuda.Available() {
-		t.Skip("no CUDA driver: GPU collectives are tested on the GPU machine")
-	}
-	n, err := cuda.DeviceCount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := os.Getenv("BRAID_TEST_GPUS"); s != "" {
-		if m, err := strconv.Atoi(s); err == nil && m < n {
-			n = m
-		}
-	}
-	if n < 2 {
-		t.Skipf("needs 2 GPUs, have %d", n)
-	}
+	n := deviceTestRanks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	args := []string{"-test.run=^TestDeviceCollectives$", "-test.v"}
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}
-	err = launch.Run(ctx, launch.Config{N: n, Prog: os.Args[0], Args: args, Env: []string{deviceTestEnv + "=" + strconv.Itoa(n)}, Prefix: true})
+	err := launch.Run(ctx, launch.Config{N: n, Prog: os.Args[0], Args: args, Env: []string{deviceTestEnv + "=" + strconv.Itoa(n)}, Prefix: true})
 	if err != nil {
 		t.Fatalf("%d ranks: %v", n, err)
 	}
+}
+
+// deviceTestRanks returns how many ranks the device tests run: one per
+// GPU, or BRAID_TEST_GPUS. More ranks than GPUs is the shared test mode:
+// rank r runs on GPU r mod the GPUs there are, and the ranks on one GPU
+// take turns on it (the driver time-slices their contexts; every wait of
+// the fused kernels is bounded by the call's deadline and the host's waits
+// yield the core), so that the whole matrix runs on a one-GPU machine:
+// BRAID_TEST_GPUS=4 go test -run '^TestDevice' . It skips the test
+// without a CUDA driver, or with fewer than 2 ranks.
+func deviceTestRanks(t *testing.T) int {
+	if !cuda.Available() {
+		t.Skip("no CUDA driver here: the device tests run on a machine with a GPU (BRAID_TEST_GPUS=n runs n ranks, sharing the GPUs where n exceeds them)")
+	}
+	gpus, err := cuda.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := gpus
+	if s := os.Getenv("BRAID_TEST_GPUS"); s != "" {
+		m, err := strconv.Atoi(s)
+		if err != nil || m < 1 || m > cuda.OneShotMaxRanks*4 {
+			t.Fatalf("BRAID_TEST_GPUS=%q: want a count of ranks from 1 to %d", s, cuda.OneShotMaxRanks*4)
+		}
+		n = m
+	}
+	if n < 2 {
+		t.Skipf("needs 2 ranks, have %d GPU(s): BRAID_TEST_GPUS=2 (or more) runs them sharing the GPU", gpus)
+	}
+	if n > gpus {
+		t.Logf("shared test mode: %d ranks on %d GPU(s), rank r on GPU r mod %d, time-sliced", n, gpus, gpus)
+	}
+	return n
+}
+
+// deviceTestGPU is the GPU of c's rank in the device tests: its local rank
+// modulo the GPUs there are (deviceTestRanks).
+func deviceTestGPU(t *testing.T, c *Comm) cuda.Device {
+	gpus, err := cuda.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cuda.Device(c.LocalRank() % gpus)
 }
 
 // deviceCase is one call of the matrix.
@@ -191,11 +275,7 @@ func deviceRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ngpu, err := cuda.DeviceCount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := cuda.Device(c.LocalRank() % ngpu)
+	dev := deviceTestGPU(t, c)
 	n, rank := c.Size(), c.Rank()
 	counts := []int{0, 1, 7, 1000, 65537, 1<<20 + 3}
 	if testing.Short() {
@@ -357,9 +437,23 @@ func deviceRank(t *testing.T) {
 	}
 	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
 
+	// BRAID_TEST_DEVICE_SAMPLE=k runs every k-th case only (from a
+	// different first case on each run of the test binary is not wanted:
+	// from case 0), for the shared test mode, where every call waits for
+	// the driver to switch between the ranks' contexts.
+	every := 1
+	if s := os.Getenv("BRAID_TEST_DEVICE_SAMPLE"); s != "" {
+		if every, err = strconv.Atoi(s); err != nil || every < 1 {
+			t.Fatalf("BRAID_TEST_DEVICE_SAMPLE=%q: want a positive integer", s)
+		}
+	}
 	start := time.Now()
-	failures := 0
+	failures, ran := 0, 0
 	for i, k := range cases {
+		if i%every != 0 {
+			continue
+		}
+		ran++
 		d := get(k.coll, k.algo, k.ordered)
 		call := func(send, recv Device) error {
 			switch k.coll {
@@ -414,6 +508,9 @@ func deviceRank(t *testing.T) {
 			t.Errorf("rank %d: mixed chain of stream-ordered %q allreduces of %d int64: %v", rank, c.name, c.count, err)
 		}
 	}
+	// Every fused kind and mixed kinds back to back at 64 MiB, and across
+	// the reset of the sequence.
+	bigChains(ctx, t, c, dev)
 	// The same through Comm's entry point for device buffers.
 	k := deviceCase{sched.Allreduce, "", Float32, Sum, 4099, 0, true, false}
 	call := func(send, recv Device) error {
@@ -425,10 +522,10 @@ func deviceRank(t *testing.T) {
 	if err := runDeviceCase(ctx, w, call, k, rank, n, bufA, bufB, len(cases)); err != nil {
 		t.Errorf("rank %d: through Comm: %v", rank, err)
 	}
-	if d, ok := deviceComms.Load(c); ok {
-		d.(*DeviceComm).Close()
+	if err := c.closeDevice(); err != nil {
+		t.Errorf("rank %d: closing the device communicator of Comm's calls: %v", rank, err)
 	}
-	t.Logf("rank %d: %d device calls checked on GPU %d in %v", rank, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
+	t.Logf("rank %d: %d device calls of %d checked on GPU %d, and the chains, in %v", rank, ran+1, len(cases)+1, dev, time.Since(start).Round(time.Millisecond))
 }
 
 // setEnv sets the environment variable key to v and returns a function
@@ -599,16 +696,11 @@ func TestDeviceLatePeer(t *testing.T) {
 		deviceLateRank(t)
 		return
 	}
-	if !cuda.Available() {
-		t.Skip("no CUDA driver: GPU collectives are tested on the GPU machine")
-	}
-	if n, err := cuda.DeviceCount(); err != nil || n < 2 {
-		t.Skipf("needs 2 GPUs (%d, %v)", n, err)
-	}
+	deviceTestRanks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := launch.Run(ctx, launch.Config{N: 2, Prog: os.Args[0], Args: []string{"-test.run=^TestDeviceLatePeer$", "-test.v"},
-		Env: []string{deviceLateEnv + "=1", "CUDA_VISIBLE_DEVICES=0,1"}, Prefix: true})
+		Env: []string{deviceLateEnv + "=1"}, Prefix: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,7 +726,7 @@ func deviceLateRank(t *testing.T) {
 	}
 	for _, k := range cases {
 		opts := k.opts
-		d, err := c.NewDeviceComm(ctx, cuda.Device(rank), &opts)
+		d, err := c.NewDeviceComm(ctx, deviceTestGPU(t, c), &opts)
 		if err != nil {
 			t.Fatalf("rank %d: %s: %v", rank, k.name, err)
 		}
@@ -671,5 +763,253 @@ func deviceLateRank(t *testing.T) {
 		}
 		d.Worker().Do(ctx, func(cc *cuda.Ctx) error { return cc.Free(buf) })
 		d.Close()
+	}
+}
+
+// chainOp is one step of a bigChain: a collective on the chain's vector
+// A (or, for chainSmall, on the small vector S).
+type chainOp int
+
+const (
+	chainAllreduce chainOp = iota // A ← Σ A, in place
+	chainBcast                    // A ← the root's A (root: the step's index mod n)
+	chainRS                       // T ← block r of Σ A (out of place), then block r of A += T on the stream
+	chainAG                       // block q of A ← rank q's block q, in place
+	chainSmall                    // S ← Σ S, in place: a one-shot in low-latency lines between the large kernels
+)
+
+// affine is a block of a rank's vector whose element i (its index in the
+// whole vector) holds a + b·i, modulo 2^64.
+type affine struct{ a, b uint64 }
+
+func (x affine) add(y affine) affine { return affine{x.a + y.a, x.b + y.b} }
+
+// bigChain runs ops back to back on d (stream-ordered), on a vector of at
+// least minBytes of uint64 per rank, with no synchronisation between them:
+// before every op each rank adds its own R to the vector on the stream
+// (a reduction kernel), so that every call moves data that no call before
+// moved. After the loop it reads the vectors back and checks them against
+// a model of every rank's blocks (each block of each rank stays affine in
+// the element's index). A call that read a stale slot, flag or line, of
+// its own kind or of another, breaks the sums.
+func bigChain(ctx context.Context, d *DeviceComm, ops []chainOp, minBytes, rank, n int) error {
+	w, s := d.Worker(), d.Stream()
+	blk := (minBytes/8 + n - 1) / n
+	m := blk * n
+	const ms = 1024 // S: 8 KiB, a one-shot in low-latency lines
+	// Every rank's start and R, for the model; this rank's on the GPU.
+	start := func(q int) affine { return affine{uint64(7 * q), uint64(q + 2)} }
+	radd := func(q int) affine { return affine{uint64(q + 1), uint64(2*q + 3)} }
+	host := make([]uint64, m)
+	fill := func(x affine, k int) []byte {
+		for i := range k {
+			host[i] = x.a + x.b*uint64(i)
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&host[0])), 8*k)
+	}
+	var A, R, T, S cuda.DevicePtr
+	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
+		for _, p := range []struct {
+			p *cuda.DevicePtr
+			b int
+		}{{&A, 8 * m}, {&R, 8 * m}, {&T, 8 * blk}, {&S, 8 * ms}} {
+			if *p.p, err = cc.Alloc(p.b); err != nil {
+				return err
+			}
+		}
+		if err = cc.CopyHtoD(A, fill(start(rank), m), 0); err != nil {
+			return err
+		}
+		if err = cc.CopyHtoD(S, fill(start(rank), ms), 0); err != nil {
+			return err
+		}
+		if err = cc.CopyHtoD(R, fill(radd(rank), m), 0); err != nil {
+			return err
+		}
+		return cc.Synchronize()
+	}); err != nil {
+		return err
+	}
+	defer w.Do(context.Background(), func(cc *cuda.Ctx) error {
+		return errors.Join(cc.Free(A), cc.Free(R), cc.Free(T), cc.Free(S))
+	})
+	// The model: model[q][b] is rank q's block b; small[q] is rank q's S.
+	model := make([][]affine, n)
+	small := make([]affine, n)
+	for q := range n {
+		model[q] = make([]affine, n)
+		for b := range n {
+			model[q][b] = start(q)
+		}
+		small[q] = start(q)
+	}
+	addOn := func(dst, src cuda.DevicePtr, count int) error {
+		return w.Do(ctx, func(cc *cuda.Ctx) error {
+			return cc.Reduce(s, cuda.Reduction{DType: dtype.Uint64, Op: dtype.Sum, Dst: dst, A: dst, B: src, Count: count})
+		})
+	}
+	vec := Device{Ptr: A, Count: m, Type: Uint64}
+	for j, op := range ops {
+		if op == chainSmall {
+			if err := addOn(S, R, ms); err != nil {
+				return err
+			}
+			var sum affine
+			for q := range n {
+				small[q] = small[q].add(radd(q))
+				sum = sum.add(small[q])
+			}
+			for q := range n {
+				small[q] = sum
+			}
+			if err := d.Allreduce(ctx, Device{Ptr: S, Count: ms, Type: Uint64}, Device{Ptr: S, Count: ms, Type: Uint64}, Sum); err != nil {
+				return fmt.Errorf("step %d (small allreduce): %w", j, err)
+			}
+			continue
+		}
+		if err := addOn(A, R, m); err != nil {
+			return err
+		}
+		for q := range n {
+			for b := range n {
+				model[q][b] = model[q][b].add(radd(q))
+			}
+		}
+		var err error
+		switch op {
+		case chainAllreduce:
+			err = d.Allreduce(ctx, vec, vec, Sum)
+			for b := range n {
+				var sum affine
+				for q := range n {
+					sum = sum.add(model[q][b])
+				}
+				for q := range n {
+					model[q][b] = sum
+				}
+			}
+		case chainBcast:
+			root := j % n
+			err = d.Bcast(ctx, vec, root)
+			for q := range n {
+				copy(model[q], model[root])
+			}
+		case chainRS:
+			err = d.ReduceScatter(ctx, vec, Device{Ptr: T, Count: blk, Type: Uint64}, Sum)
+			if err == nil {
+				err = addOn(A.Add(8*rank*blk), T, blk)
+			}
+			sums := make([]affine, n)
+			for b := range n {
+				for q := range n {
+					sums[b] = sums[b].add(model[q][b])
+				}
+			}
+			for q := range n {
+				model[q][q] = model[q][q].add(sums[q])
+			}
+		case chainAG:
+			err = d.Allgather(ctx, Device{Ptr: A.Add(8 * rank * blk), Count: blk, Type: Uint64}, vec)
+			for b := range n {
+				for q := range n {
+					if q != b {
+						model[q][b] = model[b][b]
+					}
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("step %d (%d): %w", j, op, err)
+		}
+	}
+	if err := d.Synchronize(ctx); err != nil {
+		return err
+	}
+	got := make([]uint64, m)
+	gs := make([]uint64, ms)
+	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
+		if err := cc.CopyDtoH(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), 8*m), A, 0); err != nil {
+			return err
+		}
+		if err := cc.CopyDtoH(unsafe.Slice((*byte)(unsafe.Pointer(&gs[0])), 8*ms), S, 0); err != nil {
+			return err
+		}
+		return cc.Synchronize()
+	}); err != nil {
+		return err
+	}
+	bad := 0
+	var first error
+	for i, v := range got {
+		x := model[rank][i/blk]
+		if want := x.a + x.b*uint64(i); v != want {
+			if bad == 0 {
+				first = fmt.Errorf("element %d (block %d) is %d, want %d", i, i/blk, v, want)
+			}
+			bad++
+		}
+	}
+	for i, v := range gs {
+		if want := small[rank].a + small[rank].b*uint64(i); v != want {
+			if bad == 0 {
+				first = fmt.Errorf("small vector: element %d is %d, want %d", i, v, want)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d elements wrong; first: %w", bad, m+ms, first)
+	}
+	return nil
+}
+
+// bigChains runs the stream-ordered chains of deviceRank at 64 MiB: each
+// fused kind alone, then mixed, on a communicator that runs every size
+// fused (FusedMax) and on one with the default choices (programs where the
+// defaults choose them); then the mixed chain again from a sequence number
+// just below gpu.SeqLimit, so that it crosses the reset of the flags.
+func bigChains(ctx context.Context, t *testing.T, c *Comm, dev cuda.Device) {
+	rank, n := c.Rank(), c.Size()
+	mixed := []chainOp{chainAllreduce, chainSmall, chainBcast, chainRS, chainSmall, chainAG, chainAllreduce,
+		chainBcast, chainRS, chainAG, chainSmall, chainAllreduce, chainBcast}
+	chains := []struct {
+		name string
+		ops  []chainOp
+	}{
+		{"allreduce", []chainOp{chainAllreduce, chainAllreduce, chainAllreduce, chainAllreduce}},
+		{"bcast", []chainOp{chainBcast, chainBcast, chainBcast, chainBcast}},
+		{"reducescatter", []chainOp{chainRS, chainRS, chainRS, chainRS}},
+		{"allgather", []chainOp{chainAG, chainAG, chainAG, chainAG}},
+		{"mixed", mixed},
+	}
+	for _, o := range []struct {
+		name string
+		opts DeviceOptions
+	}{
+		{"fused", DeviceOptions{StreamOrdered: true, FusedMax: math.MaxInt}},
+		{"default", DeviceOptions{StreamOrdered: true}},
+		{"across the sequence's reset", DeviceOptions{StreamOrdered: true, FusedMax: math.MaxInt, firstSeq: gpu.SeqLimit - 12}},
+	} {
+		d, err := c.NewDeviceComm(ctx, dev, &o.opts)
+		if err != nil {
+			t.Errorf("rank %d: %s chains: %v", rank, o.name, err)
+			continue
+		}
+		for _, ch := range chains {
+			if o.opts.firstSeq != 0 && ch.name != "mixed" {
+				continue
+			}
+			if err := bigChain(ctx, d, ch.ops, 64<<20, rank, n); err != nil {
+				t.Errorf("rank %d: stream-ordered %s chain, %s kernels, 64 MiB: %v", rank, ch.name, o.name, err)
+			}
+		}
+		if o.opts.firstSeq != 0 {
+			if r := d.g.FusedResets(); r != 1 {
+				t.Errorf("rank %d: the chain from sequence number %d reset the flags %d times, want once", rank, o.opts.firstSeq, r)
+			}
+		}
+		if err := d.Close(); err != nil {
+			t.Errorf("rank %d: close: %v", rank, err)
+		}
 	}
 }

@@ -47,6 +47,8 @@ var api struct {
 
 	cuIpcGetMemHandle, cuIpcCloseMemHandle, cuIpcGetEventHandle uintptr
 
+	cuMemGetAddressRange, cuPointerGetAttribute uintptr
+
 	cuModuleLoadDataEx, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel, cuFuncGetAttribute uintptr
 }
 
@@ -124,6 +126,8 @@ func driverSymbols() []struct {
 		{&api.cuIpcGetMemHandle, []string{"cuIpcGetMemHandle"}},
 		{&api.cuIpcCloseMemHandle, []string{"cuIpcCloseMemHandle"}},
 		{&api.cuIpcGetEventHandle, []string{"cuIpcGetEventHandle"}},
+		{&api.cuMemGetAddressRange, []string{"cuMemGetAddressRange_v2"}},
+		{&api.cuPointerGetAttribute, []string{"cuPointerGetAttribute"}},
 		{&api.cuModuleLoadDataEx, []string{"cuModuleLoadDataEx"}},
 		{&api.cuModuleUnload, []string{"cuModuleUnload"}},
 		{&api.cuModuleGetFunction, []string{"cuModuleGetFunction"}},

@@ -72,6 +72,10 @@ func kernelImage(major, minor int) ([]byte, string, error) {
 // reduceThreads is the block size of the reduction kernels.
 const reduceThreads = 512
 
+// DefaultThreads is the block size of a fused kernel whose
+// OneShot.Threads is 0.
+const DefaultThreads = reduceThreads
+
 // reduceKernels are the reduction kernels of one context.
 type reduceKernels struct {
 	mod      Module
@@ -392,11 +396,18 @@ func OneShotRegionBytes(n, slotBytes int) int {
 func OneShotLLOffset(n, slotBytes int) int { return OneShotSlotsOffset + 2*n*slotBytes }
 
 // LLFits reports whether FusedOneShotLL can run an allreduce of count
-// elements of es bytes from in to out: at most OneShotLLMax bytes, in
-// whole 8-byte words, both buffers 8-byte aligned.
+// elements of es bytes from in to out: LLSizeFits, and both buffers 8-byte
+// aligned.
 func LLFits(in, out DevicePtr, count, es int) bool {
+	return LLSizeFits(count, es) && in%8 == 0 && out%8 == 0
+}
+
+// LLSizeFits reports whether an allreduce of count elements of es bytes
+// fits FusedOneShotLL: at most OneShotLLMax bytes, in whole 8-byte words.
+// It depends on nothing but the size, which every rank shares.
+func LLSizeFits(count, es int) bool {
 	b := count * es
-	return b > 0 && b <= OneShotLLMax && b%8 == 0 && in%8 == 0 && out%8 == 0
+	return b > 0 && b <= OneShotLLMax && b%8 == 0
 }
 
 // TwoShotLLMax is the largest vector, in bytes, of the low-latency
@@ -405,12 +416,18 @@ func LLFits(in, out DevicePtr, count, es int) bool {
 func TwoShotLLMax(n int) int { return OneShotLLMax / 2 * max(n, 1) }
 
 // TwoShotLLFits reports whether FusedTwoShotLL can run an allreduce of
-// count elements of es bytes from in to out on n ranks: at most
-// TwoShotLLMax(n) bytes, in whole 8-byte words, both buffers 8-byte
-// aligned.
+// count elements of es bytes from in to out on n ranks:
+// TwoShotLLSizeFits, and both buffers 8-byte aligned.
 func TwoShotLLFits(in, out DevicePtr, count, es, n int) bool {
+	return TwoShotLLSizeFits(count, es, n) && in%8 == 0 && out%8 == 0
+}
+
+// TwoShotLLSizeFits reports whether an allreduce of count elements of es
+// bytes on n ranks fits FusedTwoShotLL: at most TwoShotLLMax(n) bytes, in
+// whole 8-byte words.
+func TwoShotLLSizeFits(count, es, n int) bool {
 	b := count * es
-	return b > 0 && n >= 2 && (b/8+n-1)/n*8 <= OneShotLLMax/2 && b%8 == 0 && in%8 == 0 && out%8 == 0
+	return b > 0 && n >= 2 && (b/8+n-1)/n*8 <= OneShotLLMax/2 && b%8 == 0
 }
 
 // OneShotBlocks is the grid a fused kernel uses for bytes when
@@ -575,47 +592,70 @@ func (c *Ctx) LaunchOneShot(s Stream, a OneShot) error {
 	if err := c.LoadKernels(); err != nil {
 		return err
 	}
-	blocks, threads := D1(a.Grid()), D1(a.threads())
-	var r [OneShotMaxRanks]uint64
-	for i, p := range a.Regions {
-		r[i] = uint64(p)
+	if a.Kind == FusedBcast && (a.Root < 0 || a.Root >= n) {
+		return fmt.Errorf("cuda: fused broadcast: root %d of %d", a.Root, n)
 	}
 	k := c.w.kernels
-	tail := []uint64{uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
-		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
-		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
-	// The multi-path kernels take the host region after the area.
-	hostTail := func() []uint64 {
-		return append(append(append(make([]uint64, 0, len(tail)+2), tail[:5]...), uint64(a.Host), uint64(a.hostBytes())), tail[5:]...)
+	family, args := a.launchArgs()
+	f := map[string]Function{"bcast_fused": k.bcast, "allgather_fused": k.gather}[family]
+	if fam := map[string]*[16][16]Function{"oneshot": &k.oneshot, "oneshotll": &k.ll, "twoshotll": &k.ll2,
+		"twoshot": &k.twoshot, "rsfused": &k.rsfused}[family]; fam != nil {
+		f = fam[a.DType][a.Op]
 	}
+	return c.Launch(f, D1(a.Grid()), D1(a.threads()), 0, s, args...)
+}
+
+// fusedParams are the parameters every fused kernel of kernels/reduce.cu
+// takes after its own leading ones (FUSED_KERNEL; braid_allgather_fused
+// and braid_bcast_fused alike), in their order. Host and HostBytes are
+// parameters of the multi-path kernels only (HOST_PARAMS).
+type fusedParams struct {
+	Seq, Rank, NRanks    uint32
+	SlotBytes, AreaBytes uint64
+	Host                 DevicePtr
+	HostBytes            uint64
+	TimeoutNS            uint64
+	Status               DevicePtr
+	Regions              [OneShotMaxRanks]DevicePtr
+}
+
+// pack appends p's parameters to lead, the host region's where host.
+func (p *fusedParams) pack(host bool, lead ...uint64) []uint64 {
+	args := append(lead, uint64(p.Seq), uint64(p.Rank), uint64(p.NRanks), p.SlotBytes, p.AreaBytes)
+	if host {
+		args = append(args, uint64(p.Host), p.HostBytes)
+	}
+	args = append(args, p.TimeoutNS, uint64(p.Status))
+	for _, r := range p.Regions {
+		args = append(args, uint64(r))
+	}
+	return args
+}
+
+// launchArgs returns the kernel family that runs a (braid_<family>_<op>_<type>,
+// or braid_<family> for the broadcast and the allgather) and its
+// arguments, as kernels/reduce.cu declares them: the kind's leading ones,
+// then fusedParams (TestLaunchArgs counts them against the source).
+func (a *OneShot) launchArgs() (string, []uint64) {
+	p := fusedParams{Seq: a.Seq, Rank: uint32(a.Rank), NRanks: uint32(len(a.Regions)),
+		SlotBytes: uint64(a.SlotBytes), AreaBytes: uint64(max(a.Area, 0)), Host: a.Host, HostBytes: uint64(a.hostBytes()),
+		TimeoutNS: uint64(max(a.Timeout, 0)), Status: a.Status}
+	copy(p.Regions[:], a.Regions)
 	bytes := uint64(a.Count * a.DType.Size())
+	vec := []uint64{uint64(a.In), uint64(a.Out), uint64(a.Count)} // FUSED_KERNEL's in, out, n
 	switch a.Kind {
-	case FusedBcast:
-		if a.Root < 0 || a.Root >= n {
-			return fmt.Errorf("cuda: fused broadcast: root %d of %d", a.Root, n)
-		}
-		return c.Launch(k.bcast, blocks, threads, 0, s,
-			append([]uint64{uint64(a.Out), bytes, uint64(uint32(a.Root)), uint64(uint32(a.Ramp))}, hostTail()...)...)
-	case FusedAllgather:
-		return c.Launch(k.gather, blocks, threads, 0, s,
-			append([]uint64{uint64(a.In), uint64(a.Out), bytes}, tail...)...)
-	}
-	f := k.oneshot[a.DType][a.Op]
-	switch a.Kind {
+	case FusedBcast: // buf, bytes, root, ramp_in
+		return "bcast_fused", p.pack(true, uint64(a.Out), bytes, uint64(uint32(a.Root)), uint64(uint32(a.Ramp)))
+	case FusedAllgather: // in, out, bytes
+		return "allgather_fused", p.pack(false, uint64(a.In), uint64(a.Out), bytes)
 	case FusedOneShotLL:
-		f = k.ll[a.DType][a.Op]
+		return "oneshotll", p.pack(false, vec...)
 	case FusedTwoShotLL:
-		f = k.ll2[a.DType][a.Op]
+		return "twoshotll", p.pack(false, vec...)
 	case FusedTwoShot:
-		f = k.twoshot[a.DType][a.Op]
+		return "twoshot", p.pack(true, vec...)
 	case FusedReduceScatter:
-		f = k.rsfused[a.DType][a.Op]
+		return "rsfused", p.pack(false, vec...)
 	}
-	if a.Kind == FusedTwoShot {
-		return c.Launch(f, blocks, threads, 0, s, append([]uint64{uint64(a.In), uint64(a.Out), uint64(a.Count)}, hostTail()...)...)
-	}
-	return c.Launch(f, blocks, threads, 0, s,
-		uint64(a.In), uint64(a.Out), uint64(a.Count), uint64(a.Seq), uint64(uint32(a.Rank)), uint64(uint32(n)),
-		uint64(a.SlotBytes), uint64(max(a.Area, 0)), uint64(max(a.Timeout, 0)), uint64(a.Status),
-		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+	return "oneshot", p.pack(false, vec...)
 }

@@ -78,10 +78,10 @@ type Comm struct {
 	state   []uint8
 	nsend   []int
 	nrecv   []int
-	stats   *stats // BRAID_GPU_STATS=1: where the time of calls goes
+	stats   *stats // Options.Stats: where the time of calls goes
 }
 
-// stats accumulates where the time of calls goes, for BRAID_GPU_STATS.
+// stats accumulates where the time of calls goes, for Options.Stats.
 type stats struct {
 	calls, steps int
 	run          time.Duration // Run, from the caller's side
@@ -133,7 +133,7 @@ type Options struct {
 	// passes through the slots in rounds.
 	TwoShot bool
 	// Fused runs broadcasts, allgathers and reduce-scatters that ask for
-	// it (Call.Fuse) as pipelined fused kernels, of any size.
+	// the planner (Call.Fused) as pipelined fused kernels, of any size.
 	Fused bool
 	// SlotBytes is the size of each of the 2·n slots of the region every
 	// rank registers for the fused kernels (what peers push into); a
@@ -143,19 +143,18 @@ type Options struct {
 	// LLBytes is the largest one-shot allreduce, in bytes, that runs in
 	// low-latency lines (cuda.FusedOneShotLL: data and flag in one store,
 	// no fence; twice the bytes on the links). Vectors in whole 8-byte
-	// words from and to 8-byte aligned buffers qualify, up to
-	// cuda.OneShotLLMax. 0 means BRAID_GPU_LL_MAX where set, else
-	// DefaultLLBytes(n); negative means none.
+	// words qualify (a rank whose buffers are not 8-byte aligned runs
+	// the kernel on aligned scratch), up to
+	// cuda.OneShotLLMax. 0 means DefaultLLBytes(n); negative means none.
 	LLBytes int
 	// Blocks is the most blocks a pipelined fused kernel runs with; 0
-	// means BRAID_GPU_BLOCKS where set, else by kind and size.
+	// means by kind and size.
 	Blocks int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce or broadcast (above cuda.BcastDirectMax) on more than 2
 	// GPUs that travels through pinned host memory beside NVLink
-	// (multi-path; at most 50). 0 means BRAID_GPU_HOST_SHARE where set
-	// (0 there: none), else by kind and size (DefaultHostShare); negative
-	// means none.
+	// (multi-path; at most 50). 0 means by kind and size
+	// (DefaultHostShare); negative means none.
 	HostShare int
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
@@ -165,6 +164,61 @@ type Options struct {
 	// read senders' memory). Calls that do not reduce always push. 0
 	// means DefaultPushMax.
 	PushMax int
+	// Pull moves every program's data by pull (PushMax negative).
+	Pull bool
+	// LL2Bytes is the largest one-shot allreduce, in bytes, that runs as
+	// a two-shot in low-latency lines (cuda.FusedTwoShotLL) once it is
+	// above LLBytes; 0 means DefaultLL2Bytes(n), negative none. At most
+	// cuda.TwoShotLLMax(n).
+	LL2Bytes int
+	// LLBlocks is the grid of a call in low-latency lines; 0 means a
+	// thread per 8-byte word.
+	LLBlocks int
+	// Threads is the block size of a pipelined fused kernel: 0 means
+	// cuda's default (512), else a multiple of 32 up to 512.
+	Threads int
+	// MinRounds is the fewest rounds a pipelined fused kernel cuts a
+	// vector into, where areas of at least 1 KiB a block allow; 0 means
+	// DefaultMinRounds.
+	MinRounds int
+	// BcastRamp is how many halvings a broadcast on more than 2 GPUs cuts
+	// its last full round into (cuda.OneShot.Ramp): 0 means by size
+	// (DefaultBcastRamp), negative none, else at most cuda.MaxRamp.
+	BcastRamp int
+	// Stats prints, when the Comm closes, where the time of its
+	// synchronous program calls went.
+	Stats bool
+	// Shared are the settings every rank must pass alike (the options
+	// above as the caller resolved them, with the names the caller knows
+	// them by): New compares them across ranks and fails on every rank,
+	// with a *MismatchError, where they differ, instead of letting ranks
+	// that choose differently run different kernels and hang.
+	Shared []Setting
+	// Failed, where not nil, is why this rank cannot take part (a bad
+	// setting): New takes part in the set-up's exchanges with it, so that
+	// every rank fails, the others naming this rank and Failed.
+	Failed error
+	// FirstSeq is the fused kernels' first sequence number (0: 1), for
+	// tests that start near SeqLimit to cross the reset.
+	FirstSeq uint32
+}
+
+// Setting is one value that every rank must share (Options.Shared).
+type Setting struct{ Name, Value string }
+
+// MismatchError says that the ranks were made with different settings.
+type MismatchError struct {
+	Name         string // the setting, as Options.Shared names it
+	Rank         int    // a rank whose value differs from rank 0's
+	Value, Want  string // that rank's value and rank 0's
+	RecordTooBig bool   // the settings did not fit the exchange
+}
+
+func (e *MismatchError) Error() string {
+	if e.RecordTooBig {
+		return "gpu: the settings every rank must share are too long to compare"
+	}
+	return fmt.Sprintf("gpu: %s is %q on rank %d and %q on rank 0: every rank must set it alike", e.Name, e.Value, e.Rank, e.Want)
 }
 
 // DefaultPushMax is Options.PushMax's default: pushes use the links both
@@ -192,7 +246,7 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	if g.pushMax == 0 {
 		g.pushMax = DefaultPushMax
 	}
-	if os.Getenv("BRAID_GPU_PULL") == "1" {
+	if opts.Pull {
 		g.pushMax = -1
 	}
 	g.ready = make([][]ownEvent, g.n)
@@ -207,10 +261,10 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	if g.n > 2 && (opts.Fused || opts.TwoShot) {
 		g.hostShare = hostShare(opts.HostShare)
 	}
-	if os.Getenv("BRAID_GPU_STATS") == "1" {
+	if opts.Stats {
 		g.stats = &stats{}
 	}
-	err := loadExtra()
+	err := opts.Failed
 	if err == nil && w == nil {
 		err = errors.New("gpu: no GPU worker")
 	}
@@ -231,6 +285,10 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		}
 	}
 	if err == nil {
+		// Every rank gets here or none does: shareMailbox fails alike.
+		err = g.agree(ctx, host, opts.Shared)
+	}
+	if err == nil {
 		err = g.setupFused(ctx, host, opts)
 	}
 	if err != nil {
@@ -240,9 +298,69 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	return g, nil
 }
 
+// agreeRecord is the bytes each rank sends to compare Options.Shared.
+const agreeRecord = 4096
+
+// agree compares the settings every rank must share across the ranks;
+// every rank calls it, and every rank gets the same answer.
+func (g *Comm) agree(ctx context.Context, host Host, settings []Setting) error {
+	if g.n == 1 {
+		return nil
+	}
+	var text []byte
+	for _, s := range settings {
+		text = append(text, s.Name...)
+		text = append(text, 0)
+		text = append(text, s.Value...)
+		text = append(text, 0)
+	}
+	rec := make([]byte, agreeRecord)
+	if len(text) < agreeRecord {
+		rec[0] = 1
+		copy(rec[1:], text)
+	}
+	all := make([]byte, agreeRecord*g.n)
+	if err := host.Allgather(ctx, rec, all); err != nil {
+		return fmt.Errorf("gpu: comparing the ranks' settings: %w", err)
+	}
+	parse := func(b []byte) map[string]string {
+		m := map[string]string{}
+		f := bytes.Split(bytes.TrimRight(b[1:], "\x00"), []byte{0})
+		for i := 0; i+1 < len(f); i += 2 {
+			m[string(f[i])] = string(f[i+1])
+		}
+		return m
+	}
+	want := parse(all[:agreeRecord])
+	for r := range g.n {
+		b := all[r*agreeRecord : (r+1)*agreeRecord]
+		if b[0] != 1 {
+			return &MismatchError{RecordTooBig: true, Rank: r}
+		}
+		got := parse(b)
+		for _, s := range settings { // the same names, in the same order, on every rank
+			if got[s.Name] != want[s.Name] {
+				return &MismatchError{Name: s.Name, Rank: r, Value: got[s.Name], Want: want[s.Name]}
+			}
+		}
+	}
+	return nil
+}
+
 // Fused reports whether the fused kernels run (Options.OneShotBytes,
 // TwoShot, Fused), and if not, why.
 func (g *Comm) Fused() (bool, string) { return g.fused != nil, g.fusedOff }
+
+// FusedResets is how many times the fused kernels' sequence reached
+// SeqLimit and their flags were reset.
+func (g *Comm) FusedResets() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fused == nil {
+		return 0
+	}
+	return g.fused.resets
+}
 
 // LLBytes is the largest one-shot allreduce that runs in low-latency
 // lines (Options.LLBytes), 0 without fused kernels.
@@ -335,15 +453,16 @@ func (g *Comm) Worker() *cuda.Worker { return g.w }
 // Stream returns the stream the calls run on.
 func (g *Comm) Stream() cuda.Stream { return g.s }
 
-// Call is one collective call on device buffers.
+// Call is one collective call on device buffers: a fused kernel (Fused)
+// or a program (Prog), as the planner decided.
 type Call struct {
 	Params sched.Params
-	Algo   string // the algorithm that made Prog
-	// Fuse asks for a broadcast, allgather or reduce-scatter to run as
-	// one fused kernel (device-side flags, no host in the loop) if it fits
-	// the registered region; Prog runs it otherwise.
-	Fuse  bool
-	Prog  *sched.Program // this rank's program for Params
+	Algo   string // the planner's choice, for messages
+	// Fused, where not nil, is the fused kernel that runs the call, from
+	// Shape: Run launches it with the call's buffers and this Comm's
+	// sequence number, and Prog is not used.
+	Fused *cuda.OneShot
+	Prog  *sched.Program // this rank's program for Params, unless Fused
 	DType dtype.DType
 	Op    dtype.Op
 	In    cuda.DevicePtr // Params.InLen(rank) elements; may be 0 when that is 0
@@ -450,7 +569,11 @@ func (g *Comm) check(k *Call) error {
 	if k.Params.NRanks != g.n {
 		return fmt.Errorf("gpu: a call for %d ranks on a communicator of %d", k.Params.NRanks, g.n)
 	}
-	if k.Prog == nil || k.Prog.Rank != g.rank {
+	if k.Fused != nil {
+		if g.fused == nil {
+			return fmt.Errorf("gpu: rank %d was given a fused kernel, and has none", g.rank)
+		}
+	} else if k.Prog == nil || k.Prog.Rank != g.rank {
 		return fmt.Errorf("gpu: rank %d was given no program of its own", g.rank)
 	}
 	if !k.DType.Valid() {
@@ -507,6 +630,9 @@ func (g *Comm) release() error {
 				errs = append(errs, c.HostUnregister(g.hostRegion()))
 			}
 			errs = append(errs, c.Free(f.own), c.FreeHost(f.status))
+			if f.stage != 0 {
+				errs = append(errs, c.Free(f.stage))
+			}
 		}
 		for _, p := range append(g.oldTmp, g.tmp) {
 			if p != 0 {

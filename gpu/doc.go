@@ -38,7 +38,10 @@
 //     exchanges a round);
 //   - broadcast (a scatter from the root, then an allgather among the
 //     others; the root, which reads nothing, streams a round ahead of the
-//     others), allgather and reduce-scatter (Call.Fuse).
+//     others), allgather and reduce-scatter. The planner (package braid,
+//
+// plan.DeviceModel) decides which calls run fused: Shape gives it the kernel
+// a call would run, and Call.Fused carries that kernel back to Run.
 //
 // All but the one-shot are pipelined: block b owns area b of every slot,
 // and the vector passes through the areas in rounds, so any size runs in
@@ -55,19 +58,29 @@
 // peer in mapped host memory, which the host reads after the stream, and
 // the call fails with a timeout (TestDeviceLatePeer).
 //
-// BRAID_GPU_LL_MAX sets the largest one-shot allreduce in low-latency
-// lines (bytes, 0 for none; Options.LLBytes wins), BRAID_GPU_LL2_MAX the
-// largest two-shot in lines, and BRAID_GPU_LL_BLOCKS the grid of a call in
-// lines (default a thread per 8-byte word; 32, 64 and 128 blocks changed
-// nothing on four H200s). BRAID_GPU_BLOCKS sets the most blocks of a pipelined kernel (default
-// cuda.DefaultFusedBlocks, and for large vectors 256 blocks of 256 threads
-// on 3 GPUs or more, 128 of 512 on 2 and for allgathers: see bigFused
-// and bigGrid), BRAID_GPU_THREADS their threads, and
-// BRAID_GPU_ROUNDS the fewest rounds a vector is cut into (default 1: on
-// H200s every extra round cost about 10 µs of flag exchanges and bought
-// no overlap), and BRAID_GPU_BCAST_RAMP how many halvings a broadcast on 3
-// GPUs or more cuts its last full round into (0 to cuda.MaxRamp; default
-// DefaultBcastRamp: 1 from 16 to 64 MiB, else 0); all are for tuning.
+// Options.LLBytes sets the largest one-shot allreduce in low-latency lines,
+// LL2Bytes the largest two-shot in lines, and LLBlocks the grid of a call
+// in lines (default a thread per 8-byte word; 32, 64 and 128 blocks changed
+// nothing on four H200s). Blocks sets the most blocks of a pipelined kernel
+// (default cuda.DefaultFusedBlocks, and for large vectors 256 blocks of 256
+// threads on 3 GPUs or more, 128 of 512 on 2 and for allgathers: see
+// bigFused and bigGrid), Threads their threads, MinRounds the fewest rounds
+// a vector is cut into (default 1: on H200s every extra round cost about
+// 10 µs of flag exchanges and bought no overlap), and BcastRamp how many
+// halvings a broadcast on 3 GPUs or more cuts its last full round into
+// (default DefaultBcastRamp: 1 from 16 to 64 MiB, else 0); all are for
+// tuning. Package braid reads them once from DeviceOptions and the
+// BRAID_GPU_* variables, and New compares them across ranks
+// (Options.Shared): ranks that cut a vector differently would wait for
+// each other until the deadline.
+//
+// The kernel in low-latency lines is chosen from the size alone, which
+// every rank shares; a rank whose buffers are not 8-byte aligned runs it
+// on aligned scratch, with a copy in and a copy out. The sequence numbers
+// stay below SeqLimit: the call that would pass it first waits for every
+// rank's earlier kernels, clears the flags and lines, and starts again at
+// 1 (resetFused), so that no flag left by a block that has not run for
+// 2^30 calls reads as ahead of a wait.
 //
 // The broadcast above cuda.BcastDirectMax on 3 GPUs or more is a scatter
 // from the root and an exchange among the others, in rounds. The root
@@ -93,7 +106,7 @@
 // other rank loads it; a two-shot rank stores, for every peer, that peer's
 // chunk's share, and its combined chunk's share once for all. Readers use
 // ld.cv, which takes nothing from caches. The share is
-// Options.HostShare, BRAID_GPU_HOST_SHARE (percent, 0 for none), or by
+// Options.HostShare (percent; BRAID_GPU_HOST_SHARE, 0 for none), or by
 // kind and size (DefaultHostShare: 8–11 % from 16 MiB for allreduces,
 // from 64 MiB for broadcasts). On four H200s it took a 1 GiB allreduce
 // from 343 to 372 GB/s busbw (NCCL 2.28.9: 354) and a broadcast from 342
@@ -116,7 +129,7 @@
 // reduces the landing area into its destination with the reduction kernel.
 // Work on the main stream that depends on a push waits for the push's
 // "copy done" event; a call ends with the main stream waiting for every
-// copy stream it used. Options.PushMax (and BRAID_GPU_PULL=1) selects the
+// copy stream it used. Options.PushMax (and Options.Pull) selects the
 // older pull protocol, where receivers read the senders' memory.
 //
 // Notices travel through lock-free single-producer, single-consumer rings
@@ -152,10 +165,13 @@
 // touches the caller's buffers any more. Enqueue is stream-ordered, as
 // NCCL's calls are: the worker issues the call after those queued before
 // it and the caller goes on; Synchronize waits for the stream and reports
-// the first error. With BRAID_GPU_STATS=1 each Comm prints, when closed,
+// the first error. With Options.Stats each Comm prints, when closed,
 // where the time of its synchronous program calls went.
 //
-// Limits: one rank per GPU (a process cannot open its own IPC handles);
+// Limits: one rank per process (a process cannot open its own IPC
+// handles); several processes may share a GPU, which the driver
+// time-slices (the device tests' shared mode, BRAID_TEST_GPUS above the
+// GPU count);
 // all ranks on one host; at most cuda.OneShotMaxRanks (8) ranks for the
 // fused kernels (more run programs); a rank that dies in a call makes its
 // peers fail when the call's deadline passes, not sooner.

@@ -29,6 +29,7 @@ const (
 	noticeDone    uint32 = 2 // a chunk has been read
 	noticeDest    uint32 = 3 // a chunk may be written here
 	noticeWritten uint32 = 4 // a chunk has been written
+	noticeReset   uint32 = 5 // a step of the fused kernels' reset (resetFused)
 )
 
 // Notice flags.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -36,17 +34,13 @@ type fused struct {
 	regions   []cuda.DevicePtr // every rank's region as mapped here
 	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
 	seq       uint32           // the next call's first sequence number; the same on every rank
+	seqLimit  uint32           // the last sequence number before the flags are reset (SeqLimit)
+	resets    int              // how many times the sequence was reset
+	stage     cuda.DevicePtr   // aligned scratch for calls in low-latency lines from or to unaligned buffers; 0 until needed
+	stageSize int              // its bytes
 	twoShot   bool             // direct allreduces run fused too
-	other     bool             // broadcasts, allgathers and reduce-scatters with Call.Fuse do
+	other     bool             // broadcasts, allgathers and reduce-scatters do
 }
-
-// The algorithms whose allreduces run fused when they fit a slot: the
-// one-shot, and the direct reduce-scatter and allgather as a two-shot
-// kernel.
-const (
-	fusedAlgo    = "gpu_oneshot"
-	fusedTwoShot = "direct"
-)
 
 // setupFused registers this rank's region and maps every peer's. Every
 // rank calls it; if any rank cannot take part (too many ranks, no memory,
@@ -63,24 +57,26 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 	slotBytes = max(slotBytes, opts.OneShotBytes)
 	slotBytes = (slotBytes + 255) / 256 * 256
 	minRounds := DefaultMinRounds
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_ROUNDS")); err == nil && v > 0 {
-		minRounds = v
+	if opts.MinRounds > 0 {
+		minRounds = opts.MinRounds
 	}
-	blocks := max(opts.Blocks, 0) // 0: by kind and size (blocksFor)
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_BLOCKS")); err == nil && v > 0 && blocks == 0 {
-		blocks = v
+	first := opts.FirstSeq
+	if first == 0 {
+		first = 1
 	}
-	f := &fused{slotBytes: slotBytes, blocks: min(blocks, cuda.OneShotMaxBlocks), regions: make([]cuda.DevicePtr, g.n),
-		seq: 1, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds, llMax: llMax(opts.LLBytes, g.n), ll2Max: ll2Max(g.n)}
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL_BLOCKS")); err == nil && v > 0 {
-		f.llBlocks = min(v, cuda.OneShotMaxBlocks)
+	f := &fused{slotBytes: slotBytes, blocks: min(max(opts.Blocks, 0), cuda.OneShotMaxBlocks), regions: make([]cuda.DevicePtr, g.n),
+		seq: first, seqLimit: SeqLimit, twoShot: opts.TwoShot, other: opts.Fused, minRounds: minRounds,
+		llMax: llMax(opts.LLBytes, g.n), ll2Max: ll2Max(opts.LL2Bytes, g.n), llBlocks: min(max(opts.LLBlocks, 0), cuda.OneShotMaxBlocks)}
+	if opts.Threads >= 32 && opts.Threads <= 512 && opts.Threads%32 == 0 {
+		f.threads = opts.Threads
 	}
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_THREADS")); err == nil && v >= 32 && v <= 512 && v%32 == 0 {
-		f.threads = v
-	}
-	f.ramp = -1
-	if v, err := strconv.Atoi(os.Getenv("BRAID_GPU_BCAST_RAMP")); err == nil && v >= 0 && v <= cuda.MaxRamp {
-		f.ramp = v
+	switch r := opts.BcastRamp; {
+	case r == 0:
+		f.ramp = -1 // by size
+	case r < 0:
+		f.ramp = 0
+	default:
+		f.ramp = min(r, cuda.MaxRamp)
 	}
 	var local error
 	var h cuda.IPCMemHandle
@@ -210,6 +206,9 @@ func (g *Comm) freeFused(f *fused) error {
 		if f.status != nil {
 			errs = append(errs, c.FreeHost(f.status))
 		}
+		if f.stage != 0 {
+			errs = append(errs, c.Free(f.stage))
+		}
 		return errors.Join(errs...)
 	})
 }
@@ -284,20 +283,10 @@ func DefaultHostShare(kind cuda.FusedKind, bytes int) int {
 	return 0
 }
 
-// hostShare resolves Options.HostShare: opt where not 0, else
-// BRAID_GPU_HOST_SHARE where set, else 0 (by kind and size); negative
-// means none, and it is at most 50.
+// hostShare resolves Options.HostShare: 0 (by kind and size), negative
+// (none, -1) or a percentage, at most 50.
 func hostShare(opt int) int {
-	v := opt
-	if v == 0 {
-		if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_HOST_SHARE")); err == nil {
-			v = e
-			if e == 0 {
-				v = -1
-			}
-		}
-	}
-	return min(max(v, -1), 50)
+	return min(max(opt, -1), 50)
 }
 
 // mailboxAlign is where the host region starts in the mailbox file: on a
@@ -322,32 +311,29 @@ func (g *Comm) hostRegion() []byte {
 }
 
 // DefaultMinRounds is the fewest rounds a pipelined fused kernel cuts a
-// vector into, where areas of at least 1 KiB a block allow; BRAID_GPU_ROUNDS
+// vector into, where areas of at least 1 KiB a block allow; Options.MinRounds
 // overrides it.
 const DefaultMinRounds = 1
 
 // llMax is the largest one-shot allreduce in low-latency lines on n
 // ranks: Options.LLBytes where not zero (negative: none), else
-// BRAID_GPU_LL_MAX (bytes, 0 for none) where set, else DefaultLLBytes(n);
-// at most cuda.OneShotLLMax.
+// DefaultLLBytes(n); at most cuda.OneShotLLMax.
 func llMax(opt, n int) int {
 	v := opt
 	if v == 0 {
 		v = DefaultLLBytes(n)
-		if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL_MAX")); err == nil {
-			v = e
-		}
 	}
 	return min(max(v, 0), cuda.OneShotLLMax)
 }
 
 // ll2Max is the largest one-shot allreduce (above llMax) that runs as a
-// two-shot in low-latency lines on n ranks: BRAID_GPU_LL2_MAX (bytes)
-// where set, else DefaultLL2Bytes(n); at most cuda.TwoShotLLMax(n).
-func ll2Max(n int) int {
-	v := DefaultLL2Bytes(n)
-	if e, err := strconv.Atoi(os.Getenv("BRAID_GPU_LL2_MAX")); err == nil {
-		v = e
+// two-shot in low-latency lines on n ranks: Options.LL2Bytes where not
+// zero (negative: none), else DefaultLL2Bytes(n); at most
+// cuda.TwoShotLLMax(n).
+func ll2Max(opt, n int) int {
+	v := opt
+	if v == 0 {
+		v = DefaultLL2Bytes(n)
 	}
 	return min(max(v, 0), cuda.TwoShotLLMax(n))
 }
@@ -380,64 +366,116 @@ func DefaultLLBytes(n int) int {
 // so that the region (2·n slots) takes 64 MiB.
 func DefaultSlotBytes(n int) int { return (32 << 20) / max(n, 1) }
 
-// fits reports whether k runs as a fused kernel: a one-shot allreduce
-// whose vector fits a slot, or a pipelined kernel that is on and whose
-// rounds the slots can hold.
-func (f *fused) fits(k *Call) bool {
-	if f == nil {
-		return false
+// shape returns the fused kernel of kind that runs a call of p, of dt
+// and op: its grid, rounds, area, ramp and host share, from what every
+// rank shares (the size, the options, whether every rank mapped the host
+// region), but none of the call's buffers, sequence number or rank. It
+// reports false where the Comm has no fused kernels, kind is off, or the
+// call does not fit: a one-shot larger than a slot, or areas too small
+// for the kind.
+func (f *fused) shape(kind cuda.FusedKind, p sched.Params, dt dtype.DType, op dtype.Op) (cuda.OneShot, bool) {
+	if f == nil || p.NRanks != len(f.regions) {
+		return cuda.OneShot{}, false
 	}
-	kind, ok := fusedKind(k)
 	switch {
-	case !ok:
-		return false
 	case kind == cuda.FusedOneShot:
-		return kind.Slot(k.Params.Count, k.DType.Size(), k.Params.NRanks) <= f.slotBytes
+		if kind.Slot(p.Count, dt.Size(), p.NRanks) > f.slotBytes {
+			return cuda.OneShot{}, false
+		}
 	case kind == cuda.FusedTwoShot && !f.twoShot, kind != cuda.FusedTwoShot && !f.other:
-		return false
+		return cuda.OneShot{}, false
 	}
-	a := f.shot(k, 0)
-	return a.Rounds() > 0
+	a := f.kernel(kind, p, dt, op)
+	return a, a.Rounds() > 0
 }
 
-// fusedKind returns the fused kernel that would run k, if any: allreduces
-// by their algorithm, broadcasts, allgathers and reduce-scatters that ask
-// for it (Call.Fuse).
-func fusedKind(k *Call) (cuda.FusedKind, bool) {
-	switch k.Params.Coll {
-	case sched.Allreduce:
-		switch k.Algo {
-		case fusedAlgo:
-			return cuda.FusedOneShot, true
-		case fusedTwoShot:
-			return cuda.FusedTwoShot, true
-		}
-	case sched.Bcast:
-		return cuda.FusedBcast, k.Fuse
-	case sched.Allgather:
-		return cuda.FusedAllgather, k.Fuse
-	case sched.ReduceScatter:
-		return cuda.FusedReduceScatter, k.Fuse
-	}
-	return 0, false
+// Shape returns the fused kernel of kind that would run a call of p, of
+// dt and op, on this Comm, or false if none would (see fused.shape); the
+// planner costs it and Call.Fused carries it to Run. Kind FusedOneShot
+// becomes one of the kernels in low-latency lines where the size and the
+// options choose them.
+func (g *Comm) Shape(kind cuda.FusedKind, p sched.Params, dt dtype.DType, op dtype.Op) (cuda.OneShot, bool) {
+	return g.fused.shape(kind, p, dt, op)
 }
+
+// SeqLimit is the last sequence number of the fused kernels before the
+// flags are reset. Flags are compared by signed difference of 32-bit
+// words and carry 2·seq; a flag that a block of the grid last raised
+// 2^30 sequence numbers ago (blocks 64 to 255 run only in calls of 64 MiB
+// and more) would read as ahead of the call that waits for it, and the
+// low-latency lines compare seq for equality. So the sequence stays
+// within [1, SeqLimit], where every flag and line value differs from
+// every wait's by less than 2^31: a call that would pass SeqLimit first
+// resets the regions (resetFused) and starts again at 1.
+const SeqLimit = 1<<30 - 1
 
 // launch enqueues k as one fused kernel on s, with a wait for peers
-// bounded by deadline.
-func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time) error {
+// bounded by deadline. Where the call would pass f.seqLimit, reset is
+// called first: it clears this rank's flags and lines once no peer uses
+// them (every rank resets at the same call, since every rank has the
+// same sequence).
+func (f *fused) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, reset func() error) error {
 	if err := f.failed(rank); err != nil {
 		return err
 	}
+	a := *k.Fused
+	a.In, a.Out, a.Seq, a.Rank, a.Regions = k.In, k.Out, f.seq, rank, f.regions
+	rounds := uint32(max(a.Rounds(), 1))
+	if f.passes(rounds) {
+		if err := reset(); err != nil {
+			return err
+		}
+		f.seq, a.Seq = 1, 1
+		f.resets++
+	}
 	// The call takes its sequence numbers even if it fails here, so that
 	// a rank never reuses numbers its peers have used.
-	a := f.shot(k, rank)
-	f.seq += uint32(max(a.Rounds(), 1))
+	f.seq += rounds
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
 	}
 	a.Timeout, a.Status = wait, f.status.Ptr()
+	if (a.Kind == cuda.FusedOneShotLL || a.Kind == cuda.FusedTwoShotLL) && (a.In|a.Out)&7 != 0 {
+		// Every rank runs the kernel in lines that the size chose; a rank
+		// whose buffers are not 8-byte aligned runs it on aligned scratch.
+		return f.staged(c, s, a)
+	}
 	return c.LaunchOneShot(s, a)
+}
+
+// passes reports whether a call of rounds rounds from f.seq would pass
+// f.seqLimit.
+func (f *fused) passes(rounds uint32) bool {
+	return uint64(f.seq)+uint64(rounds)-1 > uint64(f.seqLimit)
+}
+
+// staged runs a, a call in low-latency lines, through f.stage: a copy of
+// the input there, the kernel in place there, a copy of the result out.
+func (f *fused) staged(c *cuda.Ctx, s cuda.Stream, a cuda.OneShot) error {
+	b := a.Count * a.DType.Size()
+	if f.stage == 0 {
+		// Once, at the most the lines carry, so that it is never freed
+		// while a queued kernel may still use it.
+		size := max(f.llMax, f.ll2Max, 8)
+		p, err := c.Alloc(size)
+		if err != nil {
+			return fmt.Errorf("gpu: scratch for a call in low-latency lines: %w", err)
+		}
+		f.stage, f.stageSize = p, size
+	}
+	if b > f.stageSize {
+		return fmt.Errorf("gpu: a call in low-latency lines of %d bytes, above the %d the scratch holds", b, f.stageSize)
+	}
+	in, out := a.In, a.Out
+	if err := c.Copy(f.stage, in, b, s); err != nil {
+		return err
+	}
+	a.In, a.Out = f.stage, f.stage
+	if err := c.LaunchOneShot(s, a); err != nil {
+		return err
+	}
+	return c.Copy(out, f.stage, b, s)
 }
 
 // BigBlocks is the grid of pipelined kernels from bigFused: two blocks of
@@ -468,7 +506,7 @@ func bigFused(kind cuda.FusedKind, n int) int {
 
 // gridFor is the most blocks a pipelined kernel of kind runs with for
 // bytes on n ranks, and their threads (0: cuda's default, 512):
-// Options.Blocks (or BRAID_GPU_BLOCKS) and BRAID_GPU_THREADS where set,
+// Options.Blocks and Options.Threads where set,
 // else cuda.DefaultFusedBlocks, or from bigFused bigGrid.
 func (f *fused) gridFor(kind cuda.FusedKind, bytes, n int) (blocks, threads int) {
 	blocks, threads = cuda.DefaultFusedBlocks, 0
@@ -499,25 +537,25 @@ func bigGrid(kind cuda.FusedKind, n int) (blocks, threads int) {
 	return BigBlocks, BigThreads
 }
 
-// shot is the kernel call that runs k on rank, but for its timeout and
-// status word.
-func (f *fused) shot(k *Call, rank int) cuda.OneShot {
-	kind, _ := fusedKind(k)
-	op := k.Op
-	if !k.Params.Coll.Reduces() {
+// kernel is the kernel call of kind that runs a call of p, of dt and op,
+// but for its buffers, sequence number, rank, timeout and status word.
+func (f *fused) kernel(kind cuda.FusedKind, p sched.Params, dt dtype.DType, op dtype.Op) cuda.OneShot {
+	if !p.Coll.Reduces() {
 		op = dtype.Sum // unused, but checked: any op the type has
 	}
 	a := cuda.OneShot{
 		Kind:  kind,
-		Root:  k.Params.Root,
-		DType: k.DType, Op: op, In: k.In, Out: k.Out, Count: k.Params.Count,
-		Seq: f.seq, Rank: rank, Regions: f.regions, SlotBytes: f.slotBytes,
+		Root:  p.Root,
+		DType: dt, Op: op, Count: p.Count,
+		Regions: f.regions, SlotBytes: f.slotBytes,
 	}
 	if kind == cuda.FusedOneShot {
-		switch b := k.Params.Count * k.DType.Size(); {
-		case b <= f.llMax && cuda.LLFits(k.In, k.Out, k.Params.Count, k.DType.Size()):
+		// The kernel is chosen from what every rank shares (the size), not
+		// from this rank's buffers: see launch for unaligned ones.
+		switch b, es, n := p.Count*dt.Size(), dt.Size(), p.NRanks; {
+		case b <= f.llMax && cuda.LLSizeFits(p.Count, es):
 			a.Kind = cuda.FusedOneShotLL
-		case b > f.llMax && b <= f.ll2Max && cuda.TwoShotLLFits(k.In, k.Out, k.Params.Count, k.DType.Size(), k.Params.NRanks):
+		case b > f.llMax && b <= f.ll2Max && cuda.TwoShotLLSizeFits(p.Count, es, n):
 			a.Kind = cuda.FusedTwoShotLL
 		}
 		if a.Kind != cuda.FusedOneShot && f.llBlocks > 0 {
@@ -525,12 +563,12 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 		}
 	}
 	if kind != cuda.FusedOneShot {
-		most, threads := f.gridFor(kind, k.Params.Count*k.DType.Size(), k.Params.NRanks)
-		a.Blocks, a.Threads = cuda.FusedBlocks(k.Params.Count*k.DType.Size(), most), threads
+		most, threads := f.gridFor(kind, p.Count*dt.Size(), p.NRanks)
+		a.Blocks, a.Threads = cuda.FusedBlocks(p.Count*dt.Size(), most), threads
 		if kind == cuda.FusedBcast {
 			a.Ramp = f.ramp
 			if a.Ramp < 0 {
-				a.Ramp = DefaultBcastRamp(k.Params.Count*k.DType.Size(), k.Params.NRanks)
+				a.Ramp = DefaultBcastRamp(p.Count*dt.Size(), p.NRanks)
 			}
 		}
 		// Vectors that a few rounds would carry run in at least minRounds
@@ -541,13 +579,13 @@ func (f *fused) shot(k *Call, rank int) cuda.OneShot {
 				a.Area /= 2
 			}
 		}
-		f.multiPath(&a, k)
+		f.multiPath(&a, p.Count*dt.Size())
 	}
 	return a
 }
 
 // DefaultBcastRamp is the cuda.OneShot.Ramp of a broadcast of bytes on n
-// GPUs (BRAID_GPU_BCAST_RAMP sets another): 1, the last full round in two
+// GPUs (Options.BcastRamp sets another): 1, the last full round in two
 // halves, from 16 MiB to below 64 MiB on more than 2 GPUs, where a vector
 // of one round and a third (64 blocks of 12 MiB rounds on four GPUs) left
 // most of it to a last round that nothing overlaps; else 0. Four H200s,
@@ -568,8 +606,8 @@ func DefaultBcastRamp(bytes, n int) int {
 // (DefaultHostShare where 0) of what a block sends a round, NVLink and
 // host together (a broadcast's block sends n - 1 halves of an area over
 // NVLink, a two-shot's half an area of every chunk in each phase).
-func (f *fused) multiPath(a *cuda.OneShot, k *Call) {
-	n, bytes := k.Params.NRanks, k.Params.Count*k.DType.Size()
+func (f *fused) multiPath(a *cuda.OneShot, bytes int) {
+	n := len(f.regions)
 	share := f.hostShare
 	if share == 0 {
 		share = DefaultHostShare(a.Kind, bytes)
@@ -590,6 +628,18 @@ func (f *fused) multiPath(a *cuda.OneShot, k *Call) {
 		return
 	}
 	a.Host, a.HostBytes = f.host, min(nv*share/(100-share), cuda.HostFits(a.Kind, a.Blocks, n))&^15
+}
+
+// HostShareOf is the percentage of a's rounds that goes through host
+// memory, for a kernel from Shape that has HostBytes.
+func (g *Comm) HostShareOf(a *cuda.OneShot) int {
+	if g.fused == nil || a.HostBytes == 0 {
+		return 0
+	}
+	if s := g.fused.hostShare; s > 0 {
+		return s
+	}
+	return DefaultHostShare(a.Kind, a.Count*a.DType.Size())
 }
 
 // failed returns an error if a fused kernel gave up waiting for a peer.

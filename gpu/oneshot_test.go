@@ -8,18 +8,68 @@ import (
 	"github.com/braid-ccl/braid/sched"
 )
 
+// The algorithms whose allreduces the tests ask to run fused: the
+// one-shot, and the direct reduce-scatter and allgather as a two-shot.
+const (
+	fusedAlgo    = "gpu_oneshot"
+	fusedTwoShot = "direct"
+)
+
+// tcall is a call as the tests describe it: by algorithm name, or asked
+// to fuse (fuse), which kindOf maps to the kernel the planner would name.
+type tcall struct {
+	*Call
+	fuse bool
+}
+
+// kindOf returns the fused kernel k asks for, if any.
+func (k *tcall) kindOf() (cuda.FusedKind, bool) {
+	switch k.Params.Coll {
+	case sched.Allreduce:
+		switch k.Algo {
+		case fusedAlgo:
+			return cuda.FusedOneShot, true
+		case fusedTwoShot:
+			return cuda.FusedTwoShot, true
+		}
+	case sched.Bcast:
+		return cuda.FusedBcast, k.fuse
+	case sched.Allgather:
+		return cuda.FusedAllgather, k.fuse
+	case sched.ReduceScatter:
+		return cuda.FusedReduceScatter, k.fuse
+	}
+	return 0, false
+}
+
+// fits reports whether k runs as a fused kernel (fused.shape).
+func (f *fused) fits(k *tcall) bool {
+	kind, ok := k.kindOf()
+	if !ok {
+		return false
+	}
+	_, ok = f.shape(kind, k.Params, k.DType, k.Op)
+	return ok
+}
+
+// shot is the kernel call that would run k.
+func (f *fused) shot(k *tcall, _ int) cuda.OneShot {
+	kind, _ := k.kindOf()
+	return f.kernel(kind, k.Params, k.DType, k.Op)
+}
+
 // TestFusedChoice checks, without a GPU, which calls run fused and with
 // what grid and rounds: the kernel call that every rank must build alike.
 func TestFusedChoice(t *testing.T) {
 	const n = 4
 	f := &fused{slotBytes: DefaultSlotBytes(n), regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true}
-	call := func(coll sched.Collective, algo string, count int, fuse bool) *Call {
-		return &Call{Params: sched.Params{Coll: coll, NRanks: n, Count: count}, Algo: algo, Fuse: fuse,
-			DType: dtype.Float32, Op: dtype.Sum}
+	call := func(coll sched.Collective, algo string, count int, fuse bool) *tcall {
+		return &tcall{Call: &Call{Params: sched.Params{Coll: coll, NRanks: n, Count: count}, Algo: algo,
+			DType: dtype.Float32, Op: dtype.Sum}, fuse: fuse}
 	}
 	for _, c := range []struct {
 		name   string
-		k      *Call
+		k      *tcall
 		fits   bool
 		blocks int
 	}{
@@ -88,7 +138,7 @@ func TestFusedChoice(t *testing.T) {
 	mp := &fused{slotBytes: DefaultSlotBytes(n), regions: make([]cuda.DevicePtr, n), seq: 1, twoShot: true, other: true, host: 1 << 40}
 	for _, c := range []struct {
 		name  string
-		k     *Call
+		k     *tcall
 		share int
 	}{
 		{"two-shot, 1 GiB", call(sched.Allreduce, fusedTwoShot, 1<<28, false), 11},
@@ -143,7 +193,9 @@ func TestFusedChoice(t *testing.T) {
 	}{
 		{"two float32", 2, 256, 512, cuda.FusedOneShotLL},
 		{"one float32", 1, 256, 512, cuda.FusedOneShot},
-		{"odd address", 2, 260, 512, cuda.FusedOneShot},
+		// The size chooses, which every rank shares: a rank with an odd
+		// address runs the same kernel, on aligned scratch (fused.staged).
+		{"odd address", 2, 260, 512, cuda.FusedOneShotLL},
 		{"at the limit", DefaultLLBytes(n) / 4, 256, 256, cuda.FusedOneShotLL},
 		{"above the limit", DefaultLLBytes(n)/4 + 2, 256, 256, cuda.FusedOneShot},
 	} {
@@ -178,9 +230,8 @@ func TestFusedChoice(t *testing.T) {
 			t.Errorf("DefaultLLBytes(%d) = %d, want %d", c.n, got, c.want)
 		}
 	}
-	t.Setenv("BRAID_GPU_LL_MAX", "0")
-	if llMax(0, 2) != 0 || llMax(4096, 2) != 4096 || llMax(-1, 2) != 0 || llMax(1<<30, 2) != cuda.OneShotLLMax {
-		t.Errorf("llMax with BRAID_GPU_LL_MAX=0: %d, %d, %d, %d", llMax(0, 2), llMax(4096, 2), llMax(-1, 2), llMax(1<<30, 2))
+	if llMax(0, 2) != DefaultLLBytes(2) || llMax(4096, 2) != 4096 || llMax(-1, 2) != 0 || llMax(1<<30, 2) != cuda.OneShotLLMax {
+		t.Errorf("llMax: %d, %d, %d, %d", llMax(0, 2), llMax(4096, 2), llMax(-1, 2), llMax(1<<30, 2))
 	}
 
 	// A grid forced by Options.Blocks, and a minimum of rounds.
@@ -196,5 +247,26 @@ func TestFusedChoice(t *testing.T) {
 	a = g.shot(call(sched.Allreduce, fusedTwoShot, 64, false), 0)
 	if a.Area < 1024 || a.Rounds() != 1 {
 		t.Errorf("small vector: %d rounds with areas of %d bytes, want 1 round", a.Rounds(), a.Area)
+	}
+}
+
+// TestSeqLimit checks when a fused call resets the sequence: when one of
+// its rounds would pass SeqLimit, whose flags 2·seq stay below 2^31.
+func TestSeqLimit(t *testing.T) {
+	if 2*uint64(SeqLimit) >= 1<<31 {
+		t.Fatalf("SeqLimit %d: flags 2·seq reach 2^31", SeqLimit)
+	}
+	f := &fused{seq: SeqLimit - 2, seqLimit: SeqLimit}
+	for _, c := range []struct {
+		rounds uint32
+		want   bool
+	}{{1, false}, {3, false}, {4, true}, {1 << 20, true}} {
+		if got := f.passes(c.rounds); got != c.want {
+			t.Errorf("seq %d, %d rounds: reset %v, want %v", f.seq, c.rounds, got, c.want)
+		}
+	}
+	f.seq = 1
+	if f.passes(SeqLimit) || !f.passes(SeqLimit+1) {
+		t.Errorf("from 1: SeqLimit rounds reset %v, SeqLimit+1 %v", f.passes(SeqLimit), f.passes(SeqLimit+1))
 	}
 }

@@ -102,12 +102,13 @@ func (g *Comm) landingOf(p *sched.Program) landing {
 // the stream gets to it, so that every chunk offered to a peer carries an
 // event.
 func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool) error {
-	if g.fused.fits(k) {
+	if k.Fused != nil {
 		dl, ok := ctx.Deadline()
 		if !ok {
 			dl = time.Now().Add(time.Hour)
 		}
-		if err := g.fused.launch(c, g.s, g.rank, k, dl); err != nil || ordered {
+		reset := func() error { return g.resetFused(ctx, c, seq) }
+		if err := g.fused.launch(c, g.s, g.rank, k, dl, reset); err != nil || ordered {
 			return err
 		}
 		if err := c.StreamSynchronize(g.s); err != nil {
@@ -288,6 +289,84 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 	g.stats.sync += t2.Sub(t1)
 	g.stats.steps += len(steps)
 	return err
+}
+
+// resetFused clears this rank's flags and low-latency lines for a fused
+// call (sequence number seq) that would pass SeqLimit, once every rank's
+// earlier kernels have ended, and returns once every rank has cleared
+// its own: no kernel of an earlier call writes them afterwards, and none
+// of a later call before. Every rank calls it at the same call.
+func (g *Comm) resetFused(ctx context.Context, c *cuda.Ctx, seq uint32) error {
+	f := g.fused
+	if err := c.StreamSynchronize(g.s); err != nil {
+		return err
+	}
+	if err := f.failed(g.rank); err != nil {
+		return err
+	}
+	if err := g.rendezvous(ctx, seq, resetEnded); err != nil {
+		return err
+	}
+	size := cuda.OneShotRegionBytes(g.n, f.slotBytes)
+	ll := cuda.OneShotLLOffset(g.n, f.slotBytes)
+	if err := c.Memset8(f.own, 0, cuda.OneShotSlotsOffset, g.s); err != nil {
+		return err
+	}
+	if err := c.Memset8(f.own.Add(ll), 0, size-ll, g.s); err != nil {
+		return err
+	}
+	if err := c.StreamSynchronize(g.s); err != nil {
+		return err
+	}
+	return g.rendezvous(ctx, seq, resetCleared)
+}
+
+// The tags of resetFused's rendezvous notices.
+const (
+	resetEnded   int32 = -1 // this rank's kernels of earlier calls have ended
+	resetCleared int32 = -2 // this rank's flags and lines are clear
+)
+
+// rendezvous tells every peer that this rank has reached tag of call seq
+// and waits until every peer has told it the same, or ctx ends.
+func (g *Comm) rendezvous(ctx context.Context, seq uint32, tag int32) error {
+	for p := range g.n {
+		if p != g.rank {
+			g.send(p, notice{Kind: noticeReset, Seq: seq, Tag: tag})
+		}
+	}
+	got := make([]bool, g.n)
+	got[g.rank] = true
+	left := g.n - 1
+	var since time.Time
+	for idle := 0; left > 0 || g.pendingOut(); idle++ {
+		g.drain()
+		g.flush()
+		for p := range g.n {
+			if !got[p] {
+				if _, ok := g.take(p, noticeReset, seq, tag); ok {
+					got[p] = true
+					left--
+				}
+			}
+		}
+		if idle == 0 {
+			since = time.Now()
+		}
+		if idle%64 == 63 {
+			switch waited := time.Since(since); {
+			case waited < spinFor:
+			case waited < yieldFor:
+				runtime.Gosched()
+			default:
+				time.Sleep(sleepFor)
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("gpu: rank %d waited for its peers to reset the fused kernels' flags until the call's context ended: %w", g.rank, err)
+			}
+		}
+	}
+	return nil
 }
 
 // step issues what it can of steps[i] and reports whether anything moved.
@@ -817,14 +896,14 @@ func (g *Comm) pendingOut() bool {
 // export returns the allocation that holds p, with its IPC handle, and
 // its buffer id.
 func (g *Comm) export(c *cuda.Ctx, p cuda.DevicePtr) (export, uint64, error) {
-	id, err := bufferID(p)
+	id, err := cuda.BufferID(p)
 	if err != nil {
 		return export{}, 0, err
 	}
 	if ex, ok := g.exports[id]; ok {
 		return ex, id, nil
 	}
-	base, size, err := addressRange(p)
+	base, size, err := cuda.AddressRange(p)
 	if err != nil {
 		return export{}, 0, err
 	}

@@ -43,6 +43,9 @@ type Candidate struct {
 	Name   string
 	Params sched.Params // the request's params with the algorithm's parameters tuned under the model
 	Cost   float64      // the model's seconds; NaN if the algorithm has no cost model
+	// Fused, on device buffers, makes the candidate a fused kernel rather
+	// than a schedule (DeviceModel costs it).
+	Fused *Fused
 }
 
 // Decision is a planner's choice.
@@ -54,6 +57,7 @@ type Decision struct {
 	// adaptation at run time by arrival statistics (a benchmark that
 	// times one algorithm sets it).
 	Fixed bool
+	Fused *Fused // the chosen candidate's fused kernel, if it is one
 }
 
 // Planner picks one of the candidates (the algorithms that support the
@@ -84,7 +88,7 @@ func (d Default) Plan(r Request, cand []Candidate) Decision {
 		for _, c := range cand {
 			if c.Name == e.Choice.Algo {
 				p := e.Choice.Apply(c.Params, r.ElemSize)
-				return Decision{Algo: c.Name, Params: p, Reason: fmt.Sprintf("tuning table %s: %s", d.Table.Source, e)}
+				return Decision{Algo: c.Name, Params: p, Reason: fmt.Sprintf("tuning table %s: %s", d.Table.Source, e), Fused: c.Fused}
 			}
 		}
 	}
@@ -117,9 +121,12 @@ func (d Default) Plan(r Request, cand []Candidate) Decision {
 		if s := paramString(c.Params, r.ElemSize); s != "" {
 			sb.WriteString(":" + s)
 		}
+		if c.Fused != nil {
+			fmt.Fprintf(&sb, " [%s]", c.Fused)
+		}
 		fmt.Fprintf(&sb, " %s", formatSeconds(c.Cost))
 	}
-	return Decision{Algo: best.Name, Params: best.Params, Reason: sb.String()}
+	return Decision{Algo: best.Name, Params: best.Params, Reason: sb.String(), Fused: best.Fused}
 }
 
 // paramString formats p's tuning parameters as a Choice writes them.

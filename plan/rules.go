@@ -32,7 +32,7 @@ func (Rules) Plan(r Request, cand []Candidate) Decision {
 		for _, n := range names {
 			for _, c := range cand {
 				if c.Name == n {
-					return Decision{Algo: n, Params: c.Params, Reason: reason}, true
+					return Decision{Algo: n, Params: c.Params, Reason: reason, Fused: c.Fused}, true
 				}
 			}
 		}

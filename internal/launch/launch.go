@@ -138,7 +138,9 @@ func (e *InterruptedError) ExitCode() int { return 128 + int(e.Signal) }
 // It serves the job's TCP store on 127.0.0.1 with a fresh random secret,
 // and gives each rank BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK,
 // BRAID_LOCAL_SIZE, BRAID_STORE, BRAID_SECRET (hex), BRAID_JOB and
-// BRAID_STORE_EXTERNAL=1 (see bootstrap.FromEnv). Each rank runs in its own
+// BRAID_STORE_EXTERNAL=1 (see bootstrap.FromEnv), and, unless the
+// environment sets them, torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (see torchEnv). Each rank runs in its own
 // process group, with standard input from /dev/null, and is killed if Run's
 // process dies (Linux).
 //
@@ -207,6 +209,12 @@ func Run(ctx context.Context, cfg Config) error {
 		bootstrap.EnvSecret+"="+hex.EncodeToString(secret),
 		bootstrap.EnvJob+"="+cfg.JobID,
 	)
+	if extra, err := torchEnv(env, cfg.N); err != nil {
+		return err
+	} else if extra != nil {
+		env = append(env, extra...)
+		j.torch = true
+	}
 	if err := j.start(env); err != nil {
 		return err
 	}
@@ -222,6 +230,33 @@ type job struct {
 	pipes   []*os.File      // their read ends
 	release chan struct{}   // closed when the ranks are reaped: see start
 	store   bootstrap.Store // the job's store, where ranks report failures
+	torch   bool            // the ranks get RANK and LOCAL_RANK too: see torchEnv
+}
+
+// torchEnv returns torchrun's job-wide variables for a job of n ranks on
+// this host (WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, a
+// port of 127.0.0.1 free now), so that a PyTorch program under braid run
+// finds its place with torch.distributed's default "env://" rendezvous
+// (whatever its backend: Braid's, Gloo); Run then gives each rank RANK and
+// LOCAL_RANK too. It returns nil when env sets any of them already: a
+// launcher outside braid run (or the user) has chosen them. Braid itself
+// reads its own variables first (bootstrap.FromEnv).
+func torchEnv(env []string, n int) ([]string, error) {
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT":
+			return nil, nil
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("launch: choosing MASTER_PORT: %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return []string{"WORLD_SIZE=" + strconv.Itoa(n), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
+		"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port)}, nil
 }
 
 // start starts the ranks. It does so from a goroutine locked to its OS
@@ -255,6 +290,9 @@ func (j *job) startLocked(env []string) error {
 		cmd.Env = append(env[:len(env):len(env)],
 			bootstrap.EnvRank+"="+strconv.Itoa(r),
 			bootstrap.EnvLocalRank+"="+strconv.Itoa(r))
+		if j.torch {
+			cmd.Env = append(cmd.Env, "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r))
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		var closeAfter []*os.File
 		for _, s := range []struct {

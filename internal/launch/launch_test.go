@@ -209,6 +209,40 @@ func TestRunNoPrefix(t *testing.T) {
 	}
 }
 
+// TestRunTorchEnv checks torchrun's variables, which PyTorch's default
+// rendezvous reads, and that a launcher's own are left alone.
+func TestRunTorchEnv(t *testing.T) {
+	for _, k := range []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} {
+		if _, ok := os.LookupEnv(k); ok {
+			t.Skipf("%s is set in the test's environment", k)
+		}
+	}
+	cfg := sh(2, `echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT"`)
+	out, _, _, err := run(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := sortedLines(out)
+	if len(lines) != 2 {
+		t.Fatalf("output %q", out)
+	}
+	port := strings.Fields(lines[0])[len(strings.Fields(lines[0]))-1]
+	for r, l := range lines {
+		if want := fmt.Sprintf("%d 2 %d 2 127.0.0.1 %s", r, r, port); l != want || port == "" {
+			t.Errorf("rank %d: %q; want %q", r, l, want)
+		}
+	}
+	cfg = sh(2, `echo "[$RANK] [$LOCAL_RANK] $MASTER_PORT"`)
+	cfg.Env = []string{"MASTER_PORT=1234"}
+	out, _, _, err = run(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(sortedLines(out), "|"); got != "[] [] 1234|[] [] 1234" {
+		t.Errorf("with MASTER_PORT set: %q", got)
+	}
+}
+
 func TestRunEnv(t *testing.T) {
 	cfg := sh(3, `echo "$BRAID_RANK $BRAID_WORLD_SIZE $BRAID_LOCAL_RANK $BRAID_LOCAL_SIZE $BRAID_STORE $BRAID_SECRET $BRAID_JOB $BRAID_STORE_EXTERNAL $EXTRA"`)
 	cfg.Env = []string{"EXTRA=extra", "BRAID_RANK=99"}

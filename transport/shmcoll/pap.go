@@ -51,7 +51,7 @@ const (
 	arrFirst     = arrCountBits
 	arrLast      = arrCountBits + arrRankBits
 	arrChunk     = arrCountBits + 2*arrRankBits
-	lineArrival  = lineDone + 1 // lines lineArrival .. +ring-1 of rank 0's block
+	lineArrival  = lineHist + 2 // lines lineArrival .. +ring-1 of rank 0's block, after the hash history
 )
 
 // DefaultPAPLeaderMax is the largest chunk the arrival-aware reductions
@@ -352,3 +352,8 @@ func (g *Group) nameAbsent(err error, f uint64) error {
 	}
 	return err
 }
+
+// The lines of a block before its slots: the arrival lines must not
+// overlap the hash history (two lines from lineHist) nor reach the data.
+var _ = [1]struct{}{}[(lineArrival+ring)*lineSize/(dataOff+1)]
+var _ = [1]struct{}{}[lineHist+2-lineArrival]

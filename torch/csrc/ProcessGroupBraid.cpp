@@ -1,0 +1,537 @@
+// ProcessGroupBraid: a c10d process group (PyTorch 1.13's ProcessGroup and
+// Work) whose collectives run on Braid through its C API (braid.h).
+//
+// Every collective is issued at once, from the caller's thread, with one of
+// Braid's non-blocking calls, so that all ranks issue in the caller's order
+// and calls in flight overlap inside Braid; one completion thread per
+// group waits for the requests in issue order, runs what must follow a
+// call (copying a gathered vector into the caller's list of tensors) and
+// completes the Work and its Future, which DistributedDataParallel's
+// communication hooks wait on.
+#include <torch/extension.h>
+
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "braid.h"
+
+namespace braid_torch {
+
+using c10d::OpType;
+using c10d::ReduceOp;
+using c10d::Work;
+
+// error is the exception of the calling thread's last failed Braid call.
+static std::runtime_error error() {
+  const braid_error* e = braid_last_error();
+  std::ostringstream s;
+  s << e->message << " [braid " << braid_error_string(e->kind);
+  if (e->peer >= 0) s << ", peer rank " << e->peer;
+  s << "]";
+  return std::runtime_error(s.str());
+}
+
+static void check(int rc) {
+  if (rc != BRAID_OK) throw error();
+}
+
+// BRAID_CALL runs Braid's collective name blocking, or non-blocking when
+// r (the request to fill in) is not NULL.
+#define BRAID_CALL(name, ...) (r ? braid_i##name(__VA_ARGS__, r) : braid_##name(__VA_ARGS__))
+
+// eagerMax is the largest call, in bytes, that runs on the caller's thread
+// (ProcessGroupBraid::issue): BRAID_TORCH_EAGER_MAX, else 256 KiB.
+static size_t eagerMax() {
+  const char* v = std::getenv("BRAID_TORCH_EAGER_MAX");
+  if (!v || !*v) return 256 << 10;
+  char* end;
+  long long n = std::strtoll(v, &end, 10);
+  TORCH_CHECK(*end == 0, "braid: BRAID_TORCH_EAGER_MAX=", v, " is not a number of bytes");
+  return n < 0 ? 0 : size_t(n);
+}
+
+static braid_dtype dtypeOf(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return BRAID_FLOAT32;
+    case at::kDouble: return BRAID_FLOAT64;
+    case at::kHalf: return BRAID_FLOAT16;
+    case at::kBFloat16: return BRAID_BFLOAT16;
+    case at::kChar: return BRAID_INT8;
+    case at::kByte: return BRAID_UINT8;
+    case at::kBool: return BRAID_UINT8;
+    case at::kInt: return BRAID_INT32;
+    case at::kLong: return BRAID_INT64;
+    default:
+      TORCH_CHECK(false, "braid: tensors of ", t.scalar_type(),
+                  " are not supported (float32, float64, float16, bfloat16, int8, uint8, bool, int32, int64 are)");
+  }
+}
+
+// opOf maps a c10d ReduceOp on t's dtype to Braid's. Booleans are bytes of
+// 0 and 1: their sum is "any" (max) and their product "all" (min), as
+// PyTorch's NCCL backend treats them.
+static braid_op opOf(const ReduceOp& op, const at::Tensor& t) {
+  bool b = t.scalar_type() == at::kBool;
+  switch (op.op_) {
+    case ReduceOp::SUM: return b ? BRAID_MAX : BRAID_SUM;
+    case ReduceOp::PRODUCT: return b ? BRAID_MIN : BRAID_PROD;
+    case ReduceOp::MIN: return BRAID_MIN;
+    case ReduceOp::MAX: return BRAID_MAX;
+    case ReduceOp::AVG: return BRAID_AVG;
+    case ReduceOp::BAND: return BRAID_BAND;
+    case ReduceOp::BOR: return BRAID_BOR;
+    case ReduceOp::BXOR: return BRAID_BXOR;
+    default:
+      TORCH_CHECK(false, "braid: reduce op ", int(op.op_), " (PREMUL_SUM) is not supported");
+  }
+}
+
+// checkTensor makes sure t is a dense CPU tensor Braid can read in place.
+static void checkTensor(const at::Tensor& t) {
+  TORCH_CHECK(t.device().is_cpu(), "braid: only CPU tensors are supported by this build, got one on ", t.device());
+  TORCH_CHECK(t.layout() == c10::kStrided, "braid: only dense tensors are supported");
+  TORCH_CHECK(t.is_contiguous(), "braid: the tensor must be contiguous");
+  dtypeOf(t);
+}
+
+static at::Tensor single(std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "braid: ", what, " takes one tensor per rank, got ", ts.size());
+  checkTensor(ts[0]);
+  return ts[0];
+}
+
+// BraidWork is a call in flight: its requests, what follows them, and the
+// tensors it returns. The completion thread finishes it.
+class BraidWork : public Work {
+ public:
+  BraidWork(int rank, OpType type, std::vector<at::Tensor> outputs)
+      : Work(rank, type),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  void complete(std::exception_ptr ex) {
+    finish(ex);
+    if (ex)
+      future_->setError(ex);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupBraid : public c10d::ProcessGroup {
+ public:
+  ProcessGroupBraid(braid_comm comm, int rank, int size)
+      : ProcessGroup(rank, size), comm_(comm), worker_([this] { loop(); }) {}
+
+  ~ProcessGroupBraid() override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+    braid_comm_destroy(comm_);  // collective; its failure has nowhere to go
+  }
+
+  const std::string getBackendName() const override { return "braid"; }
+
+  c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& o) override {
+    auto t = single(ts, "broadcast");
+    return issue(OpType::BROADCAST, {t}, t.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(bcast, comm_, t.data_ptr(), t.numel(), dtypeOf(t), o.rootRank);
+    });
+  }
+
+  c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& o) override {
+    auto t = single(ts, "allreduce");
+    return issue(OpType::ALLREDUCE, {t}, t.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(allreduce, comm_, t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), opOf(o.reduceOp, t));
+    });
+  }
+
+  c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
+                                               const c10d::AllreduceCoalescedOptions& o) override {
+    TORCH_CHECK(!ts.empty(), "braid: allreduce_coalesced of no tensors");
+    for (auto& t : ts) {
+      checkTensor(t);
+      TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "braid: allreduce_coalesced of mixed dtypes");
+    }
+    std::vector<at::Tensor> flat_in;
+    for (auto& t : ts) flat_in.push_back(t.reshape({-1}));
+    auto flat = at::cat(flat_in);
+    auto outs = ts;
+    return issue(OpType::ALLREDUCE_COALESCED, ts, flat.nbytes(),
+        [&](braid_request* r) {
+          return BRAID_CALL(allreduce, comm_, flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat),
+                                  opOf(o.reduceOp, flat));
+        },
+        [flat, outs]() mutable {
+          int64_t off = 0;
+          for (auto& t : outs) {
+            t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
+            off += t.numel();
+          }
+        });
+  }
+
+  c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) override {
+    auto t = single(ts, "reduce");
+    void* recv = o.rootRank == getRank() ? t.data_ptr() : nullptr;
+    return issue(OpType::REDUCE, {t}, t.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(reduce, comm_, t.data_ptr(), recv, t.numel(), dtypeOf(t), opOf(o.reduceOp, t), o.rootRank);
+    });
+  }
+
+  c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                     const c10d::AllgatherOptions&) override {
+    auto in = single(ins, "allgather");
+    TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(), "braid: allgather wants one list of ",
+                getSize(), " output tensors");
+    for (auto& t : outs[0]) {
+      checkTensor(t);
+      TORCH_CHECK(t.numel() == in.numel() && t.scalar_type() == in.scalar_type(),
+                  "braid: allgather's outputs must match its input");
+    }
+    auto flat = at::empty({getSize() * in.numel()}, in.options());
+    auto list = outs[0];
+    return issue(OpType::ALLGATHER, list, in.nbytes() * getSize(),
+        [&](braid_request* r) {
+          return BRAID_CALL(allgather, comm_, in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in));
+        },
+        [flat, list, n = in.numel()]() mutable {
+          for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
+        });
+  }
+
+  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions&) override {
+    checkTensor(out);
+    checkTensor(in);
+    TORCH_CHECK(out.numel() == getSize() * in.numel() && out.scalar_type() == in.scalar_type(),
+                "braid: _allgather_base's output must hold size × the input");
+    return issue(OpType::_ALLGATHER_BASE, {out}, out.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(allgather, comm_, in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in));
+    });
+  }
+
+  c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
+                                          const c10d::ReduceScatterOptions& o) override {
+    auto out = single(outs, "reduce_scatter");
+    TORCH_CHECK(ins.size() == 1 && int(ins[0].size()) == getSize(), "braid: reduce_scatter wants one list of ",
+                getSize(), " input tensors");
+    std::vector<at::Tensor> flat_in;
+    for (auto& t : ins[0]) {
+      checkTensor(t);
+      TORCH_CHECK(t.numel() == out.numel() && t.scalar_type() == out.scalar_type(),
+                  "braid: reduce_scatter's inputs must match its output");
+      flat_in.push_back(t.reshape({-1}));
+    }
+    auto flat = at::cat(flat_in);
+    return issue(OpType::REDUCE_SCATTER, {out}, flat.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(reduce_scatter, comm_, flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
+                                   opOf(o.reduceOp, out));
+    }, [flat]() {});
+  }
+
+  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                const c10d::ReduceScatterOptions& o) override {
+    checkTensor(out);
+    checkTensor(in);
+    TORCH_CHECK(in.numel() == getSize() * out.numel() && out.scalar_type() == in.scalar_type(),
+                "braid: _reduce_scatter_base's input must hold size × the output");
+    return issue(OpType::_REDUCE_SCATTER_BASE, {out}, in.nbytes(), [&](braid_request* r) {
+      return BRAID_CALL(reduce_scatter, comm_, in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
+                                   opOf(o.reduceOp, out));
+    });
+  }
+
+  c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                  const c10d::GatherOptions& o) override {
+    auto in = single(ins, "gather");
+    bool root = o.rootRank == getRank();
+    std::vector<at::Tensor> list;
+    at::Tensor flat;
+    if (root) {
+      TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(), "braid: gather wants one list of ",
+                  getSize(), " output tensors at the root");
+      for (auto& t : outs[0]) {
+        checkTensor(t);
+        TORCH_CHECK(t.numel() == in.numel() && t.scalar_type() == in.scalar_type(),
+                    "braid: gather's outputs must match its input");
+      }
+      list = outs[0];
+      flat = at::empty({getSize() * in.numel()}, in.options());
+    } else {
+      TORCH_CHECK(outs.empty() || outs[0].empty(), "braid: gather's outputs are for the root only");
+    }
+    return issue(OpType::GATHER, list, in.nbytes() * getSize(),
+        [&](braid_request* r) {
+          return BRAID_CALL(gather, comm_, in.data_ptr(), root ? flat.data_ptr() : nullptr, in.numel(), dtypeOf(in),
+                               o.rootRank);
+        },
+        [flat, list, n = in.numel()]() mutable {
+          for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
+        });
+  }
+
+  c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
+                                   const c10d::ScatterOptions& o) override {
+    auto out = single(outs, "scatter");
+    bool root = o.rootRank == getRank();
+    at::Tensor flat;
+    if (root) {
+      TORCH_CHECK(ins.size() == 1 && int(ins[0].size()) == getSize(), "braid: scatter wants one list of ",
+                  getSize(), " input tensors at the root");
+      std::vector<at::Tensor> flat_in;
+      for (auto& t : ins[0]) {
+        checkTensor(t);
+        TORCH_CHECK(t.numel() == out.numel() && t.scalar_type() == out.scalar_type(),
+                    "braid: scatter's inputs must match its output");
+        flat_in.push_back(t.reshape({-1}));
+      }
+      flat = at::cat(flat_in);
+    } else {
+      TORCH_CHECK(ins.empty() || ins[0].empty(), "braid: scatter's inputs are for the root only");
+    }
+    return issue(OpType::SCATTER, {out}, out.nbytes() * getSize(), [&](braid_request* r) {
+      return BRAID_CALL(scatter, comm_, root ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dtypeOf(out),
+                            o.rootRank);
+    }, [flat]() {});
+  }
+
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
+                                         std::vector<int64_t>& inSplits, const c10d::AllToAllOptions&) override {
+    checkTensor(out);
+    checkTensor(in);
+    TORCH_CHECK(out.scalar_type() == in.scalar_type(), "braid: alltoall_base of mixed dtypes");
+    int n = getSize();
+    if (outSplits.empty() && inSplits.empty()) {
+      TORCH_CHECK(in.numel() == out.numel() && in.size(0) % n == 0,
+                  "braid: alltoall_base wants input and output of the same size, a multiple of ", n, " rows");
+      return issue(OpType::ALLTOALL_BASE, {out}, in.nbytes(), [&](braid_request* r) {
+        return BRAID_CALL(alltoall, comm_, in.data_ptr(), out.data_ptr(), in.numel() / n, dtypeOf(in));
+      });
+    }
+    // Uneven splits: one send and one receive per peer.
+    auto rows = [&](std::vector<int64_t>& splits, const at::Tensor& t) {
+      if (splits.empty()) splits.assign(n, t.size(0) / n);
+      TORCH_CHECK(int(splits.size()) == n, "braid: alltoall_base wants ", n, " split sizes");
+      std::vector<int64_t> off(n + 1, 0);
+      for (int i = 0; i < n; i++) off[i + 1] = off[i] + splits[i];
+      TORCH_CHECK(off[n] == t.size(0), "braid: alltoall_base's split sizes do not add up to the tensor's rows");
+      return off;
+    };
+    auto inOff = rows(inSplits, in), outOff = rows(outSplits, out);
+    return alltoallP2P(OpType::ALLTOALL_BASE, {out}, [&](int peer) {
+      return std::make_pair(in.narrow(0, inOff[peer], inOff[peer + 1] - inOff[peer]),
+                            out.narrow(0, outOff[peer], outOff[peer + 1] - outOff[peer]));
+    });
+  }
+
+  c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+                                    const c10d::AllToAllOptions&) override {
+    int n = getSize();
+    TORCH_CHECK(int(outs.size()) == n && int(ins.size()) == n, "braid: alltoall wants ", n, " inputs and outputs");
+    for (int i = 0; i < n; i++) {
+      checkTensor(outs[i]);
+      checkTensor(ins[i]);
+      TORCH_CHECK(outs[i].scalar_type() == ins[0].scalar_type() && ins[i].scalar_type() == ins[0].scalar_type(),
+                  "braid: alltoall of mixed dtypes");
+    }
+    return alltoallP2P(OpType::ALLTOALL, outs, [&](int peer) { return std::make_pair(ins[peer], outs[peer]); });
+  }
+
+  c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions&) override {
+    return issue(OpType::BARRIER, {}, 0, [&](braid_request* r) { return r ? braid_ibarrier(comm_, r) : braid_barrier(comm_); });
+  }
+
+  c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    auto t = single(ts, "send");
+    return issue(OpType::SEND, {t}, kNeverEager, [&](braid_request* r) {
+      return braid_isend(comm_, t.data_ptr(), t.numel(), dtypeOf(t), dst, tag, r);  // never eager: r is set
+    });
+  }
+
+  c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    auto t = single(ts, "recv");
+    return issue(OpType::RECV, {t}, kNeverEager, [&](braid_request* r) {
+      return braid_irecv(comm_, t.data_ptr(), t.numel(), dtypeOf(t), src, tag, r);
+    });
+  }
+
+ private:
+  struct Job {
+    std::vector<braid_request> reqs;
+    c10::intrusive_ptr<BraidWork> work;
+    std::function<void()> post;
+  };
+
+  // issue runs one Braid call. start(r) starts it non-blocking, filling
+  // in *r, or with r NULL runs it blocking. A call of at most eagerMax_
+  // bytes runs blocking here, on the caller's thread, and returns its Work
+  // completed: handing it to the completion thread and back costs more
+  // than the call (see docs/PERFORMANCE.md, issue 20). A larger one starts
+  // non-blocking and is queued for the completion thread, which runs post
+  // after it succeeds. A call that Braid refuses at once throws here.
+  static constexpr size_t kNeverEager = SIZE_MAX;
+  c10::intrusive_ptr<Work> issue(OpType type, std::vector<at::Tensor> outputs, size_t bytes,
+                                 const std::function<int(braid_request*)>& start,
+                                 std::function<void()> post = nullptr) {
+    auto work = c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs));
+    if (bytes != kNeverEager && bytes <= eagerMax_) {
+      check(start(nullptr));
+      std::exception_ptr ex;
+      if (post) {
+        try {
+          post();
+        } catch (...) {
+          ex = std::current_exception();
+        }
+      }
+      work->complete(ex);
+      return work;
+    }
+    braid_request req = 0;
+    check(start(&req));
+    enqueue(Job{{req}, work, std::move(post)});
+    return work;
+  }
+
+  // alltoallP2P runs an alltoall of blocks of any sizes as a receive and a
+  // send per peer (its own block is a copy): slices(peer) gives the block
+  // for peer and the one from it. The messages carry tag alltoallTag.
+  static constexpr int alltoallTag = 0x7a11;
+  c10::intrusive_ptr<Work> alltoallP2P(OpType type, std::vector<at::Tensor> outputs,
+                                       const std::function<std::pair<at::Tensor, at::Tensor>(int)>& slices) {
+    int n = getSize(), me = getRank();
+    std::vector<braid_request> reqs;
+    std::vector<at::Tensor> keep;  // contiguous copies the calls read or write
+    std::vector<std::pair<at::Tensor, at::Tensor>> back;  // (destination, buffer) to copy after
+    auto fail = [&]() {
+      auto ex = std::make_exception_ptr(error());
+      for (auto r : reqs) braid_wait(r);
+      std::rethrow_exception(ex);
+    };
+    for (int k = 0; k < n; k++) {
+      int peer = (me + k) % n;
+      auto blocks = slices(peer);
+      at::Tensor src = blocks.first, dst = blocks.second;
+      TORCH_CHECK(peer != me || src.numel() == dst.numel(), "braid: alltoall's own block differs in size");
+      if (peer == me) {
+        dst.copy_(src.view_as(dst));
+        continue;
+      }
+      auto sbuf = src.contiguous();
+      auto rbuf = dst.is_contiguous() ? dst : at::empty_like(dst, at::MemoryFormat::Contiguous);
+      if (!rbuf.is_same(dst)) back.emplace_back(dst, rbuf);
+      keep.push_back(sbuf);
+      keep.push_back(rbuf);
+      braid_request r = 0;
+      if (braid_irecv(comm_, rbuf.data_ptr(), rbuf.numel(), dtypeOf(rbuf), peer, alltoallTag, &r) != BRAID_OK) fail();
+      reqs.push_back(r);
+      if (braid_isend(comm_, sbuf.data_ptr(), sbuf.numel(), dtypeOf(sbuf), peer, alltoallTag, &r) != BRAID_OK) fail();
+      reqs.push_back(r);
+    }
+    auto work = c10::make_intrusive<BraidWork>(me, type, std::move(outputs));
+    enqueue(Job{std::move(reqs), work, [keep, back]() mutable {
+                  for (auto& db : back) db.first.copy_(db.second);
+                }});
+    return work;
+  }
+
+  void enqueue(Job j) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      queue_.push_back(std::move(j));
+    }
+    cv_.notify_one();
+  }
+
+  // loop is the completion thread: it waits for every queued job's
+  // requests in order and completes its Work.
+  void loop() {
+    for (;;) {
+      Job j;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        j = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr ex;
+      for (auto r : j.reqs)
+        if (braid_wait(r) != BRAID_OK && !ex) ex = std::make_exception_ptr(error());
+      if (!ex && j.post) {
+        try {
+          j.post();
+        } catch (...) {
+          ex = std::current_exception();
+        }
+      }
+      j.post = nullptr;  // drop the tensors it holds before the Work completes
+      j.work->complete(ex);
+    }
+  }
+
+  braid_comm comm_;
+  size_t eagerMax_ = eagerMax();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+// create is the backend's creator, as torch.distributed calls it: rank 0
+// makes a unique id and hands it to the others through the group's store;
+// every rank then joins the Braid job it names. The group's timeout is
+// Braid's timeout unless BRAID_TIMEOUT is set.
+c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                              const std::chrono::duration<float>& timeout) {
+  braid_unique_id id;
+  const std::string key = "braid/unique_id";
+  if (rank == 0) {
+    check(braid_get_unique_id(&id));
+    store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
+  } else {
+    auto v = store->get(key);
+    TORCH_CHECK(v.size() == sizeof id.internal, "braid: the store holds a unique id of ", v.size(), " bytes");
+    std::copy(v.begin(), v.end(), id.internal);
+  }
+  braid_config cfg{};
+  if (!std::getenv("BRAID_TIMEOUT")) cfg.timeout_seconds = timeout.count();
+  braid_comm comm = 0;
+  {
+    pybind11::gil_scoped_release nogil;  // the other ranks' threads may need Python meanwhile
+    check(braid_init_rank_config(&comm, size, &id, rank, &cfg));
+  }
+  return c10::make_intrusive<ProcessGroupBraid>(comm, rank, size);
+}
+
+}  // namespace braid_torch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Braid's c10d process group (PyTorch 1.13); import braid_torch to register the \"braid\" backend";
+  m.def("create", &braid_torch::create, "Makes a Braid process group (torch.distributed's backend creator)",
+        pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
+}
