@@ -298,8 +298,10 @@ func TestMemberLost(t *testing.T) {
 	o := ClientOptions{Part: 64 << 10, Window: 2}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Job B: two members summing in a loop until told to stop.
-	stop := make(chan struct{})
+	// Job B: two members summing in a loop, before, while and after job
+	// A loses a member.
+	const bN = 40
+	bStarted := make(chan struct{})
 	var bErrs []error
 	var bCalls [2]int
 	var bwg sync.WaitGroup
@@ -309,14 +311,7 @@ func TestMemberLost(t *testing.T) {
 		bErrs = members(t, []string{addr}, "job-b", "g", 2, o, func(m int, g *Group) error {
 			ops := [][]byte{operand(dtype.Float32, 0, 1<<18, 9), operand(dtype.Float32, 1, 1<<18, 9)}
 			w := want(dtype.Float32, ops)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					if i%2 == 1 { // end in step
-						return nil
-					}
-				default:
-				}
+			for i := range bN {
 				res := make([]byte, len(w))
 				if err := g.Allreduce(ctx, dtype.Float32, dtype.Sum, ops[m], res); err != nil {
 					return err
@@ -324,10 +319,19 @@ func TestMemberLost(t *testing.T) {
 				if !bytes.Equal(res, w) {
 					return errors.New("wrong sum")
 				}
+				if i == 0 && m == 0 {
+					close(bStarted)
+				}
 				bCalls[m]++
 			}
+			return nil
 		})
 	}()
+	select {
+	case <-bStarted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("job B's first call did not end")
+	}
 
 	// Job A: member 1 vanishes (its connection closes) in the middle of a
 	// call; member 0 must fail with ErrLost.
@@ -366,15 +370,14 @@ func TestMemberLost(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("member 0 hangs after member 1 died")
 	}
-	close(stop)
 	bwg.Wait()
 	for m, err := range bErrs {
 		if err != nil {
 			t.Fatalf("job B member %d: %v (daemon log:\n%s)", m, err, lb)
 		}
 	}
-	if bCalls[0] == 0 {
-		t.Fatal("job B made no call")
+	if bCalls[0] != bN || bCalls[1] != bN {
+		t.Fatalf("job B made %v calls, want %d each", bCalls, bN)
 	}
 	// Everything of job A is gone; job B left in good order.
 	deadline := time.Now().Add(5 * time.Second)

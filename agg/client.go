@@ -328,6 +328,11 @@ type shard struct {
 	parts  uint32
 	got    chan struct{} // a result arrived (one token per part)
 	failed chan struct{}
+
+	// reading counts the results being read into out: a call that fails
+	// closes the connection, so that no read blocks, and waits for them,
+	// so that nothing writes into the caller's buffer once it returns.
+	reading sync.WaitGroup
 }
 
 func (g *shard) fail(err error) {
@@ -343,11 +348,15 @@ func (g *shard) fail(err error) {
 func (g *shard) result(h header, r io.Reader) error {
 	g.mu.Lock()
 	out, part, seq, parts, cd, bad := g.out, g.part, g.seq, g.parts, g.code, g.err != nil
+	if !bad && out != nil {
+		g.reading.Add(1) // run waits for this read before it returns
+	}
 	g.mu.Unlock()
 	if bad || out == nil {
 		_, err := io.CopyN(io.Discard, r, int64(h.length))
 		return err
 	}
+	defer g.reading.Done()
 	off := int(h.part) * part
 	want := min(part, len(out)-off)
 	if h.seq != seq || h.parts != parts || h.code != cd || off >= len(out) || int(h.length) != want {
@@ -504,7 +513,14 @@ func (sh *shard) run(ctx context.Context, seq uint64, cd uint8, part, window int
 	defer func() {
 		sh.mu.Lock()
 		sh.out = nil
+		failed := sh.err != nil
 		sh.mu.Unlock()
+		if failed {
+			// A result may be on its way into res: end the connection
+			// (its other groups fail too) and wait for the reader.
+			sh.c.c.Close()
+		}
+		sh.reading.Wait()
 	}()
 	wait := func() error {
 		select {
