@@ -152,7 +152,15 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	// too instead of waiting for it.
 	var w *cuda.Worker
 	werr := d.opts.resolve(os.Getenv)
-	badOpts := werr != nil
+	if werr == nil {
+		// The tables, read once: every rank's are compared in gpu.New.
+		var notes []string
+		notes, werr = d.opts.loadTables(os.Getenv, func() (plan.Machine, error) { return ThisGPUs(dev) })
+		for _, n := range notes {
+			fmt.Fprintln(c.w.opts.Log, n)
+		}
+	}
+	badOpts := werr != nil && !errors.Is(werr, cuda.ErrNoDriver)
 	if werr == nil {
 		w, werr = cuda.NewWorker(dev, cuda.WorkerOptions{Spin: deviceSpin})
 	}
@@ -203,6 +211,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		OneShotBytes: d.oneShotMax(), TwoShot: o.DirectMax >= 0, Fused: o.FusedMax >= 0, SlotBytes: o.SlotBytes,
 		LLBytes: o.LLMax, LL2Bytes: o.LL2Max, LLBlocks: o.LLBlocks, Blocks: o.Blocks, Threads: o.Threads,
 		MinRounds: o.MinRounds, BcastRamp: o.BcastRamp, HostShare: o.HostShare, Pull: o.Pull, Stats: o.Stats,
+		MultiPath: multiPathShares(o.MultiPathTable), MultiPathSource: multiPathSource(o.MultiPathTable),
 		Shared: o.shared(), FirstSeq: o.firstSeq,
 	}); err != nil {
 		w.Close()
@@ -215,6 +224,9 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		c.w.debugf("info", "device comm on GPU %d: multi-path through host memory: %s", dev, d.g.HostPath())
 	} else if why != "" {
 		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)
+	}
+	if t := o.Table; t != nil {
+		c.w.debugf("info", "device comm on GPU %d: tuning table %s (%d entries, measured on %v)", dev, t.Source, len(t.Entries), t.Machine)
 	}
 	return d, nil
 }

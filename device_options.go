@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu"
 	"github.com/braid-ccl/braid/gpu/fused"
 	"github.com/braid-ccl/braid/internal/size"
@@ -126,11 +127,40 @@ type DeviceOptions struct {
 	// synchronous program calls went (BRAID_GPU_STATS=1).
 	Stats bool
 
-	// Table, where not nil, is a tuning table for calls on device buffers:
-	// its entries name a schedule, or a fused kernel ("gpu_oneshot" and
-	// "direct" for allreduce, "fused" for bcast, allgather and
-	// reducescatter), and win over the model (plan.Default).
+	// Table, where not nil, is a tuning table for calls on device buffers
+	// (format: package plan): its entries name a schedule, or a fused
+	// kernel ("gpu_oneshot" and "direct" for allreduce, "fused" for bcast,
+	// allgather and reducescatter), as BRAID_ALGO names them, and win over
+	// the model and over the caps' defaults (DefaultOneShotMax,
+	// DefaultFusedMax), which a table measured on the machine supersedes;
+	// a cap set here (OneShotMax, DirectMax, FusedMax) still holds, and
+	// Algo and BRAID_ALGO win over the table. Nil reads the table Tuning
+	// names.
 	Table *plan.Table
+	// Tuning names the device tuning table where Table is nil: a file
+	// that braid tune --device cuda wrote, whose machine line records the
+	// GPUs it was measured on; "none" for no table; "" for
+	// BRAID_GPU_TUNING, then the file braid tune --device cuda caches
+	// (DefaultDeviceTuningFile), if it exists. NewDeviceComm reads it
+	// once. A table that cannot be read, names an algorithm Braid does
+	// not have, records no GPUs (a host table) or other GPUs than this
+	// machine's fails NewDeviceComm with an InvalidArgument naming the
+	// field or the variable; the cached one is left out instead, with a
+	// line on Options.Log.
+	Tuning string
+	// MultiPathTable, where not nil, gives the share of every round of a
+	// fused two-shot allreduce or broadcast on more than 2 GPUs that
+	// travels through host memory, by the call's size (the table's host
+	// share at the call's bytes, as a percentage, at most 50; none where
+	// it says "direct"), in place of fused.DefaultHostShare; HostShare,
+	// where set, wins over it. Nil reads the table MultiPath names.
+	MultiPathTable *cuda.MultiPathTable
+	// MultiPath names the multi-path table where MultiPathTable is nil: a
+	// file that braid tune --device cuda --multipath wrote (format:
+	// cuda.MultiPathTable), "none" or "" for BRAID_GPU_MULTIPATH; unset,
+	// none. NewDeviceComm reads it once; one that cannot be read fails it
+	// with an InvalidArgument naming the field or the variable.
+	MultiPath string
 	// Model, where not nil, replaces plan.DefaultDeviceModel, the costs
 	// the planner compares fused kernels and schedules with.
 	Model *plan.DeviceModel
@@ -245,7 +275,8 @@ func (o *DeviceOptions) resolve(getenv func(string) string) error {
 	)
 }
 
-// shared lists the settings every rank must pass alike, resolved, for
+// shared lists the settings every rank must pass alike, resolved (the
+// tables read: loadTables), for
 // gpu.Options.Shared: ranks that decide differently from them would run
 // different kernels or schedules and wait for each other until the
 // deadline.
@@ -268,6 +299,11 @@ func (o *DeviceOptions) shared() []gpu.Setting {
 	add("DeviceOptions.SlotBytes", o.SlotBytes)
 	add("DeviceOptions.Segment", o.Segment)
 	add("DeviceOptions.Groups", o.Groups)
+	add("DeviceOptions.Table (BRAID_GPU_TUNING)", tableDigest(o.Table))
+	add("DeviceOptions.MultiPathTable (BRAID_GPU_MULTIPATH)", tableDigest(o.MultiPathTable))
+	if o.Model != nil {
+		add("DeviceOptions.Model", digest(fmt.Sprintf("%+v", *o.Model)))
+	}
 	add("first sequence number", o.firstSeq)
 	return out
 }

@@ -36,10 +36,12 @@ const deviceFused = choice.Fused
 // plan returns (and caches) the decision for a call of p on dt and op:
 // the planner's, between the fused kernels that can run it and the
 // schedules, each costed with the device model (plan.DeviceModel), unless
-// DeviceOptions.Algo or BRAID_ALGO forces one. The fused kernels the
-// planner chooses on its own are capped by DeviceOptions' OneShotMax,
-// DirectMax and FusedMax (their defaults are where measurements showed
-// them to lose); a forced one runs wherever it fits. d.mu is held.
+// DeviceOptions.Algo or BRAID_ALGO forces one, or the device tuning table
+// names one (devDecider.decide). The fused kernels the planner chooses on
+// its own are capped by DeviceOptions' OneShotMax, DirectMax and FusedMax
+// (their defaults are where measurements showed them to lose); a forced
+// one runs wherever it fits, and one the table names wherever it fits
+// below the caps the caller set. d.mu is held.
 func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 	if !p.Coll.Reduces() {
 		op = Sum // unused: one plan whatever op the caller passed
@@ -65,21 +67,20 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 	}
 	// What forces a choice: DeviceOptions.Algo, else BRAID_ALGO's entry
 	// for the collective, else its bare name where the call has it.
-	var force plan.Choice
-	forcedBy := ""
+	dd := devDecider{bare: c.force.any, capped: map[string]bool{}, set: map[string]bool{}, table: d.opts.Table}
 	if name := d.opts.Algo[p.Coll.String()]; name != "" {
 		ch, err := plan.ParseChoice(name)
 		if err != nil {
 			return bad(InvalidArgument, "DeviceOptions.Algo: %v", err)
 		}
-		force, forcedBy = ch, "DeviceOptions.Algo"
+		dd.force, dd.forcedBy = ch, "DeviceOptions.Algo"
 	} else if ch, ok := c.force.perCol[p.Coll]; ok {
-		force, forcedBy = ch, "BRAID_ALGO="+p.Coll.String()+"="+ch.String()
+		dd.force, dd.forcedBy = ch, "BRAID_ALGO="+p.Coll.String()+"="+ch.String()
 	}
+	force, capped := dd.force, dd.capped
 	bytes := p.Count * es
 	var cand []plan.Candidate
 	fusedOf := map[string]*fused.Kernel{}
-	capped := map[string]bool{}
 	for _, f := range fusedNames[p.Coll] {
 		a, ok := d.g.Shape(f.kind, p, dt, op)
 		if !ok {
@@ -98,10 +99,13 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 		switch f.kind {
 		case fused.OneShot:
 			capped[f.name] = d.opts.OneShotMax < 0 || bytes > d.oneShotMax()
+			dd.set[f.name] = capped[f.name] && d.opts.OneShotMax != 0
 		case fused.TwoShot:
 			capped[f.name] = bytes > d.directMax()
+			dd.set[f.name] = capped[f.name] && d.opts.DirectMax != 0
 		default:
 			capped[f.name] = bytes > d.fusedMax(p.Coll)
+			dd.set[f.name] = capped[f.name] && d.opts.FusedMax != 0
 		}
 	}
 	schedules := algo.ForCollective(p.Coll)
@@ -125,31 +129,9 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 		}
 		cand = append(cand, plan.Candidate{Name: a.Name(), Params: sp, Cost: cost})
 	}
-	req := plan.Request{Params: p, ElemSize: es}
-	var dec plan.Decision
-	switch i := slices.IndexFunc(cand, func(x plan.Candidate) bool { return x.Name == force.Algo }); {
-	case force.Algo != "" && i >= 0:
-		x := cand[i]
-		dec = plan.Decision{Algo: x.Name, Params: x.Params, Fused: x.Fused, Reason: "forced by " + forcedBy}
-	case force.Algo != "":
-		var names []string
-		for _, x := range cand {
-			names = append(names, x.Name)
-		}
-		return bad(InvalidArgument, "%s forces %s, which cannot run %v of %d elements on %d GPUs (candidates: %s)",
-			forcedBy, force, p.Coll, p.Count, p.NRanks, strings.Join(names, ", "))
-	default:
-		auto := slices.DeleteFunc(slices.Clone(cand), func(x plan.Candidate) bool { return capped[x.Name] })
-		if bare := c.force.any; bare.Algo != "" {
-			if i := slices.IndexFunc(auto, func(x plan.Candidate) bool { return x.Name == bare.Algo }); i >= 0 {
-				x := auto[i]
-				dec = plan.Decision{Algo: x.Name, Params: bare.Apply(x.Params, es), Fused: x.Fused, Reason: "forced by BRAID_ALGO=" + bare.String()}
-				break
-			}
-		}
-		if dec.Algo == "" {
-			dec = plan.Default{Table: d.opts.Table}.Plan(req, auto)
-		}
+	dec, err := dd.decide(plan.Request{Params: p, ElemSize: es}, cand)
+	if err != nil {
+		return bad(InvalidArgument, "%v", err)
 	}
 	if dec.Algo == "" {
 		return bad(Unsupported, "no algorithm runs %v of %d elements on %d GPUs", p.Coll, p.Count, p.NRanks)
@@ -188,6 +170,56 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 	}
 	d.plans[key] = pl
 	return pl, nil
+}
+
+// devDecider is what chooses among a device call's candidates, besides
+// the candidates: what forces one, the caps, the tuning table.
+type devDecider struct {
+	force    plan.Choice // DeviceOptions.Algo's or BRAID_ALGO's entry for the collective
+	forcedBy string      // which of them, for the log
+	bare     plan.Choice // BRAID_ALGO's bare entry
+	// capped are the candidates over a cap (DeviceOptions' OneShotMax,
+	// DirectMax, FusedMax, or their defaults), which the planner does not
+	// choose on its own; set are those over a cap the caller set, which
+	// the table does not choose either.
+	capped, set map[string]bool
+	table       *plan.Table
+}
+
+// decide chooses among cand for req: the forced candidate, where one is
+// forced (an error where the call has none of that name); else the
+// candidate BRAID_ALGO's bare entry names, if not capped; else the
+// tuning table's entry for the call (on one host), where it names a
+// candidate that no cap the caller set excludes; else the cheapest
+// candidate under the model, capped ones left out (plan.Default). A
+// decision with no Algo means that no candidate can run the call.
+func (dd *devDecider) decide(req plan.Request, cand []plan.Candidate) (plan.Decision, error) {
+	p, es := req.Params, req.ElemSize
+	if dd.force.Algo != "" {
+		i := slices.IndexFunc(cand, func(x plan.Candidate) bool { return x.Name == dd.force.Algo })
+		if i < 0 {
+			var names []string
+			for _, x := range cand {
+				names = append(names, x.Name)
+			}
+			return plan.Decision{}, fmt.Errorf("%s forces %s, which cannot run %v of %d elements on %d GPUs (candidates: %s)",
+				dd.forcedBy, dd.force, p.Coll, p.Count, p.NRanks, strings.Join(names, ", "))
+		}
+		x := cand[i]
+		return plan.Decision{Algo: x.Name, Params: x.Params, Fused: x.Fused, Reason: "forced by " + dd.forcedBy}, nil
+	}
+	auto := slices.DeleteFunc(slices.Clone(cand), func(x plan.Candidate) bool { return dd.capped[x.Name] })
+	if bare := dd.bare; bare.Algo != "" {
+		if i := slices.IndexFunc(auto, func(x plan.Candidate) bool { return x.Name == bare.Algo }); i >= 0 {
+			x := auto[i]
+			return plan.Decision{Algo: x.Name, Params: bare.Apply(x.Params, es), Fused: x.Fused, Reason: "forced by BRAID_ALGO=" + bare.String()}, nil
+		}
+	}
+	tabled := slices.DeleteFunc(slices.Clone(cand), func(x plan.Candidate) bool { return dd.set[x.Name] })
+	if dec, ok := dd.table.Choose(req, 1, tabled); ok {
+		return dec, nil
+	}
+	return plan.Default{}.Plan(req, auto), nil
 }
 
 // formatCost writes a model's seconds for the log.
