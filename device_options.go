@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu"
 	"github.com/braid-ccl/braid/gpu/fused"
+	"github.com/braid-ccl/braid/gpu/multipath"
 	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/plan"
 )
@@ -154,10 +154,10 @@ type DeviceOptions struct {
 	// share at the call's bytes, as a percentage, at most 50; none where
 	// it says "direct"), in place of fused.DefaultHostShare; HostShare,
 	// where set, wins over it. Nil reads the table MultiPath names.
-	MultiPathTable *cuda.MultiPathTable
+	MultiPathTable *multipath.Table
 	// MultiPath names the multi-path table where MultiPathTable is nil: a
 	// file that braid tune --device cuda --multipath wrote (format:
-	// cuda.MultiPathTable), "none" or "" for BRAID_GPU_MULTIPATH; unset,
+	// multipath.Table), "none" or "" for BRAID_GPU_MULTIPATH; unset,
 	// none. NewDeviceComm reads it once; one that cannot be read fails it
 	// with an InvalidArgument naming the field or the variable.
 	MultiPath string

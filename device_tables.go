@@ -12,6 +12,7 @@ import (
 
 	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu/fused"
+	"github.com/braid-ccl/braid/gpu/multipath"
 	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/plan"
 )
@@ -97,7 +98,7 @@ func (o *DeviceOptions) loadTables(getenv func(string) string, here func() (plan
 		switch src, name := named("MultiPath", "BRAID_GPU_MULTIPATH", o.MultiPath); name {
 		case "", "none":
 		default:
-			t, err := cuda.LoadMultiPathTable(name)
+			t, err := multipath.LoadTable(name)
 			if err != nil {
 				return notes, fmt.Errorf("%s=%q: %w", src, name, err)
 			}
@@ -138,8 +139,8 @@ func loadDeviceTable(path string, here func() (plan.Machine, error)) (*plan.Tabl
 }
 
 // multiPathShares is t as the fused kernels take it: nil for none (a nil
-// *cuda.MultiPathTable in the interface would not be).
-func multiPathShares(t *cuda.MultiPathTable) fused.HostShares {
+// *multipath.Table in the interface would not be).
+func multiPathShares(t *multipath.Table) fused.HostShares {
 	if t == nil {
 		return nil
 	}
@@ -147,7 +148,7 @@ func multiPathShares(t *cuda.MultiPathTable) fused.HostShares {
 }
 
 // multiPathSource names t for logs.
-func multiPathSource(t *cuda.MultiPathTable) string {
+func multiPathSource(t *multipath.Table) string {
 	if t == nil {
 		return ""
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/gpu/multipath"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -103,7 +103,7 @@ func TestDeviceTables(t *testing.T) {
 	}
 	// Tables set in code are kept, and not read again.
 	mine := &plan.Table{Source: "mine"}
-	o = DeviceOptions{Table: mine, Tuning: other, MultiPathTable: cuda.DefaultMultiPathTable(), MultiPath: good}
+	o = DeviceOptions{Table: mine, Tuning: other, MultiPathTable: multipath.DefaultTable(), MultiPath: good}
 	if _, err := o.loadTables(env(nil), thisMachine); err != nil || o.Table != mine || o.MultiPathTable.Source != "built-in" {
 		t.Errorf("tables set in code: %v, %v, %v", err, o.Table, o.MultiPathTable)
 	}

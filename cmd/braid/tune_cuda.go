@@ -13,6 +13,7 @@ import (
 
 	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/gpu/multipath"
 	"github.com/braid-ccl/braid/plan"
 )
 
@@ -25,7 +26,7 @@ the host-staged path alone, and both paths over a grid of host shares and
 chunk counts, each the fastest of --reps timings on the host clock (sizes
 under --min-bytes are timed over that many bytes of back-to-back copies).
 It prints GB/s per path and size, and writes the table of splits
-(format: cuda.MultiPathTable): the fastest split at each size where it
+(format: multipath.Table): the fastest split at each size where it
 beats the peer copy alone by --min-gain percent, the peer copy alone
 elsewhere. BRAID_GPU_MULTIPATH=FILE (DeviceOptions.MultiPath) gives it
 to device communicators, whose fused kernels then send that share of
@@ -63,7 +64,7 @@ func tuneDevice(dev string, args []string) error {
 
 // tuneMultiPath is braid tune --device cuda --multipath.
 func tuneMultiPath(args []string) error {
-	def := cuda.DefaultMultiPathSweep()
+	def := multipath.DefaultSweep()
 	fs := flag.NewFlagSet("braid tune --device cuda --multipath", flag.ContinueOnError)
 	srcF := fs.Int("src", 0, "source GPU")
 	dstF := fs.Int("dst", 1, "destination GPU")
@@ -85,7 +86,7 @@ func tuneMultiPath(args []string) error {
 	if fs.NArg() > 0 {
 		return usageError{"tune --device cuda --multipath: unexpected argument " + fs.Arg(0)}
 	}
-	sw := cuda.MultiPathSweep{Reps: *reps}
+	sw := multipath.Sweep{Reps: *reps}
 	lo, err := plan.ParseSize(*minS)
 	if err != nil {
 		return usageError{"tune --device cuda --multipath: --min-size: " + err.Error()}
@@ -153,19 +154,19 @@ func tuneMultiPath(args []string) error {
 	header := fmt.Sprintf("multi-path copy GPU %d (%s) -> GPU %d (%s)", src, names[0], dst, names[1])
 	fmt.Fprintf(os.Stderr, "braid tune: %s: %d sizes from %s to %s, %d splits, best of %d\n",
 		header, len(sw.Sizes), plan.FormatSize(lo), plan.FormatSize(hi), len(sw.Shares)*len(sw.Chunks), sw.Reps)
-	sw.Progress = func(size int, rs []cuda.MultiPathResult) {
+	sw.Progress = func(size int, rs []multipath.Result) {
 		fmt.Fprintf(os.Stderr, "  %6s: peer copy alone %.1f GB/s\n", plan.FormatSize(int64(size)), rs[0].GBps)
 	}
 	start := time.Now()
-	res, err := cuda.MeasureMultiPath(context.Background(), ws, wd, sw)
+	res, err := multipath.Measure(context.Background(), ws, wd, sw)
 	if err != nil {
 		return fmt.Errorf("tune --device cuda --multipath: %w", err)
 	}
-	sums, err := cuda.SummarizeMultiPath(res)
+	sums, err := multipath.Summarize(res)
 	if err != nil {
 		return err
 	}
-	tab := cuda.ChooseMultiPath(sums, *minGain/100)
+	tab := multipath.Choose(sums, *minGain/100)
 
 	var report strings.Builder
 	fmt.Fprintf(&report, "%s, host clock, fastest of %d, workers polling %v; sizes under %s timed over %s of back-to-back copies\n",
@@ -197,7 +198,7 @@ func tuneMultiPath(args []string) error {
 // writeMultiPathReport prints one line per size: GB/s of the peer copy
 // alone, of the host-staged path alone in each chunk count, of the fastest
 // split and its gain over the peer copy alone, and the table's choice.
-func writeMultiPathReport(w io.Writer, sums []cuda.MultiPathSummary, stagedChunks []int, tab *cuda.MultiPathTable) {
+func writeMultiPathReport(w io.Writer, sums []multipath.Summary, stagedChunks []int, tab *multipath.Table) {
 	fmt.Fprintf(w, "%8s %8s", "size", "direct")
 	for _, c := range stagedChunks {
 		fmt.Fprintf(w, " %10s", fmt.Sprintf("staged/%d", c))
@@ -249,8 +250,8 @@ func parseInts(s string) ([]int, error) {
 			continue
 		}
 		v, err := strconv.Atoi(f)
-		if err != nil || v < 1 || v > cuda.MaxMultiPathChunks {
-			return nil, fmt.Errorf("%q: want counts from 1 to %d, comma separated", s, cuda.MaxMultiPathChunks)
+		if err != nil || v < 1 || v > multipath.MaxChunks {
+			return nil, fmt.Errorf("%q: want counts from 1 to %d, comma separated", s, multipath.MaxChunks)
 		}
 		out = append(out, v)
 	}

@@ -33,7 +33,7 @@ type Settings struct {
 // HostShares gives the share of a copy of size bytes to send through
 // host memory beside the peer path, and in how many chunks, as a
 // multi-path table measured by braid tune --device cuda --multipath says
-// (cuda.MultiPathTable): (0, 1) where the peer path alone is best.
+// (multipath.Table): (0, 1) where the peer path alone is best.
 type HostShares interface {
 	Lookup(size int) (hostShare float64, chunks int)
 }
