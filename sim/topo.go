@@ -97,11 +97,12 @@ func FromTopology(t *topo.Topology, devs []int) (*Network, error) {
 	}
 	router := sub.Router(nil)
 	for a, da := range devs {
+		from := router.From(idx[da], nil)
 		for b, db := range devs {
 			if a == b {
 				continue
 			}
-			path := router.Route(idx[da], idx[db], nil)
+			path := from.Route(idx[db])
 			if path == nil {
 				continue
 			}
@@ -112,7 +113,7 @@ func FromTopology(t *topo.Topology, devs []int) (*Network, error) {
 			if err := net.SetRoute(a, b, ids); err != nil {
 				return nil, fmt.Errorf("sim: FromTopology: %w", err)
 			}
-			if path = router.Relay(idx[da], idx[db], nil); path == nil {
+			if path = from.Relay(idx[db]); path == nil {
 				continue
 			}
 			ids = make([]int, len(path)-1)

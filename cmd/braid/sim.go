@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -121,6 +122,7 @@ func simCmd(args []string) error {
 	startF := fs.String("start", "", "time the algorithms again with these per-rank start offsets: microseconds, a list (0,10,250) or a file")
 	seed := fs.Uint64("seed", 1, "seed of --imbalance's arrival patterns")
 	trials := fs.Int("trials", 10, "arrival patterns drawn for --imbalance (the times are their mean)")
+	cpuprof := fs.String("cpuprofile", "", "write the command's CPU profile to this file (go tool pprof reads it)")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, simUsage); fs.PrintDefaults() }
 	if done, err := parseFlags(fs, args); done {
 		return err
@@ -151,6 +153,17 @@ func simCmd(args []string) error {
 		return usageError{fmt.Sprintf("sim: --links %q: want nvlink, hybrid, all or auto", *links)}
 	}
 	set := given(fs)
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
 		return usageError{fmt.Sprintf("sim: --imbalance %v: want a maximum imbalance factor ≥ 0", *imb)}
 	}
