@@ -21,7 +21,7 @@ import (
 )
 
 const simUsage = `usage: braid sim --topo PRESET|FILE [--gpus 0,1,2,5] --coll bcast|allreduce --size S [--algos A,B,...]
-                 [--imbalance MIF [--seed N] [--trials K] | --start LIST|FILE]
+                 [--imbalance MIF [--node-imbalance NMIF] [--seed N] [--trials K] | --start LIST|FILE]
        braid sim --sweep dgx1-p100|dgx1-v100 --coll bcast|allreduce [--size 256M]
 
 Runs Braid's schedules in the flow-level simulator (package sim) on a
@@ -85,12 +85,16 @@ Communication for Deep Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1)
 induces them: each rank starts after a random offset uniform in
 [0, MIF × α], α the fastest balanced average latency of the algorithms
 compared; --trials patterns are drawn from --seed and the times are their
-mean. --start gives one pattern instead: each rank's offset in
+mean. With --node-imbalance NMIF the offsets are correlated by node, as
+the paper measured them in Horovod (§4.3, Tables 1 and 2): each node
+draws one offset uniform in [0, MIF × α] and each of its ranks adds its
+own, uniform in [0, NMIF × α]. --start gives one pattern instead: each rank's offset in
 microseconds, as a list (0,12.5,0,300) or a file of numbers. Each
 algorithm runs in the variant (segment, ring construction) it picked
 balanced. The table gives the patterns' imbalance (§2.2: worst-case Ω,
 the spread of the arrivals, and average-case Δ̄, the mean distance of an
-arrival from the mean arrival, in µs and over α) and per algorithm its
+arrival from the mean arrival, in µs and over α; on several nodes also
+node-wide, §4.3.2: each node's, averaged over the nodes) and per algorithm its
 latency as the paper's micro-benchmarks measure it, each rank from its own
 arrival to its exit, averaged over the ranks (balanced and under the
 pattern, and their ratio), the largest rank's, and the time from the last
@@ -119,6 +123,7 @@ func simCmd(args []string) error {
 	sweep := fs.String("sweep", "", "dgx1-p100 or dgx1-v100: every unique allocation of 3-8 GPUs, trees against rings")
 	pcie := fs.Float64("pcie", 0, "set every PCIe link to this many GB/s per direction (e.g. a measured figure; 0 keeps the topology's)")
 	imb := fs.Float64("imbalance", 0, "time the algorithms again under random arrival patterns of this maximum imbalance factor (MIF)")
+	nodeImb := fs.Float64("node-imbalance", 0, "with --imbalance: draw one offset per node (up to MIF × α) and add each rank's own, up to this factor × α")
 	startF := fs.String("start", "", "time the algorithms again with these per-rank start offsets: microseconds, a list (0,10,250) or a file")
 	seed := fs.Uint64("seed", 1, "seed of --imbalance's arrival patterns")
 	trials := fs.Int("trials", 10, "arrival patterns drawn for --imbalance (the times are their mean)")
@@ -167,6 +172,12 @@ func simCmd(args []string) error {
 	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
 		return usageError{fmt.Sprintf("sim: --imbalance %v: want a maximum imbalance factor ≥ 0", *imb)}
 	}
+	if *nodeImb < 0 || math.IsNaN(*nodeImb) || math.IsInf(*nodeImb, 0) {
+		return usageError{fmt.Sprintf("sim: --node-imbalance %v: want a maximum imbalance factor ≥ 0", *nodeImb)}
+	}
+	if set["node-imbalance"] && !set["imbalance"] {
+		return usageError{"sim: --node-imbalance needs --imbalance MIF, the spread of the nodes' offsets (0 for nodes that arrive together)"}
+	}
 	if *trials < 1 {
 		return usageError{fmt.Sprintf("sim: --trials %d: want at least 1 arrival pattern", *trials)}
 	}
@@ -174,18 +185,18 @@ func simCmd(args []string) error {
 		return usageError{"sim: --imbalance draws the arrival patterns and --start gives one: use one of them"}
 	}
 	for _, f := range []string{"seed", "trials"} {
-		if set[f] && *imb == 0 {
+		if set[f] && *imb == 0 && *nodeImb == 0 {
 			return usageError{fmt.Sprintf("sim: --%s applies only to --imbalance MIF (MIF > 0)", f)}
 		}
 	}
-	arr := arrivals{mif: *imb, seed: *seed, trials: *trials, from: *startF}
+	arr := arrivals{mif: *imb, nodeMIF: *nodeImb, nodes: set["node-imbalance"], seed: *seed, trials: *trials, from: *startF}
 	if set["start"] {
 		if arr.start, err = parseStart(*startF); err != nil {
 			return err
 		}
 	}
 	if *sweep != "" {
-		for _, f := range []string{"topo", "gpus", "algos", "root", "timeline", "links", "imbalance", "start"} {
+		for _, f := range []string{"topo", "gpus", "algos", "root", "timeline", "links", "imbalance", "node-imbalance", "start"} {
 			if set[f] {
 				return usageError{fmt.Sprintf("sim: --%s does not apply to --sweep (which runs every allocation of the preset it names, packed over NVLink, against rings)", f)}
 			}
@@ -293,8 +304,8 @@ func simCmd(args []string) error {
 			break
 		}
 	}
-	if arr.mif > 0 || arr.start != nil {
-		return runArrivals(os.Stdout, rows, cfg, len(devs), arr)
+	if arr.mif > 0 || arr.nodeMIF > 0 || arr.start != nil {
+		return runArrivals(os.Stdout, rows, cfg, t.Layout(devs).Host, arr)
 	}
 	return nil
 }

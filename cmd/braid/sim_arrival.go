@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,11 +25,13 @@ type simRow struct {
 
 // arrivals is what braid sim's --imbalance or --start asked for.
 type arrivals struct {
-	mif    float64   // --imbalance: draw patterns (0: --start instead)
-	start  []float64 // --start: the one pattern, seconds
-	from   string    // --start's value, for messages
-	seed   uint64
-	trials int
+	mif     float64   // --imbalance: draw patterns (0: --start instead)
+	nodeMIF float64   // --node-imbalance: each rank's own part when nodes is set
+	nodes   bool      // --node-imbalance given: draw by node (arrival.DrawNodes)
+	start   []float64 // --start: the one pattern, seconds
+	from    string    // --start's value, for messages
+	seed    uint64
+	trials  int
 }
 
 // parseStart reads --start: offsets in microseconds, one per rank, as a
@@ -73,8 +76,11 @@ func parseStart(spec string) ([]float64, error) {
 // its exit, averaged over ranks (sim.Result.AvgLatency), and over the
 // patterns. α, the message time of the imbalance factors and of the
 // draw, is the smallest balanced average latency among the algorithms,
-// as braid bench --imbalance takes it.
-func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, n int, a arrivals) error {
+// as braid bench --imbalance takes it. host[r] numbers rank r's node: with
+// several nodes the node-wide imbalance (§4.3.2) is printed too, and
+// --node-imbalance draws the patterns by node (arrival.DrawNodes).
+func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, host []int, a arrivals) error {
+	n := len(host)
 	alpha := math.Inf(1)
 	for _, r := range rows {
 		if r.err == nil {
@@ -85,7 +91,19 @@ func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, n int, a arrivals) 
 		return fmt.Errorf("sim: no algorithm ran, so there is no balanced latency to scale the imbalance by")
 	}
 	var patterns [][]float64
-	if a.mif > 0 {
+	switch {
+	case a.nodes:
+		rng := rand.New(rand.NewPCG(a.seed, 0))
+		for range a.trials {
+			p, err := arrival.DrawNodes(rng, host, a.mif, a.nodeMIF, alpha)
+			if err != nil {
+				return err
+			}
+			patterns = append(patterns, p)
+		}
+		fmt.Fprintf(w, "\narrival patterns: %d drawn with seed %d, each node's offset uniform in [0, MIF × α], MIF %g, plus each rank's own uniform in [0, NMIF × α], NMIF %g, α %.1f us (the fastest balanced average latency)\n",
+			len(patterns), a.seed, a.mif, a.nodeMIF, alpha*1e6)
+	case a.mif > 0:
 		rng := rand.New(rand.NewPCG(a.seed, 0))
 		for range a.trials {
 			p, err := arrival.Draw(rng, n, a.mif, alpha)
@@ -96,13 +114,24 @@ func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, n int, a arrivals) 
 		}
 		fmt.Fprintf(w, "\narrival patterns: %d drawn with seed %d, each rank's offset uniform in [0, MIF × α], MIF %g, α %.1f us (the fastest balanced average latency)\n",
 			len(patterns), a.seed, a.mif, alpha*1e6)
-	} else {
+	default:
 		patterns = [][]float64{a.start}
 		fmt.Fprintf(w, "\narrival pattern: --start %s, α %.1f us (the fastest balanced average latency)\n", a.from, alpha*1e6)
 	}
-	var imb arrival.Imbalance
-	var fs []arrival.Factors
+	var imb, nodeImb arrival.Imbalance
+	var fs, nfs []arrival.Factors
 	for _, p := range patterns {
+		nw, err := arrival.NodeWide(p, host)
+		if err != nil {
+			return err
+		}
+		nf, err := nw.Factors(alpha)
+		if err != nil {
+			return err
+		}
+		nodeImb.Worst += nw.Worst / float64(len(patterns))
+		nodeImb.Average += nw.Average / float64(len(patterns))
+		nfs = append(nfs, nf)
 		m, err := arrival.Measure(p)
 		if err != nil {
 			return err
@@ -119,6 +148,11 @@ func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, n int, a arrivals) 
 	f := arrival.MeanFactors(fs)
 	fmt.Fprintf(w, "imbalance: worst-case Ω %.1f us (factor Ω/α %.2f), average-case Δ̄ %.1f us (factor Δ̄/α %.2f)\n",
 		imb.Worst*1e6, f.Worst, imb.Average*1e6, f.Average)
+	if nodes := slices.Max(host) + 1; nodes > 1 && nodes < n {
+		nf := arrival.MeanFactors(nfs)
+		fmt.Fprintf(w, "node-wide imbalance (each node's, averaged over the %d nodes): worst-case Ω %.1f us (factor Ω/α %.2f), average-case Δ̄ %.1f us (factor Δ̄/α %.2f)\n",
+			nodes, nodeImb.Worst*1e6, nf.Worst, nodeImb.Average*1e6, nf.Average)
+	}
 	// No allreduce, arrival-aware or not, can end on a rank before the last
 	// rank's data reaches it: its mean latency is at least the mean of
 	// last − a_i, which is last − ā.

@@ -355,9 +355,33 @@ func TestSimArrivals(t *testing.T) {
 	if err != nil {
 		t.Fatalf("braid sim --imbalance: %v\n%s", err, out)
 	}
-	for _, want := range []string{"arrival patterns: 3 drawn with seed 7", "MIF 10", "factor Ω/α", "mean wait for the last arrival", "balanced(us)", "binomial", "linear"} {
+	for _, want := range []string{"arrival patterns: 3 drawn with seed 7", "MIF 10", "factor Ω/α", "node-wide imbalance (each node's, averaged over the 2 nodes)", "mean wait for the last arrival", "balanced(us)", "binomial", "linear"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("braid sim --imbalance output lacks %q:\n%s", want, out)
 		}
+	}
+	// Nodes that arrive together with ranks spread within each: the
+	// node-wide worst case is the whole spread, as large as the cluster's.
+	out, err = run(t, time.Minute, nil, "sim", "--topo", "2xcedar", "--coll", "reduce", "--size", "4K", "--algos", "binomial", "--imbalance", "0", "--node-imbalance", "10", "--trials", "2")
+	if err != nil {
+		t.Fatalf("braid sim --node-imbalance: %v\n%s", err, out)
+	}
+	var cluster, node float64
+	for _, l := range strings.Split(out, "\n") {
+		if _, rest, ok := strings.Cut(l, "worst-case Ω "); ok {
+			v, _ := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+			if strings.HasPrefix(l, "node-wide") {
+				node = v
+			} else {
+				cluster = v
+			}
+		}
+	}
+	if !strings.Contains(out, "NMIF 10") || node == 0 || node > cluster {
+		t.Errorf("braid sim --node-imbalance: node-wide Ω %g us, cluster-wide %g us:\n%s", node, cluster, out)
+	}
+	out, err = run(t, time.Minute, nil, "sim", "--topo", "2xcedar", "--coll", "reduce", "--size", "4K", "--node-imbalance", "3")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "--node-imbalance needs --imbalance") {
+		t.Errorf("braid sim --node-imbalance without --imbalance: %v, want exit 2:\n%s", err, out)
 	}
 }

@@ -144,3 +144,40 @@ func Draw(rng *rand.Rand, n int, mif, alpha float64) ([]float64, error) {
 	}
 	return a, nil
 }
+
+// DrawNodes returns arrival offsets correlated by node, host[r] naming rank
+// r's node: each node draws one offset uniform in [0, mif × alpha], which
+// its ranks share, and each rank adds its own, uniform in [0, nodeMIF ×
+// alpha]. The node offsets are drawn first, in order of the hosts' first
+// appearance in host, then the ranks' in rank order.
+//
+// It models what the PAP-aware collectives paper (§4.3, Tables 1 and 2)
+// measured in Horovod: the ranks of one node arrive much closer together
+// than the ranks of the cluster. With k ranks on each of H nodes, the
+// node-wide worst-case factor tends to nodeMIF × (k−1)/(k+1) and the
+// cluster-wide one to mif + nodeMIF as H grows (less for few nodes). With
+// mif 0 it is Draw with nodeMIF within each node; with nodeMIF 0 the
+// ranks of a node arrive together.
+func DrawNodes(rng *rand.Rand, host []int, mif, nodeMIF, alpha float64) ([]float64, error) {
+	switch {
+	case len(host) < 1:
+		return nil, fmt.Errorf("arrival: %d ranks: need at least 1", len(host))
+	case !(mif >= 0) || math.IsInf(mif, 0):
+		return nil, fmt.Errorf("arrival: maximum imbalance factor %g: want a finite number ≥ 0", mif)
+	case !(nodeMIF >= 0) || math.IsInf(nodeMIF, 0):
+		return nil, fmt.Errorf("arrival: node-wide maximum imbalance factor %g: want a finite number ≥ 0", nodeMIF)
+	case !(alpha >= 0) || math.IsInf(alpha, 0):
+		return nil, fmt.Errorf("arrival: message time α = %g s: want a finite time ≥ 0", alpha)
+	}
+	node := map[int]float64{}
+	for _, h := range host {
+		if _, ok := node[h]; !ok {
+			node[h] = rng.Float64() * mif * alpha
+		}
+	}
+	a := make([]float64, len(host))
+	for r, h := range host {
+		a[r] = node[h] + rng.Float64()*nodeMIF*alpha
+	}
+	return a, nil
+}

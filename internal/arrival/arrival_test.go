@@ -128,3 +128,57 @@ func TestDraw(t *testing.T) {
 		}
 	}
 }
+
+// TestDrawNodes: a node's ranks share its offset, so the node-wide
+// imbalance is that of the ranks' own part and the cluster-wide one that
+// of both; the factors approach their limits on many nodes; the draw
+// repeats for a seed; nodeMIF 0 puts a node's ranks together.
+func TestDrawNodes(t *testing.T) {
+	const nodes, k, mif, nodeMIF, alpha = 2048, 4, 30, 5, 1e-5
+	host := make([]int, nodes*k)
+	for r := range host {
+		host[r] = r / k
+	}
+	a, err := DrawNodes(rand.New(rand.NewPCG(1, 0)), host, mif, nodeMIF, alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := Measure(a)
+	nw, _ := NodeWide(a, host)
+	if all.First < 0 || all.Last > (mif+nodeMIF)*alpha {
+		t.Errorf("offsets in [%g, %g], want within [0, %g]", all.First, all.Last, (mif+nodeMIF)*alpha)
+	}
+	fc, _ := all.Factors(alpha)
+	fn, _ := nw.Factors(alpha)
+	// k uniform offsets on [0, B] span B(k−1)/(k+1) on average.
+	if want := nodeMIF * float64(k-1) / float64(k+1); math.Abs(fn.Worst-want) > 0.05*want {
+		t.Errorf("node-wide Ω/α %.3f, want near %.3f", fn.Worst, want)
+	}
+	if fc.Worst < 0.98*(mif+nodeMIF) {
+		t.Errorf("cluster-wide Ω/α %.3f, want near %d", fc.Worst, mif+nodeMIF)
+	}
+	for r := range host {
+		if r%k == 0 {
+			continue
+		}
+		if d := math.Abs(a[r] - a[r-1]); d > nodeMIF*alpha {
+			t.Fatalf("ranks %d and %d of node %d are %g s apart, more than nodeMIF × α", r-1, r, host[r], d)
+		}
+	}
+	b, _ := DrawNodes(rand.New(rand.NewPCG(1, 0)), host, mif, nodeMIF, alpha)
+	if !reflect.DeepEqual(a, b) {
+		t.Error("DrawNodes is not a function of its seed")
+	}
+	z, _ := DrawNodes(rand.New(rand.NewPCG(3, 0)), []int{7, 7, 9, 7}, mif, 0, alpha)
+	if z[0] != z[1] || z[1] != z[3] || z[2] == z[0] {
+		t.Errorf("nodeMIF 0 gives %v, want hosts 7's ranks together and host 9 apart", z)
+	}
+	for _, bad := range []struct{ mif, nodeMIF, alpha float64 }{{-1, 1, 1}, {1, math.NaN(), 1}, {1, 1, math.Inf(1)}} {
+		if _, err := DrawNodes(rand.New(rand.NewPCG(1, 0)), host[:4], bad.mif, bad.nodeMIF, bad.alpha); err == nil {
+			t.Errorf("DrawNodes(%g, %g, %g) did not fail", bad.mif, bad.nodeMIF, bad.alpha)
+		}
+	}
+	if _, err := DrawNodes(rand.New(rand.NewPCG(1, 0)), nil, 1, 1, 1); err == nil {
+		t.Error("DrawNodes of no ranks did not fail")
+	}
+}
