@@ -32,6 +32,13 @@ algorithm's time, bandwidth and ratio to the fastest.
 Algorithms are algo's names for the collective, plus:
   treepack  Blink's packed spanning trees (pack, then algo's treepack)
   rings     the best ring construction (below)
+Dynamic algorithms (papchain, hierpap) run their schedule for the order
+in which the ranks arrive; pattern algorithms, from the literature on
+arrival patterns and simulated only, the schedule built for the times at
+which they arrive: prr (Proficz's pre-reduced ring allreduce, as
+reconstructed in algo), papbcast and papscatter (Patarasuk and Yuan's
+arrival-aware broadcasts). NAME:stale runs each arrival pattern with the
+schedule for the one before, as a prediction from the last call would.
 
 The packed trees are, by default (--links auto), Blink's hybrid (MLSys
 2020, §3.4) where NVLink spans the allocation: trees packed over the
@@ -528,6 +535,9 @@ func candidate(t *topo.Topology, devs []int, coll sched.Collective, count, root 
 			return nil, err
 		}
 		return &dynamicRunner{a: a, p: p, stale: stale}, nil
+	}
+	if base, stale := strings.CutSuffix(name, ":stale"); algo.LookupPattern(coll, base) != nil {
+		return newPatternRunner(algo.LookupPattern(coll, base), sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Layout: t.Layout(devs)}, stale)
 	}
 	a, err := algo.Lookup(coll, name)
 	if err != nil {

@@ -385,3 +385,35 @@ func TestSimArrivals(t *testing.T) {
 		t.Errorf("braid sim --node-imbalance without --imbalance: %v, want exit 2:\n%s", err, out)
 	}
 }
+
+// TestSimPatternAlgorithms: braid sim runs the pattern algorithms. Under
+// --start with rank 0 (the root) first and the others 1 ms apart, later
+// ranks first, Patarasuk and Yuan's broadcast serves each rank as it
+// arrives (its latency within 50 µs: the notice and one message), the
+// root staying until the last (7 ms), while the binomial tree makes rank
+// 7 wait for 6, 6 for 4, 3 for 2; the pre-reduced ring and its stale
+// variant run under an imbalance.
+func TestSimPatternAlgorithms(t *testing.T) {
+	out, err := run(t, time.Minute, nil, "sim", "--topo", "2xcedar", "--coll", "bcast", "--size", "64K", "--algos", "binomial,papbcast,papscatter", "--start", "0,7000,6000,5000,4000,3000,2000,1000")
+	if err != nil {
+		t.Fatalf("braid sim --start: %v\n%s", err, out)
+	}
+	avg := map[string]float64{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 7 {
+			avg[f[0]], _ = strconv.ParseFloat(f[2], 64)
+		}
+	}
+	if limit := (7000 + 7*50) / 8.0; avg["papbcast"] == 0 || avg["papbcast"] > limit || avg["papscatter"] > limit || avg["binomial"] < 1.5*avg["papbcast"] {
+		t.Errorf("arrival latencies %v: want papbcast and papscatter at most %g us and binomial 1.5 times more:\n%s", avg, limit, out)
+	}
+	out, err = run(t, time.Minute, nil, "sim", "--topo", "2xcedar", "--coll", "allreduce", "--size", "64K", "--algos", "ring,prr,prr:stale", "--imbalance", "10", "--trials", "3")
+	if err != nil {
+		t.Fatalf("braid sim --imbalance: %v\n%s", err, out)
+	}
+	for _, want := range []string{"prr              arrival times", "prr:stale        last call's times"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("braid sim output lacks %q:\n%s", want, out)
+		}
+	}
+}
