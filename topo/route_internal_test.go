@@ -40,10 +40,11 @@ func checkRoutes(t *testing.T, name string, tp *Topology, allow func(Link) bool,
 
 // TestRoutesMatchPairSearch checks that the routes found from one source
 // at a time are those of the search for each pair, on every preset alone
-// and in clusters of 2 and 3 nodes, over every link and over NVLink or
-// PCIe alone, through the default devices (no GPU), through every device,
-// and through the non-GPUs but one of each kind (as pack leaves ranks
-// out).
+// and in clusters of 2 nodes, over every link and over NVLink or PCIe
+// alone, through the default devices (no GPU), through every device, and
+// through the non-GPUs but one of each kind (as pack leaves ranks out); and
+// in clusters of 3 nodes over every link through the default devices and
+// all but one of each kind.
 func TestRoutesMatchPairSearch(t *testing.T) {
 	allows := map[string]func(Link) bool{
 		"all":    nil,
@@ -72,6 +73,9 @@ func TestRoutesMatchPairSearch(t *testing.T) {
 			}
 			for an, allow := range allows {
 				for vn, via := range vias {
+					if nodes == 3 && (an != "all" || vn == "any") {
+						continue // the largest clusters: the common case only, for time
+					}
 					checkRoutes(t, fmt.Sprintf("%dx%s allow %s via %s", nodes, name, an, vn), tp, allow, via)
 				}
 			}

@@ -4,7 +4,8 @@
 // Deep Learning" (Alizadeh et al., EuroMPI/USA 2022, §2.2, after Faraj,
 // Patarasuk and Yuan, IJPP 2008), their node-wide form (§4.3.2) and their
 // average over calls (§4.3.1), and draws the random patterns of its
-// micro-benchmarks (§6.1). It has no notion of clocks: times are seconds on
+// micro-benchmarks (§6.1) and node-correlated ones like those it measured
+// in Horovod (§4.3, DrawNodes). It has no notion of clocks: times are seconds on
 // any common time base.
 //
 // It is shared by the simulator's command (braid sim --imbalance) and is
