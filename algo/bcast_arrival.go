@@ -21,7 +21,8 @@ func init() {
 //
 //   - papbcast: sends them the data as one pipelined chain (root → first →
 //     second → …, in segments of Params.Segment elements, ChainSegment if
-//     0), and is free once it has sent its last segment;
+//     0), and is free once it has sent its last segment (one message
+//     after another, each paying the route's latency);
 //   - papscatter: scatters the data among them (the i-th of k gets block
 //     i of k) and they complete it with a ring allgather among
 //     themselves; the root is free once it has sent the last block.
@@ -115,7 +116,12 @@ func (a arrivalBcast) groups(p sched.Params, est []float64, msg MsgTime) [][]int
 				t += msg(root, r, blockOff(c, len(g), i+1)-blockOff(c, len(g), i))
 			}
 		} else {
-			t += msg(root, g[0], c)
+			// One message per segment, each paying the route's latency
+			// (as the simulator's connections move them, one at a time).
+			seg, nseg := chainSegments(c, p.Segment)
+			for j := range nseg {
+				t += msg(root, g[0], min(seg, c-j*seg))
+			}
 		}
 	}
 	return groups
