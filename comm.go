@@ -148,6 +148,18 @@ func (w *world) meshList() []transport.Mesh {
 	return slices.Clone(w.meshes)
 }
 
+// held returns the messages this rank's transports hold for receives not
+// yet posted (transport.Holder), for tests and diagnostics.
+func (w *world) held() int {
+	n := 0
+	for _, m := range w.meshList() {
+		if h, ok := m.(transport.Holder); ok {
+			n += h.Held()
+		}
+	}
+	return n
+}
+
 // abortCause returns the kind and world ranks (the one concerned and the
 // one that reported it) of the innermost abort token in err, which names
 // the first cause.
@@ -423,10 +435,11 @@ func (c *Comm) Abort(reason error) {
 func (c *Comm) Close() error {
 	derr := c.closeDevice()
 	if !c.root {
+		serr := c.settleAtClose(min(c.w.opts.Timeout, 10*time.Second))
 		if c.node != nil {
-			return errors.Join(derr, c.node.Close())
+			return errors.Join(serr, derr, c.node.Close())
 		}
-		return derr
+		return errors.Join(serr, derr)
 	}
 	perr := c.w.stopProfile()
 	c.w.stopFlight()

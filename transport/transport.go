@@ -83,6 +83,15 @@ func Cancel(req Request) {
 	}
 }
 
+// Holder is implemented by meshes that can count the messages they hold
+// for receives not yet posted: a diagnostic, with which tests show that a
+// protocol leaves nothing behind.
+type Holder interface {
+	// Held returns the number of messages (or parts of messages) that
+	// arrived and wait for their receive.
+	Held() int
+}
+
 // Conn is a connection to one peer.
 //
 // Isend and Irecv may be called from several goroutines at once. Two sends

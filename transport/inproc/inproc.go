@@ -183,6 +183,21 @@ func (m *Mesh) Abort(err error) {
 	m.kill(fmt.Errorf("inproc: rank %d aborted: %v: %w", m.rank, err, transport.ErrAborted))
 }
 
+// Held returns the number of messages sent to this rank that wait for
+// their receive (transport.Holder).
+func (m *Mesh) Held() int {
+	n := 0
+	for _, b := range m.w.boxes[m.rank] {
+		if b == nil {
+			continue
+		}
+		b.mu.Lock()
+		n += len(b.sends)
+		b.mu.Unlock()
+	}
+	return n
+}
+
 // Close fails this rank's pending requests with ErrClosed; peers see the
 // rank as closed (transport.ErrPeerClosed, a clean shutdown, which is also
 // ErrPeerLost for a request that still needed it).

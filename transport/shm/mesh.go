@@ -60,6 +60,22 @@ func (m *mesh) Abort(err error) {
 	}
 }
 
+// Held returns the number of unexpected messages the connections hold
+// (transport.Holder).
+func (m *mesh) Held() int {
+	n := 0
+	for _, c := range m.list {
+		c.rmu.Lock()
+		for _, u := range c.unexp {
+			for ; u != nil; u = u.next {
+				n++
+			}
+		}
+		c.rmu.Unlock()
+	}
+	return n
+}
+
 // Close marks this rank closed for its peers, fails pending requests with
 // ErrClosed and unmaps the segments. It is safe to call more than once.
 func (m *mesh) Close() error {

@@ -163,6 +163,23 @@ func (m *mesh) Conn(peer int) transport.Conn {
 // Peer returns the peer's world rank.
 func (p *peer) Peer() int { return p.rank }
 
+// Held returns the number of unexpected messages the peers' connections
+// hold (transport.Holder).
+func (m *mesh) Held() int {
+	n := 0
+	for _, p := range m.peers {
+		if p == nil {
+			continue
+		}
+		p.mu.Lock()
+		for _, l := range p.unexpected {
+			n += len(l)
+		}
+		p.mu.Unlock()
+	}
+	return n
+}
+
 // currentErr returns why the peer is unusable, or nil.
 func (p *peer) currentErr() error {
 	if !p.failed.Load() {
