@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/transport/shm"
 	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
@@ -62,5 +64,13 @@ func TestPlannerReduceScatterNode(t *testing.T) {
 		for _, c := range comms {
 			c.Close()
 		}
+	}
+}
+
+// TestModelEagerIsShm checks that the model's eager limit is the shm
+// transport's, whose messages of at most that size are copied twice.
+func TestModelEagerIsShm(t *testing.T) {
+	if cost.DefaultEager != shm.DefaultEagerLimit {
+		t.Errorf("cost.DefaultEager = %d, shm.DefaultEagerLimit = %d", cost.DefaultEager, shm.DefaultEagerLimit)
 	}
 }
