@@ -414,7 +414,7 @@ func (g *Group) claim(c *Call, f uint64, small bool) error {
 		d := u64(g.line(q, lineDone))
 		v := atomic.LoadUint64(d)
 		if c.wake != nil {
-			c.recheck = func() bool { return atomic.LoadUint64(d) >= f-back }
+			c.recheck = reached(d, f-back)
 		}
 		for v < f-back {
 			if err := c.idle(q, "the end of an earlier chunk", f-c.chunk0); err != nil {
@@ -427,6 +427,19 @@ func (g *Group) claim(c *Call, f uint64, small bool) error {
 	}
 	g.known = max(g.known, low)
 	return nil
+}
+
+// reached returns a recheck (Call.recheck) of whether *w ≥ f. The
+// closures are made here, not where they are used, so that the variables
+// they capture escape only for goroutine ranks (which wait with a
+// recheck): processes' calls allocate nothing.
+func reached(w *uint64, f uint64) func() bool {
+	return func() bool { return atomic.LoadUint64(w) >= f }
+}
+
+// reachedEither returns a recheck of whether *a ≥ f or *b ≥ f.
+func reachedEither(a, b *uint64, f uint64) func() bool {
+	return func() bool { return atomic.LoadUint64(a) >= f || atomic.LoadUint64(b) >= f }
 }
 
 // sawAll records that this rank saw every rank's input of chunk f: each of
@@ -491,7 +504,7 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 		}
 		done := u64(g.line(q, lineDone))
 		if c.wake != nil {
-			c.recheck = func() bool { return atomic.LoadUint64(seq) >= f || atomic.LoadUint64(done) >= f }
+			c.recheck = reachedEither(seq, done, f)
 		}
 		for i := 1; v < f; i++ {
 			if i&7 == 0 && atomic.LoadUint64(done) >= f {
@@ -845,7 +858,7 @@ func (g *Group) Confirm(c *Call, f uint64) error {
 		}
 		done := u64(g.line(q, lineDone))
 		if c.wake != nil {
-			c.recheck = func() bool { return atomic.LoadUint64(done) >= f }
+			c.recheck = reached(done, f)
 		}
 		for {
 			me := atomic.LoadUint64(mine)
