@@ -151,6 +151,13 @@ type Call struct {
 	// only when a chunk exceeds FlatMax); zero for the others.
 	Arrive   uint64
 	Arrivals []uint64
+	// Confirmed says that the caller confirms this call (Confirm, with
+	// its Last) before it reports any later call's success, or agreed with
+	// every rank on it before it began. A call that does not read every
+	// rank's input otherwise makes the next call compare running hashes
+	// as it enters (verify): a read of a peer's line per call, which the
+	// caller's confirmation makes needless.
+	Confirmed bool
 
 	// Last is set when the call ends well: the last chunk it used, which
 	// Confirm takes.
@@ -643,7 +650,7 @@ func (g *Group) reduceFlat(c *Call, in, out []byte, r Reducer, root int) error {
 	copy(g.buf(slotIn, f, b), in)
 	g.commit(slotIn, f, c.Sig, b)
 	if root >= 0 && g.rank != root {
-		g.partial = true
+		g.partial = !c.Confirmed
 		g.finish(f, c.Sig)
 		return nil
 	}
@@ -710,7 +717,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(buf), 1, g.slot)
-	g.partial = g.n > 1
+	g.partial = g.n > 1 && !c.Confirmed
 	for i := range count {
 		off := i * size
 		b := min(size, len(buf)-off)
@@ -856,7 +863,8 @@ func (g *Group) Confirm(c *Call, f uint64) error {
 		if q == g.rank {
 			continue
 		}
-		done := u64(g.line(q, lineDone))
+		l := g.line(q, lineDone)
+		done := u64(l)
 		if c.wake != nil {
 			c.recheck = reached(done, f)
 		}
@@ -874,9 +882,23 @@ func (g *Group) Confirm(c *Call, f uint64) error {
 				continue
 			}
 			at := min(d, me)
-			h := atomic.LoadUint64(g.histWord(q, at))
+			var h uint64
+			if at == d {
+				// q's hash after its last chunk is in the line just read
+				// (finish): one line of q's instead of two, valid while
+				// q's chunk number has not moved.
+				h = atomic.LoadUint64(u64(l[8+8*(d&1):]))
+				if atomic.LoadUint64(done) != d {
+					continue
+				}
+			} else {
+				h = atomic.LoadUint64(g.histWord(q, at))
+				if atomic.LoadUint64(done)-at >= histLen {
+					continue // overwritten meanwhile: read a later chunk
+				}
+			}
 			own := atomic.LoadUint64(g.histWord(g.rank, at))
-			if atomic.LoadUint64(done)-at >= histLen || atomic.LoadUint64(mine)-at >= histLen {
+			if atomic.LoadUint64(mine)-at >= histLen {
 				continue // overwritten meanwhile: read a later chunk
 			}
 			if h != own {
