@@ -160,7 +160,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	}
 	stamps := getStamps(c.Size())
 	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq,
-		Arrive: uint64(k.arrive), Arrivals: *stamps}
+		Arrive: uint64(k.arrive), Arrivals: *stamps, Confirmed: c.confirms(k)}
 	defer func() {
 		c.endCall(k, r.seq, rerr != nil, *stamps)
 		stampPool.Put(stamps)
