@@ -76,9 +76,11 @@ type commCheck struct {
 	strictProg *sched.Program
 	strictErr  error
 
-	// The lagged confirmations (confirm.go).
+	// The lagged confirmations (confirm.go). owed is len(conf), read
+	// without confMu so that a call with nothing to settle takes no lock.
 	confMu    sync.Mutex
 	conf      []confirmEntry
+	owed      atomic.Int32
 	confProgs map[confirmKey]*sched.Program
 }
 

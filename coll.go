@@ -322,11 +322,7 @@ const (
 // and its cost under model.
 func candidate(a algo.Algorithm, p sched.Params, es int, model cost.Model) plan.Candidate {
 	p = tuned(a, p, es, model)
-	c := plan.Candidate{Name: a.Name(), Params: p, Cost: math.NaN()}
-	if k, ok := a.(algo.Coster); ok {
-		c.Cost = k.Cost(p, es, model)
-	}
-	return c
+	return plan.Candidate{Name: a.Name(), Params: p, Cost: algo.CostOf(a, p, es, model)}
 }
 
 // tuned returns p with a's parameters chosen under model, where p leaves

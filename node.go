@@ -52,10 +52,36 @@ const (
 
 func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
 
-// nodeCost is the model's time of coll through g's area: chunks of at most
+// nodeCost is the model's time of coll through g's area: nodeLinkCost,
+// bounded by the host's memory where the area states what it moves there
+// (nodeMoved), as algo.CostOf bounds the schedules.
+func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
+	t := nodeLinkCost(g, p, es, m)
+	moved := nodeMoved(p, es)
+	if moved == 0 || m.Memory <= 0 {
+		return t
+	}
+	return m.Bounded(p.Layout, p.NRanks, t, nodeLinkCost(g, p, es, m.Latencies()), moved)
+}
+
+// nodeMoved returns the bytes each rank moves through memory in the area
+// for p, as cost.Model.Shared counts them, or 0 where the model does not
+// count them. A reduce-scatter copies the rank's whole input (n blocks of
+// M bytes) into the area and adds n blocks: 2n·M. The other collectives
+// are left to the link model, as the schedules they compete with are
+// (algo.Mover): only the reduce-scatters' memory traffic has been
+// measured against their times (docs/PERFORMANCE.md).
+func nodeMoved(p sched.Params, es int) float64 {
+	if p.Coll == sched.ReduceScatter {
+		return 2 * float64(p.NRanks) * float64(p.Count*es)
+	}
+	return 0
+}
+
+// nodeLinkCost is the area's time under the link model: chunks of at most
 // g.Slot bytes, each with its synchronisations, copies (at the intra link's
 // bandwidth) and reductions (γ).
-func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
+func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
 	n := float64(p.NRanks)
 	beta, gamma := nodeCopySpeedup(p.NRanks)*m.Links[cost.Intra].Beta, m.Gamma
 	sync := nodeSync + n*nodeLineGet
@@ -134,7 +160,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	}
 	stamps := getStamps(c.Size())
 	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq,
-		Arrive: uint64(k.arrive), Arrivals: *stamps}
+		Arrive: uint64(k.arrive), Arrivals: *stamps, Confirmed: c.confirms(k)}
 	defer func() {
 		c.endCall(k, r.seq, rerr != nil, *stamps)
 		stampPool.Put(stamps)

@@ -1,6 +1,8 @@
 package algo
 
 import (
+	"math"
+
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -20,4 +22,53 @@ type Tuner interface {
 	// Tune returns p with the parameters that minimise Cost under m
 	// filled in. Parameters p sets already (non-zero) are kept.
 	Tune(p sched.Params, es int, m cost.Model) sched.Params
+}
+
+// Mover is an algorithm that states what its ranks move through memory,
+// for the model's limit on a host's memory (cost.Model.Memory).
+type Mover interface {
+	// Moved returns the bytes that p's busiest rank, with es-byte
+	// elements, moves through memory as cost.Model.Shared counts them:
+	// what its Copy and Recv steps write, what its Reduce and RecvReduce
+	// steps add (a RecvReduce also receives), and what its Send steps
+	// copy into the transport's ring, for messages of at most m.Eager
+	// bytes.
+	Moved(p sched.Params, es int, m cost.Model) float64
+}
+
+// CostOf returns the predicted seconds of a on p with es-byte elements
+// under m, as the planner compares them: a's Cost, raised for a Mover to
+// the time its ranks' memory traffic takes when they share their host's
+// memory, plus its latencies (cost.Model.Bounded). It is NaN if a has no
+// cost model.
+func CostOf(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
+	k, ok := a.(Coster)
+	if !ok {
+		return math.NaN()
+	}
+	t := k.Cost(p, es, m)
+	mv, ok := a.(Mover)
+	if !ok || m.Memory <= 0 {
+		return t
+	}
+	return m.Bounded(p.Layout, p.NRanks, t, k.Cost(p, es, m.Latencies()), mv.Moved(p, es, m))
+}
+
+// eagerBytes returns the bytes, among count elements of es bytes cut into
+// segments of seg elements (the last one shorter), of the segments of at
+// most eager bytes: those the shared-memory transport copies through its
+// ring (cost.Model.Eager).
+func eagerBytes(count, seg, es int, eager float64) float64 {
+	if count <= 0 || seg <= 0 {
+		return 0
+	}
+	full, rest := count/seg, count%seg
+	var b float64
+	if bytesOf(seg, es) <= eager {
+		b += float64(full) * bytesOf(seg, es)
+	}
+	if rest > 0 && bytesOf(rest, es) <= eager {
+		b += bytesOf(rest, es)
+	}
+	return b
 }

@@ -30,6 +30,15 @@ func init() { Register(directReduceScatterAlgo{base{"direct", sched.ReduceScatte
 // hosts the transfer term is the largest of a rank's bytes through its
 // port, a pair's over its link and a host's over its network link, which
 // all its ranks share (exchangeTime).
+//
+// Memory traffic (Mover), per rank: its own block copied to Out, and each
+// of the n−1 blocks it receives written into scratch and added to Out:
+// (2n−1)·M, and the (n−1)·M it sends copied once more where segments are
+// small enough to go through the transport's ring. The segmented ring
+// moves 3(n−1)·M: each of its n−1 steps also copies the rank's own block
+// into the partial sum it receives into. On the 16-core node, where 8 or
+// 16 ranks share the memory, that is what made this 1.4–1.7× faster than
+// the ring from 4 MiB (docs/PERFORMANCE.md).
 type directReduceScatterAlgo struct{ base }
 
 func (directReduceScatterAlgo) Program(p sched.Params, r int) sched.Program {
@@ -51,6 +60,16 @@ func (directReduceScatterAlgo) Cost(p sched.Params, es int, m cost.Model) float6
 	_, s := directSegments(n, p.Count, p.Segment)
 	c := exchangeTime(p, m, allToAll(n, float64(p.Count*es)), 1/float64(s))
 	return pipelined(s, c, float64((n-1)*p.Count*es)*m.Gamma/float64(s))
+}
+
+// Moved implements Mover.
+func (directReduceScatterAlgo) Moved(p sched.Params, es int, m cost.Model) float64 {
+	n, mb := p.NRanks, bytesOf(p.Count, es)
+	if n == 1 || p.Count == 0 {
+		return mb
+	}
+	seg, _ := directSegments(n, p.Count, p.Segment)
+	return mb + float64(n-1)*(2*mb+eagerBytes(p.Count, seg, es, m.Eager))
 }
 
 // allToAll returns the flows of every rank sending bytes to every other.

@@ -13,7 +13,10 @@ func init() { Register(ringReduceScatter{base{"ring", sched.ReduceScatter}}) }
 // from r−1. Partial sums wait in two alternating Tmp blocks; the last one is
 // added straight into Out.
 //
-// Cost: (n−1)(α + M/β + Mγ) for M bytes of output per rank.
+// Cost: (n−1)(α + M/β + Mγ) for M bytes of output per rank. Memory
+// traffic (Mover): each step copies the rank's own block into the partial
+// sum's place, receives and adds, 3(n−1)·M, and M more per step where the
+// block is small enough to go through the transport's ring.
 type ringReduceScatter struct{ base }
 
 func (ringReduceScatter) Program(p sched.Params, r int) sched.Program {
@@ -48,4 +51,13 @@ func (ringReduceScatter) Cost(p sched.Params, es int, m cost.Model) float64 {
 	}
 	mb := bytesOf(p.Count, es)
 	return float64(p.NRanks-1) * (m.Flat(p).Time(mb) + mb*m.Gamma)
+}
+
+// Moved implements Mover.
+func (ringReduceScatter) Moved(p sched.Params, es int, m cost.Model) float64 {
+	n, mb := p.NRanks, bytesOf(p.Count, es)
+	if n == 1 || p.Count == 0 {
+		return mb
+	}
+	return float64(n-1) * (3*mb + eagerBytes(p.Count, p.Count, es, m.Eager))
 }

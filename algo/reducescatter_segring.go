@@ -28,7 +28,9 @@ func init() { Register(segRingReduceScatter{segBase{base{"segring", sched.Reduce
 // received only once the one w before it is in and added. When S·γ ≤ c
 // and (w−1)·c ≥ S·γ the additions hide behind the transfers and
 // T = N·c + S·γ. With q = 1 this is "ring"'s cost; Tune takes the q that
-// minimises T.
+// minimises T. Memory traffic (Mover) is the ring's, 3(n−1)·M, with the
+// segments of at most cost.Model.Eager bytes copied once more by their
+// senders.
 type segRingReduceScatter struct{ segBase }
 
 func (segRingReduceScatter) Program(p sched.Params, r int) sched.Program {
@@ -42,6 +44,16 @@ func (segRingReduceScatter) Cost(p sched.Params, es int, m cost.Model) float64 {
 // Tune sets Params.Segment, if 0, to the segment that minimises Cost.
 func (segRingReduceScatter) Tune(p sched.Params, es int, m cost.Model) sched.Params {
 	return segTune(p, es, m, p.Count, segRingReduceScatterTime)
+}
+
+// Moved implements Mover.
+func (segRingReduceScatter) Moved(p sched.Params, es int, m cost.Model) float64 {
+	n, mb := p.NRanks, bytesOf(p.Count, es)
+	if n == 1 || p.Count == 0 {
+		return mb
+	}
+	sp := planSegments(p.Count, n, p.Segment, segWindow)
+	return float64(n-1) * (3*mb + eagerBytes(p.Count, sp.seg, es, m.Eager))
 }
 
 func segRingReduceScatterTime(l cost.Link, gamma float64, n, q, w int, s float64) float64 {

@@ -77,6 +77,19 @@ type Model struct {
 	// pays it per peer, which at 16 ranks and more outweighs its saving in
 	// steps.
 	Overhead float64
+	// Memory is the bytes per second that all the ranks of one host copy
+	// or reduce together (see Shared): every copy, every receive and every
+	// reduction reads and writes the host's memory, which its ranks share.
+	// The links' β and γ price one rank's copies and reductions, and let
+	// transfers overlap reductions; when many ranks of a host move data at
+	// once, they add up against this limit instead. 0 means no limit.
+	Memory float64
+	// Eager is the largest message, in bytes, that the host's transport
+	// copies twice: into a ring by its sender, out of it by its receiver.
+	// Larger messages are copied once, by the receiver, out of the
+	// sender's memory. It counts in the bytes an algorithm moves through
+	// memory (Shared), not in its link times.
+	Eager float64
 }
 
 // Default returns figures measured on this project's 2-core development VM
@@ -91,8 +104,23 @@ func Default() Model {
 	m.Links[Inter] = Link{Alpha: 25e-6, Beta: 1.25e9}
 	m.Gamma = 1 / 10e9
 	m.Overhead = DefaultOverhead
+	m.Memory = DefaultMemory
+	m.Eager = DefaultEager
 	return m
 }
+
+// DefaultMemory is Model.Memory unless a tuning table says otherwise,
+// measured on the 16-core node (docs/PERFORMANCE.md, "the host's memory
+// shared by its ranks"): 36 runs of reduce-scatter (direct, segmented
+// ring, shared area), allgather, allreduce and bcast (shared area) at 8
+// and 16 ranks and 4–64 MiB moved 42–58 GB/s (quartiles; median 52)
+// through memory, counted as Shared counts it, all ranks together, at 8
+// ranks as at 16.
+const DefaultMemory = 52e9
+
+// DefaultEager is Model.Eager unless a tuning table says otherwise: the
+// shm transport's default eager limit (transport/shm.DefaultEagerLimit).
+const DefaultEager = 64 << 10
 
 // DefaultOverhead is Model.Overhead unless a tuning table says otherwise:
 // on the 16-core node, an 8-byte allreduce that exchanges with every peer
@@ -116,7 +144,62 @@ func (m Model) Valid() error {
 	if m.Overhead < 0 || math.IsNaN(m.Overhead) || math.IsInf(m.Overhead, 0) {
 		return fmt.Errorf("cost: per-message overhead o=%g s is not valid", m.Overhead)
 	}
+	if m.Memory < 0 || math.IsNaN(m.Memory) || math.IsInf(m.Memory, 0) {
+		return fmt.Errorf("cost: memory bandwidth %g B/s is not valid", m.Memory)
+	}
+	if m.Eager < 0 || math.IsNaN(m.Eager) || math.IsInf(m.Eager, 0) {
+		return fmt.Errorf("cost: eager limit %g B is not valid", m.Eager)
+	}
 	return nil
+}
+
+// Shared returns the seconds that the ranks of layout l's busiest host
+// (the most of n ranks on one host) take to move bytes each through the
+// host's memory when they all do so at once: k·bytes/Memory for k ranks
+// on that host; 0 when m has no memory limit. An algorithm's bytes are
+// those its busiest rank copies (a Copy or a receive: each byte read once
+// and written once), reduces into another operand (a Reduce, or the
+// addition of a RecvReduce) and, for messages of at most Eager bytes,
+// copies into the transport's ring as it sends.
+func (m Model) Shared(l *sched.Layout, n int, bytes float64) float64 {
+	if m.Memory <= 0 || bytes <= 0 {
+		return 0
+	}
+	k := n
+	if l != nil {
+		per := make([]int, l.NHosts())
+		k = 0
+		for r := range n {
+			h := l.HostOf(r)
+			per[h]++
+			k = max(k, per[h])
+		}
+	}
+	return float64(k) * bytes / m.Memory
+}
+
+// Latencies returns m without its limits on bytes: infinite bandwidths,
+// no reduction time and no memory limit. An algorithm's cost under it is
+// what its steps take whatever their size: latencies, per-message
+// overheads and synchronisations.
+func (m Model) Latencies() Model {
+	for c := range m.Links {
+		m.Links[c].Beta = math.Inf(1)
+	}
+	m.Gamma, m.Memory = 0, 0
+	return m
+}
+
+// Bounded returns an algorithm's time on m given t, its cost under m's
+// links and γ, lat, its cost under m.Latencies(), and moved, the bytes its
+// busiest rank moves through memory (see Shared): the larger of t and
+// lat + Shared(l, n, moved). The link model lets a rank's transfers
+// overlap its reductions and leaves local copies out; when many ranks of
+// a host move data at once, every copy and reduction draws on the same
+// memory, so the algorithm takes at least the time that memory needs for
+// all of them, and its steps' latencies on top of that.
+func (m Model) Bounded(l *sched.Layout, n int, t, lat, moved float64) float64 {
+	return max(t, lat+m.Shared(l, n, moved))
 }
 
 // ClassOf returns the class of the link between ranks a and b of layout l

@@ -1,6 +1,7 @@
 package cost
 
 import (
+	"math"
 	"testing"
 
 	"github.com/braid-ccl/braid/sched"
@@ -45,5 +46,56 @@ func TestClassOf(t *testing.T) {
 		if d, err := ParseClass(c.String()); err != nil || d != c {
 			t.Errorf("ParseClass(%q) = %v, %v", c, d, err)
 		}
+	}
+}
+
+func TestShared(t *testing.T) {
+	m := Default()
+	m.Memory = 50e9
+	// Nil layout: all 8 ranks on one host.
+	if got, want := m.Shared(nil, 8, 1e6), 8*1e6/50e9; got != want {
+		t.Errorf("Shared(nil, 8) = %g, want %g", got, want)
+	}
+	// Three ranks on host a, one on b: the busiest host has three.
+	l := sched.NewLayout([]string{"a", "b", "a", "a"}, nil)
+	if got, want := m.Shared(l, 4, 1e6), 3*1e6/50e9; got != want {
+		t.Errorf("Shared(layout) = %g, want %g", got, want)
+	}
+	m.Memory = 0
+	if got := m.Shared(nil, 8, 1e6); got != 0 {
+		t.Errorf("Shared without a limit = %g, want 0", got)
+	}
+	bad := Default()
+	bad.Memory = -1
+	if bad.Valid() == nil {
+		t.Error("negative memory bandwidth accepted")
+	}
+	bad = Default()
+	bad.Eager = math.NaN()
+	if bad.Valid() == nil {
+		t.Error("NaN eager limit accepted")
+	}
+}
+
+func TestLatenciesAndBounded(t *testing.T) {
+	m := Default()
+	lat := m.Latencies()
+	for _, c := range Classes() {
+		if got, want := lat.Links[c].Time(1e9), m.Links[c].Alpha; got != want {
+			t.Errorf("%v: Latencies' time of 1 GB = %g, want α = %g", c, got, want)
+		}
+	}
+	if lat.Gamma != 0 || lat.Memory != 0 || lat.Overhead != m.Overhead {
+		t.Errorf("Latencies = γ %g, memory %g, o %g; want 0, 0, %g", lat.Gamma, lat.Memory, lat.Overhead, m.Overhead)
+	}
+	m.Memory = 10e9
+	// Memory-bound: 4 ranks × 1 MB at 10 GB/s is 400 µs, above the link's
+	// 100 µs; the latencies add.
+	if got, want := m.Bounded(nil, 4, 100e-6, 5e-6, 1e6), 405e-6; math.Abs(got-want) > 1e-12 {
+		t.Errorf("Bounded (memory-bound) = %g, want %g", got, want)
+	}
+	// Link-bound.
+	if got, want := m.Bounded(nil, 4, 1e-3, 5e-6, 1e6), 1e-3; got != want {
+		t.Errorf("Bounded (link-bound) = %g, want %g", got, want)
 	}
 }

@@ -119,6 +119,20 @@ reduce ranks=3 hosts=* size=8-1G knomial:k=4
 	if !near(tab.Model.Gamma, again.Model.Gamma) {
 		t.Errorf("gamma %g became %g", tab.Model.Gamma, again.Model.Gamma)
 	}
+	// What the file does not give (memory here) or the format does not
+	// carry (overhead, eager limit) is the built-in model's, not zero.
+	def := cost.Default()
+	if m := again.Model; m.Memory != def.Memory || m.Overhead != def.Overhead || m.Eager != def.Eager {
+		t.Errorf("memory %g, overhead %g, eager %g; want the defaults %g, %g, %g", m.Memory, m.Overhead, m.Eager, def.Memory, def.Overhead, def.Eager)
+	}
+	mem, err := plan.ParseTable(strings.NewReader("memory 30GB/s\n"), "m")
+	if err != nil || mem.Model == nil || mem.Model.Memory != 30e9 || mem.Model.Gamma != def.Gamma {
+		t.Fatalf("memory line: %+v, %v", mem.Model, err)
+	}
+	b.Reset()
+	if _, err := mem.WriteTo(&b); err != nil || !strings.Contains(b.String(), "memory 30GB/s") {
+		t.Errorf("WriteTo of a table with memory 30GB/s wrote %q, %v", b.String(), err)
+	}
 	for _, tc := range []struct {
 		c     sched.Collective
 		n     int
@@ -156,6 +170,9 @@ func TestTableErrors(t *testing.T) {
 		{"link warp alpha=1us beta=1GB/s", "unknown link class"},
 		{"gamma fast", "rate"},
 		{"gamma 1GB/s\ngamma 2GB/s", "t:2: gamma given twice"},
+		{"memory 1GB/s\nmemory 2GB/s", "t:2: memory given twice"},
+		{"memory lots", "rate"},
+		{"memory", "want \"memory RATE\""},
 		{"link intra alpha=1us beta=1GB/s\nlink intra alpha=2us beta=1GB/s", "t:2: link intra given twice"},
 		{"allreduce ranks=2 hosts=1 size=0-16K ring\nallreduce ranks=2 hosts=1 size=8K-1M recdouble", "t:2: sizes 8K-1M overlap line 1's 0-16K"},
 		{"allreduce ranks=* hosts=1 size=1M- ring\n\nallreduce ranks=* hosts=1 size=0- recdouble", "t:3: sizes 0- overlap line 1's 1M-"},

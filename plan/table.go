@@ -25,6 +25,7 @@ import (
 //	link intra alpha=1.1us beta=8.2GB/s
 //	link inter alpha=25us beta=1.2GB/s
 //	gamma 10.5GB/s
+//	memory 52GB/s
 //	allreduce ranks=2 hosts=1 size=0-16K recdouble
 //	allreduce ranks=2 hosts=1 size=16K-2M ring
 //	allreduce ranks=* hosts=* size=2M- segring:seg=256K
@@ -36,8 +37,8 @@ import (
 // exact rank and host counts wins over wildcards, then the first in the
 // file. The choice is an algorithm name with optional parameters, as
 // BRAID_ALGO takes them (see ParseChoice). Two entries for the same
-// collective and counts whose sizes overlap, or a link class or gamma given
-// twice, are errors; so is any malformed line (ParseTable's errors say
+// collective and counts whose sizes overlap, or a link class, gamma or
+// memory given twice, are errors; so is any malformed line (ParseTable's errors say
 // FILE:LINE). This package reads the syntax only: whether the algorithms
 // exist, and take the parameters given, is checked where the algorithms
 // are known (Init and NewLocal check every table they load).
@@ -232,7 +233,7 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 	t := &Table{Source: name}
 	var model cost.Model
 	haveLink := [len(model.Links)]bool{}
-	haveGamma, any := false, false
+	haveGamma, haveMemory, any := false, false, false
 	err := textfile.Records(r, "tuning table", name, func(line int, f []string) error {
 		switch f[0] {
 		case "machine":
@@ -286,6 +287,18 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 				return err
 			}
 			model.Gamma, haveGamma, any = 1/rate, true, true
+		case "memory":
+			if len(f) != 2 {
+				return fmt.Errorf("want \"memory RATE\" (bytes a host's ranks copy per second together, e.g. 50GB/s)")
+			}
+			if haveMemory {
+				return fmt.Errorf("memory given twice")
+			}
+			rate, err := parseRate(f[1])
+			if err != nil {
+				return err
+			}
+			model.Memory, haveMemory, any = rate, true, true
 		default:
 			e, err := parseEntry(f)
 			if err != nil {
@@ -306,7 +319,9 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 		return nil, err
 	}
 	if any {
-		// Figures the file lacks come from the built-in model.
+		// Figures the file lacks come from the built-in model, and so do
+		// those the format does not carry (the per-message overhead, the
+		// transport's eager limit).
 		def := cost.Default()
 		for c, ok := range haveLink {
 			if !ok {
@@ -316,6 +331,10 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 		if !haveGamma {
 			model.Gamma = def.Gamma
 		}
+		if !haveMemory {
+			model.Memory = def.Memory
+		}
+		model.Overhead, model.Eager = def.Overhead, def.Eager
 		t.Model = &model
 	}
 	return t, nil
@@ -389,6 +408,9 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 		}
 		if t.Model.Gamma > 0 {
 			fmt.Fprintf(&b, "gamma %s\n", formatRate(1/t.Model.Gamma))
+		}
+		if t.Model.Memory > 0 {
+			fmt.Fprintf(&b, "memory %s\n", formatRate(t.Model.Memory))
 		}
 	}
 	for i := range t.Entries {

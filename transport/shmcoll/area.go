@@ -76,7 +76,12 @@ func NewLocal(n int, o Options) ([]*Group, error) {
 		blocks[q] = mem[q*bs : (q+1)*bs : (q+1)*bs]
 	}
 	gs := make([]*Group, n)
-	w := newWake()
+	var w *wake
+	if n > 1 {
+		// A rank alone has nobody to wake: without a wake its calls
+		// publish as processes do, with no lock or channel per flag.
+		w = newWake()
+	}
 	for r := range gs {
 		gs[r] = newGroup(r, n, o, blocks)
 		gs[r].wake = w

@@ -151,6 +151,13 @@ type Call struct {
 	// only when a chunk exceeds FlatMax); zero for the others.
 	Arrive   uint64
 	Arrivals []uint64
+	// Confirmed says that the caller confirms this call (Confirm, with
+	// its Last) before it reports any later call's success, or agreed with
+	// every rank on it before it began. A call that does not read every
+	// rank's input otherwise makes the next call compare running hashes
+	// as it enters (verify): a read of a peer's line per call, which the
+	// caller's confirmation makes needless.
+	Confirmed bool
 
 	// Last is set when the call ends well: the last chunk it used, which
 	// Confirm takes.
@@ -414,7 +421,7 @@ func (g *Group) claim(c *Call, f uint64, small bool) error {
 		d := u64(g.line(q, lineDone))
 		v := atomic.LoadUint64(d)
 		if c.wake != nil {
-			c.recheck = func() bool { return atomic.LoadUint64(d) >= f-back }
+			c.recheck = reached(d, f-back)
 		}
 		for v < f-back {
 			if err := c.idle(q, "the end of an earlier chunk", f-c.chunk0); err != nil {
@@ -427,6 +434,19 @@ func (g *Group) claim(c *Call, f uint64, small bool) error {
 	}
 	g.known = max(g.known, low)
 	return nil
+}
+
+// reached returns a recheck (Call.recheck) of whether *w ≥ f. The
+// closures are made here, not where they are used, so that the variables
+// they capture escape only for goroutine ranks (which wait with a
+// recheck): processes' calls allocate nothing.
+func reached(w *uint64, f uint64) func() bool {
+	return func() bool { return atomic.LoadUint64(w) >= f }
+}
+
+// reachedEither returns a recheck of whether *a ≥ f or *b ≥ f.
+func reachedEither(a, b *uint64, f uint64) func() bool {
+	return func() bool { return atomic.LoadUint64(a) >= f || atomic.LoadUint64(b) >= f }
 }
 
 // sawAll records that this rank saw every rank's input of chunk f: each of
@@ -491,7 +511,7 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 		}
 		done := u64(g.line(q, lineDone))
 		if c.wake != nil {
-			c.recheck = func() bool { return atomic.LoadUint64(seq) >= f || atomic.LoadUint64(done) >= f }
+			c.recheck = reachedEither(seq, done, f)
 		}
 		for i := 1; v < f; i++ {
 			if i&7 == 0 && atomic.LoadUint64(done) >= f {
@@ -630,7 +650,7 @@ func (g *Group) reduceFlat(c *Call, in, out []byte, r Reducer, root int) error {
 	copy(g.buf(slotIn, f, b), in)
 	g.commit(slotIn, f, c.Sig, b)
 	if root >= 0 && g.rank != root {
-		g.partial = true
+		g.partial = !c.Confirmed
 		g.finish(f, c.Sig)
 		return nil
 	}
@@ -697,7 +717,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(buf), 1, g.slot)
-	g.partial = g.n > 1
+	g.partial = g.n > 1 && !c.Confirmed
 	for i := range count {
 		off := i * size
 		b := min(size, len(buf)-off)
@@ -843,9 +863,10 @@ func (g *Group) Confirm(c *Call, f uint64) error {
 		if q == g.rank {
 			continue
 		}
-		done := u64(g.line(q, lineDone))
+		l := g.line(q, lineDone)
+		done := u64(l)
 		if c.wake != nil {
-			c.recheck = func() bool { return atomic.LoadUint64(done) >= f }
+			c.recheck = reached(done, f)
 		}
 		for {
 			me := atomic.LoadUint64(mine)
@@ -861,9 +882,23 @@ func (g *Group) Confirm(c *Call, f uint64) error {
 				continue
 			}
 			at := min(d, me)
-			h := atomic.LoadUint64(g.histWord(q, at))
+			var h uint64
+			if at == d {
+				// q's hash after its last chunk is in the line just read
+				// (finish): one line of q's instead of two, valid while
+				// q's chunk number has not moved.
+				h = atomic.LoadUint64(u64(l[8+8*(d&1):]))
+				if atomic.LoadUint64(done) != d {
+					continue
+				}
+			} else {
+				h = atomic.LoadUint64(g.histWord(q, at))
+				if atomic.LoadUint64(done)-at >= histLen {
+					continue // overwritten meanwhile: read a later chunk
+				}
+			}
 			own := atomic.LoadUint64(g.histWord(g.rank, at))
-			if atomic.LoadUint64(done)-at >= histLen || atomic.LoadUint64(mine)-at >= histLen {
+			if atomic.LoadUint64(mine)-at >= histLen {
 				continue // overwritten meanwhile: read a later chunk
 			}
 			if h != own {

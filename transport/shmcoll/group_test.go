@@ -414,3 +414,66 @@ func TestArrivals(t *testing.T) {
 		return check("barrier", all)
 	})
 }
+
+// TestConfirm: a call whose caller confirms it (Call.Confirmed) leaves the
+// next call's entry alone, and Confirm finds the disagreement instead,
+// whether it compares at the peer's last chunk (from the peer's done
+// line) or at an earlier one (from its history): here rank 1 has gone on
+// to chunk 2 when rank 0, still at chunk 1, confirms. With the same calls
+// Confirm agrees on both ways.
+func TestConfirm(t *testing.T) {
+	for _, agree := range []bool{true, false} {
+		gs, _ := NewLocal(2, Options{})
+		call := func(r int, sig uint32) *Call {
+			return &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: sig, Timeout: 5 * time.Second, Confirmed: true}
+		}
+		confirm := func() *Call { // Confirm takes no turn
+			return &Call{Ctx: context.Background(), Timeout: 5 * time.Second}
+		}
+		root1, sig1 := [2]int{0, 0}, [2]uint32{5, 5}
+		if !agree {
+			// Each rank broadcasts from itself: neither reads the other.
+			root1, sig1 = [2]int{0, 1}, [2]uint32{5, 6}
+		}
+		var last [2]uint64
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		ahead := make(chan struct{})
+		for r := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := call(r, sig1[r])
+				if err := gs[r].Bcast(c, make([]byte, 8), root1[r]); err != nil {
+					errs[r] = fmt.Errorf("first bcast: %w", err)
+					return
+				}
+				last[r] = c.Last
+				if r == 1 {
+					// Chunk 2 from rank 1, which waits for nobody.
+					if err := gs[1].Bcast(call(1, 9), make([]byte, 8), 1); err != nil {
+						errs[1] = fmt.Errorf("second bcast: %w", err)
+					}
+					close(ahead)
+					errs[1] = errors.Join(errs[1], gs[1].Confirm(confirm(), last[1]))
+					return
+				}
+				<-ahead
+				errs[0] = gs[0].Confirm(confirm(), last[0])
+				if err := gs[0].Bcast(call(0, 9), make([]byte, 8), 1); err != nil && errs[0] == nil {
+					errs[0] = fmt.Errorf("second bcast: %w", err)
+				}
+			}()
+		}
+		wg.Wait()
+		for r, e := range errs {
+			var m *MismatchError
+			switch {
+			case agree && e != nil:
+				t.Errorf("same calls, rank %d: %v", r, e)
+			case !agree && (!errors.As(e, &m) || !m.Earlier || m.Peer != 1-r):
+				t.Errorf("different roots, rank %d: %v, want a MismatchError naming rank %d", r, e, 1-r)
+			}
+		}
+	}
+}

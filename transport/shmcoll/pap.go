@@ -171,7 +171,7 @@ func (g *Group) reducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax in
 	size, count := chunks(len(in), r.ElemSize, g.slot)
 	// Every rank must take the same path for every chunk: the chunk's
 	// size decides, and it is the same everywhere.
-	g.partial = g.n > 1
+	g.partial = g.n > 1 && !c.Confirmed
 	for i := range count {
 		off := i * size
 		b := min(size, len(in)-off)
