@@ -99,7 +99,7 @@ func TestFreeRules(t *testing.T) {
 			if _, _, ok := p.Find(make([]byte, 8)); ok {
 				t.Error("Find found Go memory")
 			}
-			if _, _, ok := p.Find(b[9000 : 10000 : 10000][:1000]); !ok {
+			if _, _, ok := p.Find(b[9000:10000:10000][:1000]); !ok {
 				t.Error("Find missed the end of an allocation")
 			}
 			r, off, ok := p.Find(b[100:200])
