@@ -45,7 +45,7 @@ func (m *testMem) Map(q int, r shmreg.Ref) ([]byte, error) {
 }
 
 // memories returns the registered memory of n goroutine ranks.
-func memories(t *testing.T, n int, file bool) []*testMem {
+func memories(t testing.TB, n int, file bool) []*testMem {
 	t.Helper()
 	pools := make([]*shmreg.Pool, n)
 	for r := range pools {
@@ -335,6 +335,70 @@ func TestDirectStale(t *testing.T) {
 				t.Errorf("file=%v: rank 0: %v, want a wait for its readers that ends", file, err)
 			case r > 0 && (!errors.As(err, &de) || de.Peer != 0 || !errors.As(err, &se)):
 				t.Errorf("file=%v: rank %d: %v, want a DirectError naming rank 0's stale reference", file, r, err)
+			}
+		}
+	}
+}
+
+// BenchmarkDirect times allgather, reduce-scatter and allreduce of two
+// goroutine ranks with their inputs copied into the area (plain) and read
+// in place from registered memory in a file pool (registered), per call
+// (bytes: the whole vector, as braid bench counts it).
+func BenchmarkDirect(b *testing.B) {
+	for _, coll := range []string{"allgather", "reducescatter", "allreduce"} {
+		for _, size := range []int{256 << 10, 4 << 20, 16 << 20} {
+			for _, reg := range []bool{false, true} {
+				name := fmt.Sprintf("%s/%dK/registered=%v", coll, size>>10, reg)
+				b.Run(name, func(b *testing.B) {
+					const n = 2
+					ms := memories(b, n, true)
+					gs, err := NewLocal(n, Options{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.SetBytes(int64(size))
+					var wg sync.WaitGroup
+					errs := make([]error, n)
+					for r := range n {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							g := gs[r]
+							if reg {
+								g.SetMemory(ms[r], 0)
+							}
+							in, _ := regBuf(ms[r], size, reg)
+							out, _ := regBuf(ms[r], size, reg)
+							switch coll {
+							case "allgather":
+								in = in[:size/n]
+							case "reducescatter":
+								out = out[:size/n]
+							}
+							c := &Call{Ctx: context.Background(), Timeout: time.Minute}
+							for range b.N {
+								c.Ticket = g.Ticket()
+								switch coll {
+								case "allgather":
+									errs[r] = g.Allgather(c, in, out)
+								case "reducescatter":
+									errs[r] = g.ReduceScatter(c, in, out, sumF64())
+								default:
+									errs[r] = g.Allreduce(c, in, out, sumF64())
+								}
+								if errs[r] != nil {
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					for r, err := range errs {
+						if err != nil {
+							b.Fatalf("rank %d: %v", r, err)
+						}
+					}
+				})
 			}
 		}
 	}
