@@ -231,7 +231,7 @@ func regBuffers(c *braid.Comm, p sched.Params, rank, es int, inPlace, regIn, reg
 		return nil
 	}
 	alloc := func(g []byte, reg bool) ([]byte, error) {
-		if g == nil || len(g) == 0 || !reg {
+		if len(g) == 0 || !reg {
 			return g, nil
 		}
 		b, err := braid.Alloc[uint8](c, len(g))

@@ -418,7 +418,6 @@ func (p *Pool) give(off, size uint64) {
 	if i > 0 && p.spans[i-1].off+p.spans[i-1].size == p.spans[i].off {
 		p.spans[i-1].size += p.spans[i].size
 		p.spans = append(p.spans[:i], p.spans[i+1:]...)
-		i--
 	}
 	if last := p.spans[len(p.spans)-1]; last.off+last.size == p.end {
 		p.end = last.off
