@@ -16,6 +16,7 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu"
+	"github.com/braid-ccl/braid/gpu/fused"
 	"github.com/braid-ccl/braid/internal/check"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/launch"
@@ -216,8 +217,8 @@ func deviceTestRanks(t *testing.T) int {
 	n := gpus
 	if s := os.Getenv("BRAID_TEST_GPUS"); s != "" {
 		m, err := strconv.Atoi(s)
-		if err != nil || m < 1 || m > cuda.OneShotMaxRanks*4 {
-			t.Fatalf("BRAID_TEST_GPUS=%q: want a count of ranks from 1 to %d", s, cuda.OneShotMaxRanks*4)
+		if err != nil || m < 1 || m > fused.MaxRanks*4 {
+			t.Fatalf("BRAID_TEST_GPUS=%q: want a count of ranks from 1 to %d", s, fused.MaxRanks*4)
 		}
 		n = m
 	}
@@ -313,9 +314,9 @@ func deviceRank(t *testing.T) {
 				}
 				cs := counts
 				if coll == sched.Bcast && strings.HasPrefix(name, "pipe") {
-					// Above cuda.BcastDirectMax: the broadcast in two
+					// Above fused.BcastDirectMax: the broadcast in two
 					// phases, in many rounds through the stages of 4 KiB slots.
-					cs = append(cs[:len(cs):len(cs)], (cuda.BcastDirectMax+4099)/d.Size())
+					cs = append(cs[:len(cs):len(cs)], (fused.BcastDirectMax+4099)/d.Size())
 				}
 				for _, op := range ops {
 					for _, count := range cs {
@@ -380,16 +381,16 @@ func deviceRank(t *testing.T) {
 			// The default choice, with slots of 4 KiB: fused kernels in
 			// many rounds (allreduce: one-shot to 1 KiB, two-shot above);
 			// pipe-host moves a third of every broadcast round through
-			// host memory. Broadcasts above cuda.BcastDirectMax cut their
+			// host memory. Broadcasts above fused.BcastDirectMax cut their
 			// last full round in the most halvings (pipe) or none
-			// (pipe-host); the default (gpu.DefaultBcastRamp) runs with the
+			// (pipe-host); the default (fused.DefaultBcastRamp) runs with the
 			// default algorithm.
 			algoName, opts.SlotBytes, opts.OneShotMax = "", 4<<10, 1<<10
 			if name == "pipe-host" {
 				defer setEnv("BRAID_GPU_HOST_SHARE", "33")()
 				defer setEnv("BRAID_GPU_BCAST_RAMP", "0")()
 			} else {
-				defer setEnv("BRAID_GPU_BCAST_RAMP", strconv.Itoa(cuda.MaxRamp))()
+				defer setEnv("BRAID_GPU_BCAST_RAMP", strconv.Itoa(fused.MaxRamp))()
 			}
 		case "ll2":
 			// The one-shot as a two-shot in low-latency lines wherever it
@@ -421,8 +422,8 @@ func deviceRank(t *testing.T) {
 		}
 	}()
 	// Buffers for the largest call: inputs and outputs of up to n·count
-	// elements of 8 bytes, and a broadcast above cuda.BcastDirectMax.
-	maxBytes := max(n*counts[len(counts)-1]*8, cuda.BcastDirectMax+4099+8)
+	// elements of 8 bytes, and a broadcast above fused.BcastDirectMax.
+	maxBytes := max(n*counts[len(counts)-1]*8, fused.BcastDirectMax+4099+8)
 	first := get(sched.Allreduce, "", false)
 	w := first.Worker()
 	var bufA, bufB cuda.DevicePtr

@@ -22,10 +22,16 @@ func TestImportRules(t *testing.T) {
 		"cost":      {"sched"},
 		"topo":      {"sched", "cost"},
 		"pack":      {"topo", "sched", "cost"},
-		"cuda":      {"internal/dtype", "internal/size", "internal/textfile"},
-		"gpu":       {"sched", "cuda", "internal/dtype"},
+		"cuda":      {"internal/dtype"},
+		"gpu":       {"sched", "cuda", "gpu/fused", "internal/dtype"},
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
 		"transport": {},
+		// The fused kernels' layout, argument lists and choice sit above
+		// the binding and below the executor: cuda knows no collective,
+		// and gpu runs the kernels gpu/fused shapes.
+		"gpu/fused": {"cuda", "sched", "internal/dtype"},
+		// The two-path copy between GPUs and its table, over the binding.
+		"gpu/multipath": {"cuda", "internal/size", "internal/textfile"},
 		// The profiler records what the root package tells it.
 		"profile": {"internal/size", "internal/arrival"},
 		// Leaf helpers that any layer may use import nothing of Braid.

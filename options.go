@@ -507,9 +507,15 @@ func loadTable(path string) (*plan.Table, error) {
 	if err == nil {
 		err = choice.CheckTable(t)
 	}
-	if err == nil && t.Machine != (plan.Machine{}) {
-		if here := ThisMachine(); t.Machine != here {
-			err = fmt.Errorf("tuning table %s was measured on a machine with %v, this one has %v: run braid tune here", path, t.Machine, here)
+	if err != nil {
+		return t, err
+	}
+	switch m := t.Machine; {
+	case m.HasGPUs() && !m.HasCores():
+		err = fmt.Errorf("tuning table %s records GPUs (%v) and no cores: it is a device table from braid tune --device cuda, for BRAID_GPU_TUNING", path, m)
+	case m.HasCores():
+		if here := ThisMachine(); m.Cores != here.Cores || m.NUMA != here.NUMA {
+			err = fmt.Errorf("tuning table %s was measured on a machine with %v, this one has %v: run braid tune here", path, plan.Machine{Cores: m.Cores, NUMA: m.NUMA}, here)
 		}
 	}
 	return t, err

@@ -274,4 +274,13 @@ func TestTableOtherMachine(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "was measured on a machine with "+other.String()) || !strings.Contains(err.Error(), "run braid tune here") {
 		t.Errorf("a table from another machine: %v, want an error naming both machines", err)
 	}
+	// A device table (its machine line records GPUs, no cores) is for
+	// BRAID_GPU_TUNING, not for host calls.
+	dev := filepath.Join(dir, "cuda.txt")
+	if err := os.WriteFile(dev, []byte("machine gpus=4 gpu=NVIDIA_H200\nallreduce ranks=* hosts=* size=0- direct\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&Options{Tuning: dev}).resolve(none); err == nil || !strings.Contains(err.Error(), "BRAID_GPU_TUNING") {
+		t.Errorf("a device table as the host's: %v, want an error pointing to BRAID_GPU_TUNING", err)
+	}
 }

@@ -102,6 +102,8 @@ func (c *Comm) p2pWait(ctx context.Context, name string, req transport.Request) 
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
 	if err := transport.Wait(ctx, c.w.err, req); err != nil {
+		// Nothing may write into the caller's buffer once it has the error.
+		transport.Cancel(req)
 		return c.failWith(name, err)
 	}
 	return nil

@@ -33,7 +33,9 @@
 // Braid's reduction kernels (Reduce, Divide): sum, prod, min, max and avg
 // for the floating-point types, and sum, prod, min, max and the bitwise
 // operators for the integer types, with the same bits as the host kernels
-// of internal/reduce; and the fused kernels of package gpu (LaunchOneShot).
+// of internal/reduce. The same module holds the fused kernels, whose
+// layout, arguments and choice package gpu/fused owns: this package loads
+// them and finds them by name (Ctx.Kernel), and knows no collective.
 // The kernels are CUDA C (kernels/reduce.cu), compiled by kernels/gen.sh to
 // PTX and to an sm_90 cubin (H100, H200: no compilation at load), gzipped
 // and embedded. BRAID_CUDA_KERNELS names a directory of gen.sh's output to

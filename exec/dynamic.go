@@ -310,10 +310,17 @@ func (x *dynExec) Copy(src, dst sched.Chunk) {
 
 func (x *dynExec) Reduce(src, dst sched.Chunk) { x.kernel(x.slice(dst), x.slice(src)) }
 
-// release returns the buffers to the pools; after a failure a transport
-// may still write into those it was given, which are left to the garbage
-// collector.
+// release withdraws the requests that did not complete (see
+// transport.Canceler), so that no transport writes into the caller's
+// buffers after the run, and returns the buffers to the pools; after a
+// failure a transport that cannot withdraw its requests may still write
+// into staging buffers, which are left to the garbage collector.
 func (x *dynExec) release(failed bool) {
+	for i := range x.reqs {
+		if r := &x.reqs[i]; r.req != nil && !r.done {
+			transport.Cancel(r.req)
+		}
+	}
 	if failed {
 		return
 	}

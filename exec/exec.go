@@ -288,10 +288,19 @@ func (r *run) waitErr(e error) error {
 	return r.stepErr(int(w), e)
 }
 
-// release returns the run's memory to the pools. After a failure a
-// transport may still write into buffers it was given: those are left to
-// the garbage collector.
+// release withdraws the requests still running after a failure (see
+// transport.Canceler), so that no transport writes into the caller's
+// buffers once Run has returned, and returns the run's memory to the
+// pools. A staging buffer of a failed run is left to the garbage
+// collector, in case its transport could not withdraw its request.
 func (r *run) release(failed bool) {
+	if failed {
+		for i, st := range r.status {
+			if st == running && r.reqs[i] != nil {
+				transport.Cancel(r.reqs[i])
+			}
+		}
+	}
 	for i := range r.stage {
 		if !failed {
 			putBuf(r.stage[i])

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/gpu/fused"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -50,19 +51,21 @@ type Comm struct {
 	aerrMu sync.Mutex
 	aerr   error
 
-	fused    *fused // nil: one-shot allreduces run as programs
-	fusedOff string // why fused is nil, if it was asked for
-	pushMax  int    // Options.PushMax, resolved; negative: always pull
-	landing  map[*sched.Program]landing
-	copyS    []cuda.Stream // [peer]: pushes to peer run here, beside the main stream
-	lev      []cuda.Event  // local events, drawn in order by a call (nlev)
-	nlev     int
-	copied   []int  // [step]: index in lev of a pushed Send's "copy done" event, or -1
-	stepEv   []int  // [step]: index in lev of the event behind its main-stream work, or -1
-	needEv   []bool // [step]: a push depends on it
-	needs    map[*sched.Program][]bool
-	synced   []bool // [step]: the main stream waits for its deps' copies
-	usedS    []bool // [peer]: copyS[peer] has work of this call
+	fused    *fusedState // nil: one-shot allreduces run as programs
+	fusedOff string      // why fused is nil, if it was asked for
+	// multiPathSource names Options.MultiPath, for logs.
+	multiPathSource string
+	pushMax         int // Options.PushMax, resolved; negative: always pull
+	landing         map[*sched.Program]landing
+	copyS           []cuda.Stream // [peer]: pushes to peer run here, beside the main stream
+	lev             []cuda.Event  // local events, drawn in order by a call (nlev)
+	nlev            int
+	copied          []int  // [step]: index in lev of a pushed Send's "copy done" event, or -1
+	stepEv          []int  // [step]: index in lev of the event behind its main-stream work, or -1
+	needEv          []bool // [step]: a push depends on it
+	needs           map[*sched.Program][]bool
+	synced          []bool // [step]: the main stream waits for its deps' copies
+	usedS           []bool // [peer]: copyS[peer] has work of this call
 
 	// Owned by the worker closure of the running call (under mu).
 	exports map[uint64]export          // this rank's allocations, by buffer id
@@ -138,24 +141,30 @@ type Options struct {
 	// SlotBytes is the size of each of the 2·n slots of the region every
 	// rank registers for the fused kernels (what peers push into); a
 	// pipelined call moves at most a slot per peer a round. 0 means
-	// DefaultSlotBytes(n); it is raised to OneShotBytes.
+	// fused.DefaultSlotBytes(n); it is raised to OneShotBytes.
 	SlotBytes int
 	// LLBytes is the largest one-shot allreduce, in bytes, that runs in
-	// low-latency lines (cuda.FusedOneShotLL: data and flag in one store,
+	// low-latency lines (fused.OneShotLL: data and flag in one store,
 	// no fence; twice the bytes on the links). Vectors in whole 8-byte
 	// words qualify (a rank whose buffers are not 8-byte aligned runs
 	// the kernel on aligned scratch), up to
-	// cuda.OneShotLLMax. 0 means DefaultLLBytes(n); negative means none.
+	// fused.LLMax. 0 means fused.DefaultLLBytes(n); negative means none.
 	LLBytes int
 	// Blocks is the most blocks a pipelined fused kernel runs with; 0
 	// means by kind and size.
 	Blocks int
 	// HostShare is the percentage of every round of a fused two-shot
-	// allreduce or broadcast (above cuda.BcastDirectMax) on more than 2
+	// allreduce or broadcast (above fused.BcastDirectMax) on more than 2
 	// GPUs that travels through pinned host memory beside NVLink
 	// (multi-path; at most 50). 0 means by kind and size
-	// (DefaultHostShare); negative means none.
+	// (fused.DefaultHostShare, or MultiPath); negative means none.
 	HostShare int
+	// MultiPath, where not nil and HostShare is 0, gives the host share
+	// of a two-shot allreduce or broadcast by its size, in place of
+	// fused.DefaultHostShare (fused.Config.MultiPath); MultiPathSource
+	// names it in logs. Every rank passes the same table.
+	MultiPath       fused.HostShares
+	MultiPathSource string
 	// PushMax is the largest reducing call, in bytes, whose data moves by
 	// push (each sender's copy engine writes into the receiver's memory;
 	// reductions read a landing area of the receiver's scratch, which
@@ -167,23 +176,23 @@ type Options struct {
 	// Pull moves every program's data by pull (PushMax negative).
 	Pull bool
 	// LL2Bytes is the largest one-shot allreduce, in bytes, that runs as
-	// a two-shot in low-latency lines (cuda.FusedTwoShotLL) once it is
-	// above LLBytes; 0 means DefaultLL2Bytes(n), negative none. At most
-	// cuda.TwoShotLLMax(n).
+	// a two-shot in low-latency lines (fused.TwoShotLL) once it is
+	// above LLBytes; 0 means fused.DefaultLL2Bytes(n), negative none. At
+	// most fused.TwoShotLLMax(n).
 	LL2Bytes int
 	// LLBlocks is the grid of a call in low-latency lines; 0 means a
 	// thread per 8-byte word.
 	LLBlocks int
 	// Threads is the block size of a pipelined fused kernel: 0 means
-	// cuda's default (512), else a multiple of 32 up to 512.
+	// fused.Threads (512), else a multiple of 32 up to 512.
 	Threads int
 	// MinRounds is the fewest rounds a pipelined fused kernel cuts a
 	// vector into, where areas of at least 1 KiB a block allow; 0 means
-	// DefaultMinRounds.
+	// fused.DefaultMinRounds.
 	MinRounds int
 	// BcastRamp is how many halvings a broadcast on more than 2 GPUs cuts
-	// its last full round into (cuda.OneShot.Ramp): 0 means by size
-	// (DefaultBcastRamp), negative none, else at most cuda.MaxRamp.
+	// its last full round into (fused.Kernel.Ramp): 0 means by size
+	// (fused.DefaultBcastRamp), negative none, else at most fused.MaxRamp.
 	BcastRamp int
 	// Stats prints, when the Comm closes, where the time of its
 	// synchronous program calls went.
@@ -257,6 +266,7 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	g.nsend = make([]int, g.n)
 	g.nrecv = make([]int, g.n)
 	g.mb = mailbox{n: g.n, rank: g.rank}
+	g.multiPathSource = opts.MultiPathSource
 	g.hostShare = -1 // no host region on 2 GPUs, or without pipelined kernels
 	if g.n > 2 && (opts.Fused || opts.TwoShot) {
 		g.hostShare = hostShare(opts.HostShare)
@@ -368,7 +378,7 @@ func (g *Comm) LLBytes() int {
 	if g.fused == nil {
 		return 0
 	}
-	return g.fused.llMax
+	return g.fused.LLMax
 }
 
 // shareMailbox creates the mailbox on rank 0 and maps it everywhere. Each
@@ -461,7 +471,7 @@ type Call struct {
 	// Fused, where not nil, is the fused kernel that runs the call, from
 	// Shape: Run launches it with the call's buffers and this Comm's
 	// sequence number, and Prog is not used.
-	Fused *cuda.OneShot
+	Fused *fused.Kernel
 	Prog  *sched.Program // this rank's program for Params, unless Fused
 	DType dtype.DType
 	Op    dtype.Op
@@ -621,12 +631,12 @@ func (g *Comm) release() error {
 			}
 		}
 		if f := g.fused; f != nil {
-			for r, p := range f.regions {
+			for r, p := range f.Regions {
 				if p != 0 && r != g.rank {
 					errs = append(errs, c.IPCCloseMemHandle(p))
 				}
 			}
-			if f.host != 0 {
+			if f.Host != 0 {
 				errs = append(errs, c.HostUnregister(g.hostRegion()))
 			}
 			errs = append(errs, c.Free(f.own), c.FreeHost(f.status))

@@ -10,10 +10,10 @@
 // # Fused kernels
 //
 // When a Comm is made, every rank allocates a region of device memory
-// (cuda.OneShotRegionBytes: a flag per block and peer, up to 256 blocks, then two parities
+// (fused.RegionBytes: a flag per block and peer, up to 256 blocks, then two parities
 // of one slot per rank, Options.SlotBytes each, 64 MiB in all by default),
 // exports it and maps every peer's. A fused call is then one kernel launch
-// and no host round trip (cuda.LaunchOneShot): each block pushes its piece
+// and no host round trip (fused.Launch): each block pushes its piece
 // of the data into the peers' slots with stores over NVLink, raises its
 // flag in every peer's region with a system-scope release, waits until the
 // peers' flags in its own region reach the round's value, and finishes
@@ -22,14 +22,14 @@
 //   - one-shot allreduce (algorithm "gpu_oneshot"): every rank pushes its
 //     input to all and combines all inputs in rank order, so that every
 //     rank gets the same bits. Small vectors (Options.LLBytes, by default
-//     DefaultLLBytes) travel in low-latency lines instead of slots: every
+//     fused.DefaultLLBytes) travel in low-latency lines instead of slots: every
 //     16-byte store carries 8 bytes of data beside two copies of the
 //     call's number, so the reader waits on the data itself, and the
 //     writer needs neither a fence nor a flag. On two H200s an 8-byte
 //     allreduce went from 5.9 to 3.5 µs (the host's launch now bounds it);
 //     the lines have their own part of the region, which nothing else
 //     writes. On 3 GPUs or more, vectors above that limit and up to
-//     cuda.TwoShotLLMax(n) run as a two-shot in lines: chunk q goes to
+//     fused.TwoShotLLMax(n) run as a two-shot in lines: chunk q goes to
 //     rank q, which combines it and sends the result back, so each GPU
 //     sends 2(n−1)/n of the vector instead of n−1 times it (four H200s,
 //     512 KiB: 12.3 → 10.5 µs);
@@ -38,16 +38,19 @@
 //     exchanges a round);
 //   - broadcast (a scatter from the root, then an allgather among the
 //     others; the root, which reads nothing, streams a round ahead of the
-//     others), allgather and reduce-scatter. The planner (package braid,
+//     others), allgather and reduce-scatter.
 //
-// plan.DeviceModel) decides which calls run fused: Shape gives it the kernel
-// a call would run, and Call.Fused carries that kernel back to Run.
+// The planner (package braid, plan.DeviceModel) decides which calls run
+// fused: Shape gives it the kernel a call would run (package gpu/fused
+// shapes it: kind, grid, rounds, host share, ramp), and Call.Fused carries
+// that kernel back to Run, which adds the buffers, the sequence number and
+// the wait's bound and launches it (fused.Launch).
 //
 // All but the one-shot are pipelined: block b owns area b of every slot,
 // and the vector passes through the areas in rounds, so any size runs in
 // one kernel; a block pushes the next round before it waits for and reads
 // the current one. Every round has a sequence number, the call's first
-// plus its index (cuda.OneShot.Rounds counts the rounds), and uses the
+// plus its index (fused.Kernel.Rounds counts the rounds), and uses the
 // slots of parity seq & 1 and flags 2·seq−1 and 2·seq. A block writes a
 // parity at a peer only after seeing a flag that the peer's block raised
 // once it had finished reading the round before of that parity; between
@@ -62,13 +65,13 @@
 // LL2Bytes the largest two-shot in lines, and LLBlocks the grid of a call
 // in lines (default a thread per 8-byte word; 32, 64 and 128 blocks changed
 // nothing on four H200s). Blocks sets the most blocks of a pipelined kernel
-// (default cuda.DefaultFusedBlocks, and for large vectors 256 blocks of 256
+// (default fused.DefaultBlocks, and for large vectors 256 blocks of 256
 // threads on 3 GPUs or more, 128 of 512 on 2 and for allgathers: see
-// bigFused and bigGrid), Threads their threads, MinRounds the fewest rounds
+// package gpu/fused), Threads their threads, MinRounds the fewest rounds
 // a vector is cut into (default 1: on H200s every extra round cost about
 // 10 µs of flag exchanges and bought no overlap), and BcastRamp how many
 // halvings a broadcast on 3 GPUs or more cuts its last full round into
-// (default DefaultBcastRamp: 1 from 16 to 64 MiB, else 0); all are for
+// (default fused.DefaultBcastRamp: 1 from 16 to 64 MiB, else 0); all are for
 // tuning. Package braid reads them once from DeviceOptions and the
 // BRAID_GPU_* variables, and New compares them across ranks
 // (Options.Shared): ranks that cut a vector differently would wait for
@@ -82,7 +85,7 @@
 // 1 (resetFused), so that no flag left by a block that has not run for
 // 2^30 calls reads as ahead of a wait.
 //
-// The broadcast above cuda.BcastDirectMax on 3 GPUs or more is a scatter
+// The broadcast above fused.BcastDirectMax on 3 GPUs or more is a scatter
 // from the root and an exchange among the others, in rounds. The root
 // streams up to two rounds ahead, and ends once the others have read the
 // round before its last, so that its next call's first pushes overlap
@@ -96,10 +99,10 @@
 // # Multi-path
 //
 // On more than 2 GPUs the two-shot allreduce and the broadcast above
-// cuda.BcastDirectMax also move a share of every round through pinned host
+// fused.BcastDirectMax also move a share of every round through pinned host
 // memory, across PCIe, beside NVLink: the multi-path copy of Temuçin's MASc
 // thesis (Queen's University 2021), done by the kernel's own loads and stores. The host region (16 MiB,
-// cuda.HostRegionBytes) ends the mailbox file in /dev/shm, so every rank
+// fused.HostRegionBytes) ends the mailbox file in /dev/shm, so every rank
 // maps the same pages, and every rank registers it with the driver; a
 // rank that cannot (or a /dev/shm too small for it) leaves the host path
 // out for all. A broadcast's root stores its host share once and every
@@ -107,8 +110,10 @@
 // chunk's share, and its combined chunk's share once for all. Readers use
 // ld.cv, which takes nothing from caches. The share is
 // Options.HostShare (percent; BRAID_GPU_HOST_SHARE, 0 for none), or by
-// kind and size (DefaultHostShare: 8–11 % from 16 MiB for allreduces,
-// from 64 MiB for broadcasts). On four H200s it took a 1 GiB allreduce
+// kind and size: as the multi-path table that braid tune --device cuda
+// --multipath measured on the machine says, where the communicator has one
+// (Options.MultiPath, BRAID_GPU_MULTIPATH), else fused.DefaultHostShare
+// (8–11 % from 16 MiB for allreduces, from 64 MiB for broadcasts). On four H200s it took a 1 GiB allreduce
 // from 343 to 372 GB/s busbw (NCCL 2.28.9: 354) and a broadcast from 342
 // to 378 (NCCL: 359): NVLink alone moved about 343 GB/s out of a GPU in
 // these kernels, and the bus adds 30–40 on top, as the thesis's copies found
@@ -172,7 +177,7 @@
 // handles); several processes may share a GPU, which the driver
 // time-slices (the device tests' shared mode, BRAID_TEST_GPUS above the
 // GPU count);
-// all ranks on one host; at most cuda.OneShotMaxRanks (8) ranks for the
+// all ranks on one host; at most fused.MaxRanks (8) ranks for the
 // fused kernels (more run programs); a rank that dies in a call makes its
 // peers fail when the call's deadline passes, not sooner.
 package gpu

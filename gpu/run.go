@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/gpu/fused"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -307,9 +308,9 @@ func (g *Comm) resetFused(ctx context.Context, c *cuda.Ctx, seq uint32) error {
 	if err := g.rendezvous(ctx, seq, resetEnded); err != nil {
 		return err
 	}
-	size := cuda.OneShotRegionBytes(g.n, f.slotBytes)
-	ll := cuda.OneShotLLOffset(g.n, f.slotBytes)
-	if err := c.Memset8(f.own, 0, cuda.OneShotSlotsOffset, g.s); err != nil {
+	size := fused.RegionBytes(g.n, f.SlotBytes)
+	ll := fused.LLOffset(g.n, f.SlotBytes)
+	if err := c.Memset8(f.own, 0, fused.SlotsOffset, g.s); err != nil {
 		return err
 	}
 	if err := c.Memset8(f.own.Add(ll), 0, size-ll, g.s); err != nil {

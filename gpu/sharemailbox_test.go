@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/gpu/fused"
 )
 
 // fakeHost is n in-process ranks whose Allgather meets at a barrier.
@@ -88,8 +88,8 @@ func TestShareMailboxHostRegion(t *testing.T) {
 	}
 	gs := run(0)
 	for r, g := range gs {
-		if h := g.hostRegion(); len(h) != cuda.HostRegionBytes || g.hostShare != 0 {
-			t.Errorf("rank %d: host region of %d bytes, share %d; want %d, 0", r, len(h), g.hostShare, cuda.HostRegionBytes)
+		if h := g.hostRegion(); len(h) != fused.HostRegionBytes || g.hostShare != 0 {
+			t.Errorf("rank %d: host region of %d bytes, share %d; want %d, 0", r, len(h), g.hostShare, fused.HostRegionBytes)
 		}
 	}
 	gs[0].hostRegion()[12345] = 7

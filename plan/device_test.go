@@ -103,3 +103,115 @@ func TestDefaultPlanFused(t *testing.T) {
 		t.Errorf("a table naming fused: %+v", d)
 	}
 }
+
+// TestDeviceTable reads a device tuning table as braid tune --device cuda
+// writes it (its machine line records the GPUs; its entries name fused
+// kernels and schedules with the host's syntax), looks calls up in it,
+// and checks the planner's use of it with fake candidates: an entry wins
+// over the model, carries the fused kernel of the candidate it names or
+// the schedule's parameters, and gives way to the model where it names no
+// candidate of the call.
+func TestDeviceTable(t *testing.T) {
+	const in = `# braid device tuning table
+machine gpus=4 gpu=NVIDIA_H200
+allreduce ranks=4 hosts=1 size=0-512K gpu_oneshot
+allreduce ranks=4 hosts=1 size=512K-256M direct
+allreduce ranks=4 hosts=1 size=256M- segring:seg=16M
+bcast ranks=* hosts=* size=0- fused
+`
+	tb, err := ParseTable(strings.NewReader(in), "cuda.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Machine{GPUs: 4, GPU: "NVIDIA_H200"}); tb.Machine != want || !tb.Machine.HasGPUs() || tb.Machine.HasCores() {
+		t.Errorf("machine %+v, want %+v", tb.Machine, want)
+	}
+	if got := tb.Machine.String(); got != "4 GPUs NVIDIA_H200" {
+		t.Errorf("machine described as %q", got)
+	}
+	var sb strings.Builder
+	tb.WriteTo(&sb)
+	if want := strings.TrimPrefix(in, "# braid device tuning table\n"); sb.String() != want {
+		t.Errorf("written back as\n%s\nwant\n%s", sb.String(), want)
+	}
+	// Lookups: a device communicator asks with hosts 1.
+	for _, c := range []struct {
+		coll  sched.Collective
+		n     int
+		bytes int64
+		want  string
+	}{
+		{sched.Allreduce, 4, 8, "gpu_oneshot"},
+		{sched.Allreduce, 4, 512 << 10, "direct"},
+		{sched.Allreduce, 4, 1 << 30, "segring:seg=16M"},
+		{sched.Allreduce, 2, 8, ""},
+		{sched.Bcast, 3, 1 << 20, "fused"},
+		{sched.Allgather, 4, 1 << 20, ""},
+	} {
+		got := ""
+		if e := tb.Lookup(c.coll, c.n, 1, c.bytes); e != nil {
+			got = e.Choice.String()
+		}
+		if got != c.want {
+			t.Errorf("%v on %d GPUs, %d bytes: %q, want %q", c.coll, c.n, c.bytes, got, c.want)
+		}
+	}
+
+	// Fake candidates of an allreduce on 4 GPUs: two fused kernels and two
+	// schedules, costed so that the model alone would take the ring.
+	oneShot := &Fused{Kind: FusedOneShotLL, Blocks: 1, Threads: 512, Rounds: 1}
+	twoShot := &Fused{Kind: FusedTwoShot, Blocks: 256, Threads: 256, Rounds: 64, HostBytes: 1632, HostShare: 11}
+	cands := func(count int) []Candidate {
+		p := sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: count}
+		seg := p
+		seg.Segment = count / 16
+		return []Candidate{
+			{Name: "gpu_oneshot", Params: p, Cost: 3e-3, Fused: oneShot},
+			{Name: "direct", Params: p, Cost: 2e-3, Fused: twoShot},
+			{Name: "ring", Params: p, Cost: 1e-3},
+			{Name: "segring", Params: seg, Cost: 1.5e-3},
+		}
+	}
+	req := func(count int) Request {
+		return Request{Params: sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: count}, ElemSize: 4}
+	}
+	for _, c := range []struct {
+		count int
+		algo  string
+		fused *Fused
+		seg   int
+	}{
+		{1024, "gpu_oneshot", oneShot, 0},    // 4 KiB
+		{16 << 20, "direct", twoShot, 0},     // 64 MiB
+		{128 << 20, "segring", nil, 4 << 20}, // 512 MiB: seg=16M of float32
+	} {
+		dec, ok := tb.Choose(req(c.count), 1, cands(c.count))
+		if !ok || dec.Algo != c.algo || dec.Fused != c.fused || !strings.HasPrefix(dec.Reason, "tuning table cuda.txt: ") {
+			t.Errorf("%d float32: %q [%v] (%q, %v), want %q [%v] from the table", c.count, dec.Algo, dec.Fused, dec.Reason, ok, c.algo, c.fused)
+		}
+		if c.seg > 0 && dec.Params.Segment != c.seg {
+			t.Errorf("%d float32: segment %d elements, want %d (the entry's seg=16M)", c.count, dec.Params.Segment, c.seg)
+		}
+		if d := (Default{Table: tb}).Plan(req(c.count), cands(c.count)); d.Algo != c.algo || d.Fused != c.fused {
+			t.Errorf("%d float32: Default with the table chose %q, want %q", c.count, d.Algo, c.algo)
+		}
+	}
+	// An entry that names no candidate of the call (the fused kernels
+	// cannot run it, say): the model decides.
+	noFused := cands(16 << 20)[2:]
+	if _, ok := tb.Choose(req(16<<20), 1, noFused); ok {
+		t.Error("the table chose a candidate the call does not have")
+	}
+	if d := (Default{Table: tb}).Plan(req(16<<20), noFused); d.Algo != "ring" || !strings.HasPrefix(d.Reason, "cost model") {
+		t.Errorf("without the entry's candidate: %q (%s), want the model's ring", d.Algo, d.Reason)
+	}
+	// Another GPU count has no entry: the model decides.
+	r2 := Request{Params: sched.Params{Coll: sched.Allreduce, NRanks: 2, Count: 1024}, ElemSize: 4}
+	if _, ok := tb.Choose(r2, 1, cands(1024)); ok {
+		t.Error("an entry for 4 GPUs chose for 2")
+	}
+	var none *Table
+	if _, ok := none.Choose(req(1024), 1, cands(1024)); ok {
+		t.Error("a nil table chose")
+	}
+}

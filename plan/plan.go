@@ -84,13 +84,8 @@ func (d Default) Plan(r Request, cand []Candidate) Decision {
 	if len(cand) == 0 {
 		return Decision{}
 	}
-	if e := d.Table.Lookup(r.Params.Coll, r.Params.NRanks, r.Params.Layout.NHosts(), r.Size()); e != nil {
-		for _, c := range cand {
-			if c.Name == e.Choice.Algo {
-				p := e.Choice.Apply(c.Params, r.ElemSize)
-				return Decision{Algo: c.Name, Params: p, Reason: fmt.Sprintf("tuning table %s: %s", d.Table.Source, e), Fused: c.Fused}
-			}
-		}
+	if dec, ok := d.Table.Choose(r, r.Params.Layout.NHosts(), cand); ok {
+		return dec
 	}
 	var costed []Candidate
 	for _, c := range cand {
@@ -161,4 +156,24 @@ func (d Default) Model() cost.Model {
 		return *d.Table.Model
 	}
 	return cost.Default()
+}
+
+// Choose returns the decision of t's entry for r on hosts hosts, if it
+// has one and the entry's algorithm is among the candidates: that
+// candidate, with the entry's parameters applied, and its fused kernel
+// where it is one. A device communicator, on one host, asks with hosts 1;
+// Default.Plan asks first with the request's hosts. A nil table has no
+// entry.
+func (t *Table) Choose(r Request, hosts int, cand []Candidate) (Decision, bool) {
+	e := t.Lookup(r.Params.Coll, r.Params.NRanks, hosts, r.Size())
+	if e == nil {
+		return Decision{}, false
+	}
+	for _, c := range cand {
+		if c.Name == e.Choice.Algo {
+			p := e.Choice.Apply(c.Params, r.ElemSize)
+			return Decision{Algo: c.Name, Params: p, Reason: fmt.Sprintf("tuning table %s: %s", t.Source, e), Fused: c.Fused}, true
+		}
+	}
+	return Decision{}, false
 }

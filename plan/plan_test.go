@@ -285,7 +285,30 @@ func TestTableMachine(t *testing.T) {
 	if sb.String() != in {
 		t.Errorf("written back as %q, want %q", sb.String(), in)
 	}
-	for _, bad := range []string{"machine cores=0 numa=1", "machine cores=4", "machine cores=4 numa=1 x=2", "machine cores=4 sockets=1", "machine cores=4 numa=1\nmachine cores=4 numa=1"} {
+	// A device table records the GPUs, a table of both kinds both.
+	for _, c := range []struct {
+		line string
+		want plan.Machine
+	}{
+		{"machine gpus=4 gpu=NVIDIA_H200", plan.Machine{GPUs: 4, GPU: "NVIDIA_H200"}},
+		{"machine cores=16 numa=2 gpus=1 gpu=NVIDIA_H100_80GB_HBM3", plan.Machine{Cores: 16, NUMA: 2, GPUs: 1, GPU: "NVIDIA_H100_80GB_HBM3"}},
+	} {
+		tb, err := plan.ParseTable(strings.NewReader(c.line+"\n"), "t")
+		if err != nil || tb.Machine != c.want {
+			t.Errorf("%q: %+v, %v; want %+v", c.line, tb.Machine, err, c.want)
+			continue
+		}
+		sb.Reset()
+		tb.WriteTo(&sb)
+		if sb.String() != c.line+"\n" {
+			t.Errorf("%q written back as %q", c.line, sb.String())
+		}
+	}
+	if got := plan.GPUName(" NVIDIA H100\t80GB HBM3 "); got != "NVIDIA_H100_80GB_HBM3" {
+		t.Errorf("GPUName: %q", got)
+	}
+	for _, bad := range []string{"machine cores=0 numa=1", "machine cores=4", "machine cores=4 numa=1 x=2", "machine cores=4 sockets=1", "machine cores=4 numa=1\nmachine cores=4 numa=1",
+		"machine", "machine gpus=4", "machine gpu=H200", "machine gpus=0 gpu=H200", "machine gpus=2 gpu=", "machine gpus=2 gpus=2 gpu=H200", "machine numa=1 gpus=2 gpu=H200"} {
 		if _, err := plan.ParseTable(strings.NewReader(bad+"\n"), "t"); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

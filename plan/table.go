@@ -42,10 +42,15 @@ import (
 // exist, and take the parameters given, is checked where the algorithms
 // are known (Init and NewLocal check every table they load).
 //
-// The machine line says where braid tune measured the table: its logical
-// cores and NUMA nodes. Init and NewLocal refuse a table measured on
-// another machine (a cached one is ignored with a warning), since its
-// choices and link figures belong to that machine.
+// The machine line says where the table was measured: a host table
+// (braid tune) records the logical cores and NUMA nodes, "machine cores=16
+// numa=1"; a device table (braid tune --device cuda), whose entries name
+// fused kernels and schedules on device buffers, records the GPUs the
+// driver shows and their model, spaces written as _, "machine gpus=4
+// gpu=NVIDIA_H200". Init and NewLocal refuse a host table measured on
+// another machine, and a device communicator a device table measured on
+// other GPUs (a cached one is ignored with a warning), since its choices
+// and link figures belong to that machine.
 type Table struct {
 	Source  string      // where it was read from, for log messages
 	Model   *cost.Model // measured link figures; nil if the file has none
@@ -53,14 +58,95 @@ type Table struct {
 	Entries []Entry
 }
 
-// Machine is what a tuning table records of the machine it was measured on.
+// Machine is what a tuning table records of the machine it was measured
+// on: its cores (a host table) or its GPUs (a device table), or both.
 type Machine struct {
-	Cores int // logical CPUs
-	NUMA  int // NUMA nodes
+	Cores int // logical CPUs; 0 where the table records none
+	NUMA  int // NUMA nodes; 0 where the table records no cores
+	GPUs  int // GPUs the driver shows; 0 where the table records none
+	// GPU is the GPUs' model as the driver names it, spaces written as _
+	// (GPUName), "NVIDIA_H200"; "" where GPUs is 0.
+	GPU string
 }
 
+// GPUName writes a GPU's name as a Machine records it: spaces and tabs
+// as _, so that the machine line stays one field.
+func GPUName(name string) string {
+	return strings.Join(strings.Fields(name), "_")
+}
+
+// HasCores reports whether m records a host's cores (a host table's
+// machine line).
+func (m Machine) HasCores() bool { return m.Cores > 0 }
+
+// HasGPUs reports whether m records GPUs (a device table's machine line).
+func (m Machine) HasGPUs() bool { return m.GPUs > 0 }
+
+// String describes m for messages: "16 cores and 1 NUMA node", "4 GPUs
+// NVIDIA_H200", or both.
 func (m Machine) String() string {
-	return fmt.Sprintf("%d cores and %d NUMA node%s", m.Cores, m.NUMA, map[bool]string{true: "s"}[m.NUMA != 1])
+	var parts []string
+	if m.HasCores() {
+		parts = append(parts, fmt.Sprintf("%d cores and %d NUMA node%s", m.Cores, m.NUMA, map[bool]string{true: "s"}[m.NUMA != 1]))
+	}
+	if m.HasGPUs() {
+		parts = append(parts, fmt.Sprintf("%d GPU%s %s", m.GPUs, map[bool]string{true: "s"}[m.GPUs != 1], m.GPU))
+	}
+	if len(parts) == 0 {
+		return "nothing recorded"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// parseMachine reads a machine line's fields after "machine".
+func parseMachine(f []string) (Machine, error) {
+	const want = `want "machine cores=N numa=N" (a host table) or "machine gpus=N gpu=NAME" (a device table), or both`
+	var m Machine
+	seen := map[string]bool{}
+	for _, kv := range f {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || seen[k] {
+			return m, fmt.Errorf("%s, got %q", want, strings.Join(f, " "))
+		}
+		seen[k] = true
+		if k == "gpu" {
+			if v == "" {
+				return m, fmt.Errorf("machine gpu=: want the GPUs' model, spaces written as _")
+			}
+			m.GPU = v
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return m, fmt.Errorf("machine %s: want a count ≥ 1", kv)
+		}
+		switch k {
+		case "cores":
+			m.Cores = n
+		case "numa":
+			m.NUMA = n
+		case "gpus":
+			m.GPUs = n
+		default:
+			return m, fmt.Errorf("unknown machine field %q (want cores= and numa=, or gpus= and gpu=)", k)
+		}
+	}
+	if (m.Cores > 0) != (m.NUMA > 0) || (m.GPUs > 0) != (m.GPU != "") || (m.Cores == 0 && m.GPUs == 0) {
+		return m, fmt.Errorf("%s, got %q", want, strings.Join(f, " "))
+	}
+	return m, nil
+}
+
+// line writes m as a table's machine line, without its newline.
+func (m Machine) line() string {
+	s := "machine"
+	if m.HasCores() {
+		s += fmt.Sprintf(" cores=%d numa=%d", m.Cores, m.NUMA)
+	}
+	if m.HasGPUs() {
+		s += fmt.Sprintf(" gpus=%d gpu=%s", m.GPUs, m.GPU)
+	}
+	return s
 }
 
 // Entry is one line of a table.
@@ -153,27 +239,11 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 			if t.Machine != (Machine{}) {
 				return fmt.Errorf("machine given twice")
 			}
-			if len(f) != 3 {
-				return fmt.Errorf("want \"machine cores=N numa=N\", got %q", strings.Join(f, " "))
+			m, err := parseMachine(f[1:])
+			if err != nil {
+				return err
 			}
-			for _, kv := range f[1:] {
-				k, v, _ := strings.Cut(kv, "=")
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 {
-					return fmt.Errorf("machine %s: want a count ≥ 1", kv)
-				}
-				switch k {
-				case "cores":
-					t.Machine.Cores = n
-				case "numa":
-					t.Machine.NUMA = n
-				default:
-					return fmt.Errorf("unknown machine field %q (want cores= and numa=)", k)
-				}
-			}
-			if t.Machine.Cores == 0 || t.Machine.NUMA == 0 {
-				return fmt.Errorf("want \"machine cores=N numa=N\", got %q", strings.Join(f, " "))
-			}
+			t.Machine = m
 		case "link":
 			if len(f) != 4 {
 				return fmt.Errorf("want \"link CLASS alpha=T beta=B\", got %q", strings.Join(f, " "))
@@ -310,7 +380,7 @@ func parseEntry(f []string) (Entry, error) {
 func (t *Table) WriteTo(w io.Writer) (int64, error) {
 	var b bytes.Buffer
 	if t.Machine != (Machine{}) {
-		fmt.Fprintf(&b, "machine cores=%d numa=%d\n", t.Machine.Cores, t.Machine.NUMA)
+		b.WriteString(t.Machine.line() + "\n")
 	}
 	if t.Model != nil {
 		for _, c := range cost.Classes() {

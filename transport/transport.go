@@ -43,6 +43,8 @@ var (
 	ErrClosed = errors.New("closed")
 	// ErrAuth: a connection did not present the job's secret.
 	ErrAuth = errors.New("authentication failed")
+	// ErrCanceled: the request was withdrawn by Cancel.
+	ErrCanceled = errors.New("canceled")
 )
 
 // Request is an outstanding send or receive.
@@ -57,6 +59,28 @@ type Request interface {
 	// fails), for transports that complete requests asynchronously. Polling
 	// transports (shm) return nil: the caller must keep calling Test.
 	Done() <-chan struct{}
+}
+
+// Canceler is a Request that can be withdrawn before it completes. Every
+// transport's receives implement it. Once Cancel returns, the transport
+// writes nothing more into the receive's buffer: a message it had matched
+// is drained and dropped as it comes, and one that arrives later is held
+// as unexpected. The request then reports ErrCanceled, unless it had
+// completed before. Cancel must not run concurrently with the request's
+// Test.
+//
+// A call that fails withdraws its requests before it returns (exec does,
+// and so do the point-to-point calls), so that no transport writes into
+// the caller's buffers after the call has returned.
+type Canceler interface {
+	Cancel()
+}
+
+// Cancel withdraws req if its transport can (Canceler); see Canceler.
+func Cancel(req Request) {
+	if c, ok := req.(Canceler); ok {
+		c.Cancel()
+	}
 }
 
 // Conn is a connection to one peer.

@@ -84,6 +84,11 @@ that names the variable):
                    turns it off, and a bad value is an error naming it); go doc
                    github.com/braid-ccl/braid DeviceOptions lists the
                    other BRAID_GPU_* knobs
+  BRAID_GPU_TUNING  a device tuning table from braid tune --device cuda (default:
+                   the one it caches in ~/.cache/braid/tuning-cuda.txt, if any);
+                   none ignores it; one measured on other GPUs is refused
+  BRAID_GPU_MULTIPATH  a multi-path table from braid tune --device cuda
+                   --multipath: the fused kernels' host share by size
   BRAID_CUDA_LIB, BRAID_NVML_LIB  the CUDA driver and NVML libraries to load
                    (default: the loader's search path)
 Launchers set BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE,

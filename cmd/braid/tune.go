@@ -51,7 +51,7 @@ func tuneCmd(args []string) error {
 		return tuneDevice(dev, rest)
 	}
 	fs := flag.NewFlagSet("braid tune", flag.ContinueOnError)
-	fs.String("device", "", "cuda: tune the multi-path copy between two GPUs instead (see braid tune --device cuda -h)")
+	fs.String("device", "", "cuda: tune the planner's choices on device buffers instead, or with --multipath the multi-path copy between two GPUs (see braid tune --device cuda -h)")
 	nsF := fs.String("n", "2,4", "rank counts to tune for, each run as its own local job")
 	collsF := fs.String("colls", tuneColls, "collectives to tune")
 	minS := fs.String("min-size", "8", "smallest size (bytes; K, M, G suffixes)")

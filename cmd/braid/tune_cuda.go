@@ -13,10 +13,11 @@ import (
 
 	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/gpu/multipath"
 	"github.com/braid-ccl/braid/plan"
 )
 
-const tuneDeviceUsage = `usage: braid tune --device cuda [flags]
+const tuneMultiPathUsage = `usage: braid tune --device cuda --multipath [flags]
 
 Tunes the multi-path copy between two GPUs (Algorithm 4.1 of Temuçin's
 MASc thesis, Queen's University 2021): the direct peer copy of part of the
@@ -25,24 +26,46 @@ the host-staged path alone, and both paths over a grid of host shares and
 chunk counts, each the fastest of --reps timings on the host clock (sizes
 under --min-bytes are timed over that many bytes of back-to-back copies).
 It prints GB/s per path and size, and writes the table of splits
-(format: cuda.MultiPathTable): the fastest split at each size where it
+(format: multipath.Table): the fastest split at each size where it
 beats the peer copy alone by --min-gain percent, the peer copy alone
-elsewhere.
+elsewhere. BRAID_GPU_MULTIPATH=FILE (DeviceOptions.MultiPath) gives it
+to device communicators, whose fused kernels then send that share of
+large allreduces and broadcasts through host memory.
 
 examples:
-  braid tune --device cuda
-  braid tune --device cuda --max-size 256M --reps 3 --out-multipath mp.txt
+  braid tune --device cuda --multipath
+  braid tune --device cuda --multipath --max-size 256M --reps 3 --out-multipath mp.txt
 
 flags:
 `
 
-// tuneDevice is braid tune --device DEV.
+// tuneDevice is braid tune --device DEV: the device tuning table, or with
+// --multipath the multi-path copy's table.
 func tuneDevice(dev string, args []string) error {
 	if dev != "cuda" {
 		return usageError{fmt.Sprintf("tune: --device %s: only cuda is supported", dev)}
 	}
-	def := cuda.DefaultMultiPathSweep()
-	fs := flag.NewFlagSet("braid tune --device cuda", flag.ContinueOnError)
+	var rest []string
+	multi := false
+	for _, a := range args {
+		switch a {
+		case "--multipath", "-multipath", "--multipath=true", "-multipath=true":
+			multi = true
+		case "--multipath=false", "-multipath=false":
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if multi {
+		return tuneMultiPath(rest)
+	}
+	return tuneDeviceTable(rest)
+}
+
+// tuneMultiPath is braid tune --device cuda --multipath.
+func tuneMultiPath(args []string) error {
+	def := multipath.DefaultSweep()
+	fs := flag.NewFlagSet("braid tune --device cuda --multipath", flag.ContinueOnError)
 	srcF := fs.Int("src", 0, "source GPU")
 	dstF := fs.Int("dst", 1, "destination GPU")
 	minS := fs.String("min-size", plan.FormatSize(int64(def.Sizes[0])), "smallest size (bytes; K, M, G suffixes)")
@@ -55,63 +78,61 @@ func tuneDevice(dev string, args []string) error {
 	minBytesS := fs.String("min-bytes", "64M", "bytes per timing at least; smaller copies repeat back to back")
 	minGain := fs.Float64("min-gain", 3, "percent a split must beat the peer copy alone by to be chosen")
 	spin := fs.Duration("spin", 10*time.Millisecond, "how long the GPU workers and their callers poll before sleeping (cuda.WorkerOptions.Spin); longer than the largest copy keeps the machine's wake-up delays out of the figures")
-	out := fs.String("out-multipath", "", "table file to write (default: multipath.txt beside "+braid.DefaultTuningFile()+")")
-	fs.Usage = func() { fmt.Fprint(os.Stderr, tuneDeviceUsage); fs.PrintDefaults() }
+	out := fs.String("out-multipath", "", "table file to write (default: "+braid.DefaultMultiPathFile()+")")
+	fs.Usage = func() { fmt.Fprint(os.Stderr, tuneMultiPathUsage); fs.PrintDefaults() }
 	if done, err := parseFlags(fs, args); done {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{"tune --device cuda: unexpected argument " + fs.Arg(0)}
+		return usageError{"tune --device cuda --multipath: unexpected argument " + fs.Arg(0)}
 	}
-	sw := cuda.MultiPathSweep{Reps: *reps}
+	sw := multipath.Sweep{Reps: *reps}
 	lo, err := plan.ParseSize(*minS)
 	if err != nil {
-		return usageError{"tune --device cuda: --min-size: " + err.Error()}
+		return usageError{"tune --device cuda --multipath: --min-size: " + err.Error()}
 	}
 	hi, err := plan.ParseSize(*maxS)
 	if err != nil {
-		return usageError{"tune --device cuda: --max-size: " + err.Error()}
+		return usageError{"tune --device cuda --multipath: --max-size: " + err.Error()}
 	}
 	minBytes, err := plan.ParseSize(*minBytesS)
 	if err != nil || minBytes < 1 {
-		return usageError{"tune --device cuda: --min-bytes: want a positive size"}
+		return usageError{"tune --device cuda --multipath: --min-bytes: want a positive size"}
 	}
 	sw.MinBytes = int(minBytes)
 	if lo < 1 || hi < lo || *step < 2 || *reps < 1 || *srcF < 0 || *dstF < 0 || *srcF == *dstF || *minGain < 0 {
-		return usageError{"tune --device cuda: want 0 < --min-size ≤ --max-size, --step ≥ 2, --reps ≥ 1, --min-gain ≥ 0 and two different GPUs"}
+		return usageError{"tune --device cuda --multipath: want 0 < --min-size ≤ --max-size, --step ≥ 2, --reps ≥ 1, --min-gain ≥ 0 and two different GPUs"}
 	}
 	for _, s := range tuneSizes(lo, hi, int64(*step)) {
 		sw.Sizes = append(sw.Sizes, int(s))
 	}
 	if sw.Shares, err = parseFloats(*sharesF); err != nil {
-		return usageError{"tune --device cuda: --shares: " + err.Error()}
+		return usageError{"tune --device cuda --multipath: --shares: " + err.Error()}
 	}
 	for _, s := range sw.Shares {
 		if !(s > 0 && s < 1) {
-			return usageError{fmt.Sprintf("tune --device cuda: --shares: %v is not between 0 and 1", s)}
+			return usageError{fmt.Sprintf("tune --device cuda --multipath: --shares: %v is not between 0 and 1", s)}
 		}
 	}
 	if sw.Chunks, err = parseInts(*chunksF); err != nil {
-		return usageError{"tune --device cuda: --chunks: " + err.Error()}
+		return usageError{"tune --device cuda --multipath: --chunks: " + err.Error()}
 	}
 	if sw.StagedChunks, err = parseInts(*stagedF); err != nil {
-		return usageError{"tune --device cuda: --staged-chunks: " + err.Error()}
+		return usageError{"tune --device cuda --multipath: --staged-chunks: " + err.Error()}
 	}
 	dest := *out
 	if dest == "" {
-		d := braid.DefaultTuningFile()
-		if d == "" {
-			return fmt.Errorf("tune --device cuda: no cache directory for the default table; give --out-multipath")
+		if dest = braid.DefaultMultiPathFile(); dest == "" {
+			return fmt.Errorf("tune --device cuda --multipath: no cache directory for the default table; give --out-multipath")
 		}
-		dest = filepath.Join(filepath.Dir(d), "multipath.txt")
 	}
 
 	ngpu, err := cuda.DeviceCount()
 	if err != nil {
-		return fmt.Errorf("tune --device cuda: %w", err)
+		return fmt.Errorf("tune --device cuda --multipath: %w", err)
 	}
 	if *srcF >= ngpu || *dstF >= ngpu {
-		return fmt.Errorf("tune --device cuda: GPUs %d and %d asked for, %d visible (the multi-path copy needs two)", *srcF, *dstF, ngpu)
+		return fmt.Errorf("tune --device cuda --multipath: GPUs %d and %d asked for, %d visible (the multi-path copy needs two)", *srcF, *dstF, ngpu)
 	}
 	src, dst := cuda.Device(*srcF), cuda.Device(*dstF)
 	ws, err := cuda.NewWorker(src, cuda.WorkerOptions{Spin: *spin})
@@ -133,19 +154,19 @@ func tuneDevice(dev string, args []string) error {
 	header := fmt.Sprintf("multi-path copy GPU %d (%s) -> GPU %d (%s)", src, names[0], dst, names[1])
 	fmt.Fprintf(os.Stderr, "braid tune: %s: %d sizes from %s to %s, %d splits, best of %d\n",
 		header, len(sw.Sizes), plan.FormatSize(lo), plan.FormatSize(hi), len(sw.Shares)*len(sw.Chunks), sw.Reps)
-	sw.Progress = func(size int, rs []cuda.MultiPathResult) {
+	sw.Progress = func(size int, rs []multipath.Result) {
 		fmt.Fprintf(os.Stderr, "  %6s: peer copy alone %.1f GB/s\n", plan.FormatSize(int64(size)), rs[0].GBps)
 	}
 	start := time.Now()
-	res, err := cuda.MeasureMultiPath(context.Background(), ws, wd, sw)
+	res, err := multipath.Measure(context.Background(), ws, wd, sw)
 	if err != nil {
-		return fmt.Errorf("tune --device cuda: %w", err)
+		return fmt.Errorf("tune --device cuda --multipath: %w", err)
 	}
-	sums, err := cuda.SummarizeMultiPath(res)
+	sums, err := multipath.Summarize(res)
 	if err != nil {
 		return err
 	}
-	tab := cuda.ChooseMultiPath(sums, *minGain/100)
+	tab := multipath.Choose(sums, *minGain/100)
 
 	var report strings.Builder
 	fmt.Fprintf(&report, "%s, host clock, fastest of %d, workers polling %v; sizes under %s timed over %s of back-to-back copies\n",
@@ -170,14 +191,14 @@ func tuneDevice(dev string, args []string) error {
 	}
 	fmt.Println()
 	tab.WriteTo(os.Stdout)
-	fmt.Fprintf(os.Stderr, "braid tune: wrote %s\n", dest)
+	fmt.Fprintf(os.Stderr, "braid tune: wrote %s; BRAID_GPU_MULTIPATH=%s gives it to device communicators\n", dest, dest)
 	return nil
 }
 
 // writeMultiPathReport prints one line per size: GB/s of the peer copy
 // alone, of the host-staged path alone in each chunk count, of the fastest
 // split and its gain over the peer copy alone, and the table's choice.
-func writeMultiPathReport(w io.Writer, sums []cuda.MultiPathSummary, stagedChunks []int, tab *cuda.MultiPathTable) {
+func writeMultiPathReport(w io.Writer, sums []multipath.Summary, stagedChunks []int, tab *multipath.Table) {
 	fmt.Fprintf(w, "%8s %8s", "size", "direct")
 	for _, c := range stagedChunks {
 		fmt.Fprintf(w, " %10s", fmt.Sprintf("staged/%d", c))
@@ -229,8 +250,8 @@ func parseInts(s string) ([]int, error) {
 			continue
 		}
 		v, err := strconv.Atoi(f)
-		if err != nil || v < 1 || v > cuda.MaxMultiPathChunks {
-			return nil, fmt.Errorf("%q: want counts from 1 to %d, comma separated", s, cuda.MaxMultiPathChunks)
+		if err != nil || v < 1 || v > multipath.MaxChunks {
+			return nil, fmt.Errorf("%q: want counts from 1 to %d, comma separated", s, multipath.MaxChunks)
 		}
 		out = append(out, v)
 	}

@@ -14,6 +14,11 @@ type request struct {
 	done atomic.Bool
 	err  error
 	ch   chan struct{}
+
+	// For Cancel: the box a request waits in, and its entry there.
+	box  *box
+	recv *postedRecv
+	send *pendingSend
 }
 
 func newRequest() *request { return &request{ch: make(chan struct{})} }
@@ -37,6 +42,36 @@ func (r *request) Test() (bool, error) {
 
 // Done returns a channel closed on completion.
 func (r *request) Done() <-chan struct{} { return r.ch }
+
+// Cancel withdraws the request (transport.Canceler): a posted receive
+// leaves its box, so that no sender copies into its buffer; a send that
+// waits for its receiver is given a copy of its data, so that the
+// receiver no longer reads the caller's buffer.
+func (r *request) Cancel() {
+	b := r.box
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.done.Load() {
+		return
+	}
+	switch {
+	case r.recv != nil:
+		for i, x := range b.recvs {
+			if x == r.recv {
+				b.recvs = append(b.recvs[:i], b.recvs[i+1:]...)
+				break
+			}
+		}
+		r.complete(fmt.Errorf("inproc: receive of %v: %w", r.recv.tag, transport.ErrCanceled))
+	case r.send != nil:
+		r.send.data = append([]byte(nil), r.send.data...)
+		r.send.eager = true
+		r.complete(fmt.Errorf("inproc: send of %v: %w", r.send.tag, transport.ErrCanceled))
+	}
+}
 
 type pendingSend struct {
 	tag   transport.Tag
@@ -238,6 +273,7 @@ func (c *Conn) Isend(tag transport.Tag, data []byte) (transport.Request, error) 
 		}
 	}
 	ps := &pendingSend{tag: tag, data: data, req: req}
+	req.box, req.send = b, ps
 	if len(data) <= EagerLimit {
 		// Small messages are buffered and complete at once, like the
 		// eager protocol of the process transports.
@@ -275,7 +311,9 @@ func (c *Conn) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
 		req.complete(b.dead)
 		return req, nil
 	}
-	b.recvs = append(b.recvs, &postedRecv{tag: tag, buf: buf, req: req})
+	pr := &postedRecv{tag: tag, buf: buf, req: req}
+	req.box, req.recv = b, pr
+	b.recvs = append(b.recvs, pr)
 	return req, nil
 }
 

@@ -129,6 +129,34 @@ func (r *recvReq) Test() (bool, error) {
 	}
 }
 
+// Cancel withdraws the receive (transport.Canceler). Under rmu, which
+// every drain of the ring holds, it unposts the receive, or makes the
+// chunked message it was receiving drop its remaining chunks; a rendezvous
+// message it had matched is acknowledged as failed, so that the sender
+// does not wait for a copy that will not come. Only the receive's owner
+// copies a rendezvous message (in Test), and the owner is the caller.
+func (r *recvReq) Cancel() {
+	c := r.c
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	switch r.state.Load() {
+	case recvDone:
+		return
+	case recvRndv:
+		if !c.closed.Load() {
+			c.ack(r.slot, r.gen, ackFailed)
+		}
+	default:
+		c.unpost(r)
+		for k, p := range c.partial {
+			if p.r == r {
+				c.partial[k] = partial{drop: true}
+			}
+		}
+	}
+	r.complete(fmt.Errorf("shm: rank %d: receive of %v from rank %d: %w", c.m.rank, r.tag, c.peer, transport.ErrCanceled))
+}
+
 // A Test copies a rendezvous message in pieces of cmaChunk bytes, for up
 // to streamBudget, so that a Test of a 64 MiB receive leaves the caller's
 // other requests a turn. It goes on to the next piece itself rather than

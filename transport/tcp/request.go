@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -137,4 +138,56 @@ func putBuf(p *[]byte) {
 		return
 	}
 	pools[c].Put(p)
+}
+
+// Cancel withdraws the receive (transport.Canceler). It stops every
+// stream's reader between two copies (a frame's payload goes into a
+// receive's buffer only while its stream's rmu is held), then unposts the
+// receive or detaches it from the message it matched: that message's
+// frames, the one being read included, are drained and dropped.
+func (r *recvReq) Cancel() {
+	if done, _ := r.result(); done {
+		return
+	}
+	p := r.p
+	for _, s := range p.streams {
+		s.rmu.Lock()
+	}
+	p.mu.Lock()
+	key := r.tag.Key()
+	if list := p.posted[key]; len(list) > 0 {
+		keep := list[:0]
+		for _, x := range list {
+			if x != r {
+				keep = append(keep, x)
+			}
+		}
+		clear(list[len(keep):])
+		if len(keep) == 0 {
+			delete(p.posted, key)
+		} else {
+			p.posted[key] = keep
+		}
+	}
+	var mine *message
+	for _, e := range p.inflight {
+		if e.req == r {
+			e.req = nil
+			e.discard = true
+			mine = e
+		}
+	}
+	for _, s := range p.streams {
+		rd := &s.rd
+		if mine != nil && rd.inFrame && rd.direct && rd.e == mine {
+			rd.dst, rd.direct = nil, false
+			p.busy--
+		}
+	}
+	r.finish(fmt.Errorf("tcp: rank %d: receive from peer %d (%v): %w", p.m.self, p.rank, r.tag, transport.ErrCanceled))
+	p.failRequestsLocked()
+	p.mu.Unlock()
+	for _, s := range p.streams {
+		s.rmu.Unlock()
+	}
 }

@@ -27,7 +27,8 @@ const timeout = 20 * time.Second
 // length or Sig difference; the Unexpected hook; ErrAborted and the Lost
 // hook after a peer's Abort; ErrClosed after Close, ErrPeerLost at the
 // closed rank's peers, and delivery of what was sent before Close; requests
-// driven from several goroutines; and the Done channel. The death of a peer
+// driven from several goroutines; the Done channel; and receives withdrawn
+// by transport.Cancel, before and while their message comes. The death of a peer
 // process is not tested here: each transport tests it with real processes.
 func Run(t *testing.T, newMeshes Factory) {
 	tests := []struct {
@@ -48,6 +49,7 @@ func Run(t *testing.T, newMeshes Factory) {
 		{"Unexpected", testUnexpected},
 		{"Abort", testAbort},
 		{"Close", testClose},
+		{"Cancel", testCancel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newMeshes) })

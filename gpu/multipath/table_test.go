@@ -1,4 +1,4 @@
-package cuda
+package multipath
 
 import (
 	"os"
@@ -16,11 +16,11 @@ size=4M-64M host=10% chunks=8   # trailing comment
 size=256M- chunks=16 host=0.11
 size=64M-256M host=0.1 chunks=8
 `
-	tab, err := ParseMultiPathTable(strings.NewReader(src), "x")
+	tab, err := ParseTable(strings.NewReader(src), "x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []MultiPathEntry{
+	want := []Entry{
 		{Min: 0, Max: 4 << 20, Chunks: 1, Line: 2},
 		{Min: 4 << 20, Max: 64 << 20, HostShare: 0.1, Chunks: 8, Line: 3},
 		{Min: 256 << 20, HostShare: 0.11, Chunks: 16, Line: 5},
@@ -42,7 +42,7 @@ size=64M-256M host=0.1 chunks=8
 	if b.String() != wantText {
 		t.Errorf("WriteTo wrote\n%s\nwant\n%s", b.String(), wantText)
 	}
-	again, err := ParseMultiPathTable(strings.NewReader(b.String()), "y")
+	again, err := ParseTable(strings.NewReader(b.String()), "y")
 	if err != nil {
 		t.Fatalf("reading what WriteTo wrote: %v", err)
 	}
@@ -87,7 +87,7 @@ size=64M-256M host=0.1 chunks=8
 
 func TestMultiPathTableGaps(t *testing.T) {
 	// Sizes no range holds, and a nil table, take the peer copy alone.
-	tab, err := ParseMultiPathTable(strings.NewReader("size=1M-2M host=0.5 chunks=2\n"), "gaps")
+	tab, err := ParseTable(strings.NewReader("size=1M-2M host=0.5 chunks=2\n"), "gaps")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestMultiPathTableGaps(t *testing.T) {
 	if share, chunks := tab.Lookup(1 << 20); share != 0.5 || chunks != 2 {
 		t.Errorf("Lookup(1M) = %v, %d", share, chunks)
 	}
-	var nilTab *MultiPathTable
+	var nilTab *Table
 	if share, chunks := nilTab.Lookup(1 << 20); share != 0 || chunks != 1 {
 		t.Errorf("nil table: %v, %d", share, chunks)
 	}
@@ -109,7 +109,7 @@ func TestMultiPathTableGaps(t *testing.T) {
 }
 
 func TestDefaultMultiPathTable(t *testing.T) {
-	d := DefaultMultiPathTable()
+	d := DefaultTable()
 	for _, size := range []int{0, 1, 4 << 20, 1 << 30, 1 << 40} {
 		if share, chunks := d.Lookup(size); share != 0 || chunks != 1 {
 			t.Errorf("default table at %d bytes: host share %v in %d chunks, want the peer copy alone", size, share, chunks)
@@ -145,13 +145,13 @@ func TestMultiPathTableErrors(t *testing.T) {
 		{"size=4M- direct\nsize=0-8M direct", "t:2: size=0-8M overlaps line 1"},
 		{"size=1M-2M direct\nsize=0- direct", "overlaps line 1"},
 	} {
-		_, err := ParseMultiPathTable(strings.NewReader(tc.src), "t")
+		_, err := ParseTable(strings.NewReader(tc.src), "t")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.src, err, tc.want)
 		}
 	}
 	// Ranges that touch do not overlap.
-	if _, err := ParseMultiPathTable(strings.NewReader("size=4M- direct\nsize=0-4M direct"), "t"); err != nil {
+	if _, err := ParseTable(strings.NewReader("size=4M- direct\nsize=0-4M direct"), "t"); err != nil {
 		t.Error(err)
 	}
 }
@@ -161,27 +161,27 @@ func TestLoadMultiPathTable(t *testing.T) {
 	if err := os.WriteFile(path, []byte("size=64M- host=0.1 chunks=16\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tab, err := LoadMultiPathTable(path)
+	tab, err := LoadTable(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tab.Source != path || len(tab.Entries) != 1 {
 		t.Errorf("loaded %+v", tab)
 	}
-	if _, err := LoadMultiPathTable(filepath.Join(t.TempDir(), "none.txt")); err == nil || !strings.Contains(err.Error(), "multi-path table") {
+	if _, err := LoadTable(filepath.Join(t.TempDir(), "none.txt")); err == nil || !strings.Contains(err.Error(), "multi-path table") {
 		t.Errorf("missing file: %v", err)
 	}
 }
 
 // result is a measured configuration for the choice tests.
-func result(size int, share float64, chunks int, gbps float64) MultiPathResult {
-	return MultiPathResult{Size: size, HostShare: share, Chunks: chunks, Copies: 1,
+func result(size int, share float64, chunks int, gbps float64) Result {
+	return Result{Size: size, HostShare: share, Chunks: chunks, Copies: 1,
 		Time: time.Duration(float64(size) / gbps), GBps: gbps}
 }
 
 func TestChooseMultiPath(t *testing.T) {
 	const M = 1 << 20
-	res := []MultiPathResult{
+	res := []Result{
 		// 4M: staging loses.
 		result(4*M, 0, 1, 100), result(4*M, 1, 8, 20), result(4*M, 0.04, 4, 90), result(4*M, 0.1, 8, 80),
 		// 16M: a 2% gain, below the 3% asked for.
@@ -192,7 +192,7 @@ func TestChooseMultiPath(t *testing.T) {
 		// 1G: two splits tie; the smaller host share wins.
 		result(1024*M, 0, 1, 395), result(1024*M, 0.12, 16, 440), result(1024*M, 0.1, 16, 440), result(1024*M, 1, 8, 50),
 	}
-	sums, err := SummarizeMultiPath(res)
+	sums, err := Summarize(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestChooseMultiPath(t *testing.T) {
 	if b := sums[4].Best; b.HostShare != 0.1 || b.Chunks != 16 {
 		t.Errorf("1G best %+v, want the smaller share of a tie", b)
 	}
-	tab := ChooseMultiPath(sums, 0.03)
+	tab := Choose(sums, 0.03)
 	var b strings.Builder
 	tab.WriteTo(&b)
 	want := "size=0-64M direct\nsize=64M-1G host=0.1 chunks=8\nsize=1G- host=0.1 chunks=16\n"
@@ -215,27 +215,27 @@ func TestChooseMultiPath(t *testing.T) {
 		t.Errorf("chose\n%s\nwant\n%s", b.String(), want)
 	}
 	// The chosen table is a valid table.
-	if _, err := ParseMultiPathTable(strings.NewReader(b.String()), "chosen"); err != nil {
+	if _, err := ParseTable(strings.NewReader(b.String()), "chosen"); err != nil {
 		t.Error(err)
 	}
 	// With a 1% threshold, 16M stages too.
 	b.Reset()
-	ChooseMultiPath(sums, 0.01).WriteTo(&b)
+	Choose(sums, 0.01).WriteTo(&b)
 	if want := "size=0-16M direct\nsize=16M-64M host=0.04 chunks=4\n"; !strings.HasPrefix(b.String(), want) {
 		t.Errorf("threshold 1%%: chose\n%s\nwant it to start with\n%s", b.String(), want)
 	}
 	// A sweep where staging never helps gives the peer copy alone.
-	sums, err = SummarizeMultiPath(res[:7])
+	sums, err = Summarize(res[:7])
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.Reset()
-	ChooseMultiPath(sums, 0.03).WriteTo(&b)
+	Choose(sums, 0.03).WriteTo(&b)
 	if b.String() != "size=0- direct\n" {
 		t.Errorf("no gain: chose\n%s", b.String())
 	}
 	// A size without the peer copy alone is an error.
-	if _, err := SummarizeMultiPath(res[1:4]); err == nil {
+	if _, err := Summarize(res[1:4]); err == nil {
 		t.Error("results without the peer copy alone accepted")
 	}
 }
@@ -245,7 +245,7 @@ func FuzzParseMultiPathTable(f *testing.F) {
 	f.Add("size=64M-1G chunks=16 host=11%\nsize=1G- host=1 chunks=1024")
 	f.Add("size=0-1K direct\nsize=512-2K direct")
 	f.Fuzz(func(t *testing.T, s string) {
-		tab, err := ParseMultiPathTable(strings.NewReader(s), "fuzz")
+		tab, err := ParseTable(strings.NewReader(s), "fuzz")
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "multi-path table fuzz") {
 				t.Fatalf("error without the table's name: %v", err)
@@ -253,7 +253,7 @@ func FuzzParseMultiPathTable(f *testing.F) {
 			return
 		}
 		for _, e := range tab.Entries {
-			if !(e.HostShare >= 0 && e.HostShare <= 1) || e.Chunks < 1 || e.Chunks > MaxMultiPathChunks ||
+			if !(e.HostShare >= 0 && e.HostShare <= 1) || e.Chunks < 1 || e.Chunks > MaxChunks ||
 				e.Min < 0 || e.Max != 0 && e.Max <= e.Min || e.Direct() && e.Chunks != 1 {
 				t.Fatalf("%q gave a bad entry %+v", s, e)
 			}
@@ -261,13 +261,13 @@ func FuzzParseMultiPathTable(f *testing.F) {
 			if share != e.HostShare || chunks != e.Chunks {
 				t.Fatalf("%q: Lookup(%d) = %v, %d; entry %+v", s, e.Min, share, chunks, e)
 			}
-			if _, err := SplitMultiPath(e.Min, share, chunks); err != nil {
+			if _, err := SplitBytes(e.Min, share, chunks); err != nil {
 				t.Fatalf("%q: entry %+v does not suit Copy: %v", s, e, err)
 			}
 		}
 		var b strings.Builder
 		tab.WriteTo(&b)
-		again, err := ParseMultiPathTable(strings.NewReader(b.String()), "again")
+		again, err := ParseTable(strings.NewReader(b.String()), "again")
 		if err != nil {
 			t.Fatalf("%q parsed, but what WriteTo made of it did not: %v\n%s", s, err, b.String())
 		}

@@ -1,4 +1,4 @@
-package cuda
+package fused
 
 import (
 	"cmp"
@@ -6,19 +6,20 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/internal/dtype"
 )
 
-// TestFusedRounds checks OneShot.Rounds against a model of how the
+// TestRounds checks Kernel.Rounds against a model of how the
 // pipelined kernels of kernels/reduce.cu cut a vector: round by round,
 // block by block, as the kernels' loops do. Every item of the vector must
 // be moved exactly once, by one block in one round, and no block may move
 // more in a round than its area of a slot holds; the number of rounds the
 // model takes must be Rounds(), which the host adds to the sequence
 // numbers (a mismatch would make ranks wait for flags no peer raises).
-func TestFusedRounds(t *testing.T) {
+func TestRounds(t *testing.T) {
 	i := 0
-	for _, kind := range []FusedKind{FusedTwoShot, FusedReduceScatter, FusedAllgather, FusedBcast} {
+	for _, kind := range []Kind{TwoShot, ReduceScatter, Allgather, Bcast} {
 		for _, d := range []dtype.DType{dtype.Int8, dtype.Float16, dtype.Float32, dtype.Float64} {
 			for _, n := range []int{2, 3, 4, 8} {
 				for _, slot := range []int{256, 4096, 1 << 20} {
@@ -28,8 +29,8 @@ func TestFusedRounds(t *testing.T) {
 								continue // a sample under the race detector
 							}
 							areaCap := []int{0, 1000, 4096}[(count+blocks)%3]
-							a := OneShot{Kind: kind, DType: d, Count: count, Regions: make([]DevicePtr, n), SlotBytes: slot, Blocks: blocks, Area: areaCap}
-							if kind == FusedBcast {
+							a := Kernel{Kind: kind, DType: d, Count: count, Regions: make([]cuda.DevicePtr, n), SlotBytes: slot, Blocks: blocks, Area: areaCap}
+							if kind == Bcast {
 								a.Ramp = (count + slot/256 + blocks) % (MaxRamp + 1)
 							}
 							// Multi-path: some bytes a block and round through host.
@@ -39,10 +40,10 @@ func TestFusedRounds(t *testing.T) {
 							want, err := modelRounds(a)
 							got := a.Rounds()
 							if err != nil {
-								t.Fatalf("kind %d, %d %v on %d ranks, slot %d, %d blocks: %v", kind, count, d, n, slot, blocks, err)
+								t.Fatalf("kind %v, %d %v on %d ranks, slot %d, %d blocks: %v", kind, count, d, n, slot, blocks, err)
 							}
 							if got != want {
-								t.Fatalf("kind %d, %d %v on %d ranks, slot %d, %d blocks, area %d: Rounds %d, the kernel takes %d",
+								t.Fatalf("kind %v, %d %v on %d ranks, slot %d, %d blocks, area %d: Rounds %d, the kernel takes %d",
 									kind, count, d, n, slot, blocks, areaCap, got, want)
 							}
 						}
@@ -52,20 +53,20 @@ func TestFusedRounds(t *testing.T) {
 		}
 	}
 	// Too small an area: no kernel can run, and Rounds says so.
-	a := OneShot{Kind: FusedTwoShot, DType: dtype.Float64, Count: 10, Regions: make([]DevicePtr, 2), SlotBytes: 256, Blocks: 16}
+	a := Kernel{Kind: TwoShot, DType: dtype.Float64, Count: 10, Regions: make([]cuda.DevicePtr, 2), SlotBytes: 256, Blocks: 16}
 	if r := a.Rounds(); r != 0 {
 		t.Errorf("two-shot with 16-byte areas: Rounds %d, want 0", r)
 	}
-	a.Kind = FusedOneShot
+	a.Kind = OneShot
 	if r := a.Rounds(); r != 1 {
 		t.Errorf("one-shot: Rounds %d, want 1", r)
 	}
-	if OneShotBlocks(1) != 1 || OneShotBlocks(4097) != 2 || OneShotBlocks(1<<30) != DefaultFusedBlocks ||
-		FusedBlocks(1<<30, 1000) != OneShotMaxBlocks || FusedBlocks(1<<30, 0) != 1 {
-		t.Errorf("OneShotBlocks: %d %d %d; FusedBlocks %d %d", OneShotBlocks(1), OneShotBlocks(4097), OneShotBlocks(1<<30),
-			FusedBlocks(1<<30, 1000), FusedBlocks(1<<30, 0))
+	if Blocks(1) != 1 || Blocks(4097) != 2 || Blocks(1<<30) != DefaultBlocks ||
+		BlocksFor(1<<30, 1000) != MaxBlocks || BlocksFor(1<<30, 0) != 1 {
+		t.Errorf("Blocks: %d %d %d; BlocksFor %d %d", Blocks(1), Blocks(4097), Blocks(1<<30),
+			BlocksFor(1<<30, 1000), BlocksFor(1<<30, 0))
 	}
-	if got := FusedOneShot.Slot(1000, 4, 4); got != 4000 {
+	if got := OneShot.Slot(1000, 4, 4); got != 4000 {
 		t.Errorf("one-shot slot for 1000 float32: %d, want 4000", got)
 	}
 }
@@ -73,7 +74,7 @@ func TestFusedRounds(t *testing.T) {
 // modelRounds runs the loops of a's kernel over a's vector without moving
 // data. It returns the rounds they take, or an error if an item is moved
 // twice or never, or a block's part of a round overflows its area.
-func modelRounds(a OneShot) (int, error) {
+func modelRounds(a Kernel) (int, error) {
 	n, blocks, es := len(a.Regions), a.Blocks, a.DType.Size()
 	area := a.SlotBytes / blocks
 	if a.Area > 0 && a.Area < area {
@@ -89,20 +90,20 @@ func modelRounds(a OneShot) (int, error) {
 	var items, w, capacity int // the items one rank's sweep covers, the vector width, the items an area holds per phase
 	hcap := 0                  // the items a block moves through host a round
 	switch a.Kind {
-	case FusedTwoShot:
+	case TwoShot:
 		w = 16 / es
 		items = ((a.Count+n-1)/n + w - 1) / w * w // a chunk
 		capacity = area / 2 / es / w * w
 		if a.Host != 0 {
 			hcap = a.HostBytes / es / w * w
 		}
-	case FusedReduceScatter:
+	case ReduceScatter:
 		w = 16 / es
 		items, capacity = a.Count, area/es/w*w
-	case FusedAllgather:
+	case Allgather:
 		w = 16
 		items, capacity = a.Count*es, area
-	case FusedBcast:
+	case Bcast:
 		w = 16
 		items, capacity = a.Count*es, area/2/16*16
 		if n == 2 || items <= BcastDirectMax {
@@ -116,7 +117,7 @@ func modelRounds(a OneShot) (int, error) {
 	var parts [][2]int
 	rounds := 0
 	switch {
-	case a.Kind == FusedBcast && n > 2 && items > BcastDirectMax:
+	case a.Kind == Bcast && n > 2 && items > BcastDirectMax:
 		m := n - 1
 		span := capacity * blocks
 		if a.Host != 0 {

@@ -1,4 +1,4 @@
-package cuda
+package multipath
 
 import (
 	"bytes"
@@ -9,13 +9,15 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/braid-ccl/braid/cuda"
 )
 
 func TestSplitMultiPath(t *testing.T) {
 	for _, n := range []int{0, 1, 255, 4097, 1 << 20, 1<<20 + 13, 1 << 30} {
 		for _, share := range []float64{0, 0.05, 0.1, 0.37, 1} {
 			for _, chunks := range []int{1, 3, 4, 16} {
-				sp, err := SplitMultiPath(n, share, chunks)
+				sp, err := SplitBytes(n, share, chunks)
 				if err != nil {
 					t.Fatalf("n=%d share=%v chunks=%d: %v", n, share, chunks, err)
 				}
@@ -28,7 +30,7 @@ func TestSplitMultiPath(t *testing.T) {
 					}
 					continue
 				}
-				if sp.Chunks < 1 || sp.Chunks > chunks || sp.ChunkSize%multiPathAlign != 0 {
+				if sp.Chunks < 1 || sp.Chunks > chunks || sp.ChunkSize%align != 0 {
 					t.Errorf("n=%d share=%v chunks=%d: %+v", n, share, chunks, sp)
 				}
 				// The chunks cover the staged bytes exactly: all but the
@@ -44,8 +46,8 @@ func TestSplitMultiPath(t *testing.T) {
 		share  float64
 		chunks int
 	}{{-1, 0, 1}, {10, -0.1, 1}, {10, 1.5, 1}, {10, 0.5, 0}} {
-		if _, err := SplitMultiPath(c.n, c.share, c.chunks); err == nil {
-			t.Errorf("SplitMultiPath(%d, %v, %d) accepted", c.n, c.share, c.chunks)
+		if _, err := SplitBytes(c.n, c.share, c.chunks); err == nil {
+			t.Errorf("SplitBytes(%d, %v, %d) accepted", c.n, c.share, c.chunks)
 		}
 	}
 }
@@ -66,7 +68,7 @@ func TestMultiPathCopy(t *testing.T) {
 	needDevices(t, 2)
 	w0, w1 := newWorker(t, 0), newWorker(t, 1)
 	const maxN = 8<<20 + 3
-	m, err := NewMultiPathCopier(testCtx(t), w0, w1, maxN, 16)
+	m, err := NewCopier(testCtx(t), w0, w1, maxN, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func TestMultiPathCopy(t *testing.T) {
 			for _, chunks := range []int{1, 4, 16} {
 				for _, want := range srcs {
 					upload(t, w0, s0, src, want)
-					do(t, w1, func(c *Ctx) error {
+					do(t, w1, func(c *cuda.Ctx) error {
 						if err := c.Memset8(dst, 0xa5, n, s1); err != nil {
 							return err
 						}
@@ -127,7 +129,7 @@ func TestMultiPathCopy(t *testing.T) {
 func TestMultiPathCopierClosed(t *testing.T) {
 	needDevices(t, 2)
 	w0, w1 := newWorker(t, 0), newWorker(t, 1)
-	m, err := NewMultiPathCopier(testCtx(t), w0, w1, 1<<20, 4)
+	m, err := NewCopier(testCtx(t), w0, w1, 1<<20, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestMultiPathCopierClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, share := range []float64{0, 0.5} {
-		if _, err := m.Copy(testCtx(t), dst, src, 1<<20, share, 4); !errors.Is(err, errMultiPathClosed) {
+		if _, err := m.Copy(testCtx(t), dst, src, 1<<20, share, 4); !errors.Is(err, errClosed) {
 			t.Errorf("host share %v: copy after Close: %v", share, err)
 		}
 	}
@@ -147,7 +149,7 @@ func TestMultiPathCopierClosed(t *testing.T) {
 func TestMeasureMultiPath(t *testing.T) {
 	needDevices(t, 2)
 	w0, w1 := newWorker(t, 0), newWorker(t, 1)
-	sw := MultiPathSweep{
+	sw := Sweep{
 		Sizes:        []int{1 << 20, 4<<20 + 7},
 		Shares:       []float64{0.1, 0.3},
 		Chunks:       []int{2, 4},
@@ -156,13 +158,13 @@ func TestMeasureMultiPath(t *testing.T) {
 		MinBytes:     8 << 20,
 	}
 	var progress []int
-	sw.Progress = func(size int, rs []MultiPathResult) {
+	sw.Progress = func(size int, rs []Result) {
 		progress = append(progress, size)
 		if len(rs) != 6 {
 			t.Errorf("progress at %d bytes with %d results, want 6", size, len(rs))
 		}
 	}
-	res, err := MeasureMultiPath(testCtx(t), w0, w1, sw)
+	res, err := Measure(testCtx(t), w0, w1, sw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +176,7 @@ func TestMeasureMultiPath(t *testing.T) {
 			t.Errorf("result %+v", r)
 		}
 	}
-	sums, err := SummarizeMultiPath(res)
+	sums, err := Summarize(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,9 +184,9 @@ func TestMeasureMultiPath(t *testing.T) {
 		t.Logf("%d bytes: direct %.1f GB/s, staged %.1f GB/s, best split %v in %d chunks %.1f GB/s (%+.1f%%)",
 			s.Size, s.Direct.GBps, s.Staged[0].GBps, s.Best.HostShare, s.Best.Chunks, s.Best.GBps, s.Gain*100)
 	}
-	tab := ChooseMultiPath(sums, -1) // every size takes its best split
+	tab := Choose(sums, -1) // every size takes its best split
 	hostBytes, chunks := tab.Limits(4<<20 + 7)
-	m, err := NewMultiPathCopier(testCtx(t), w0, w1, hostBytes, chunks)
+	m, err := NewCopier(testCtx(t), w0, w1, hostBytes, chunks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,12 +209,12 @@ func TestMeasureMultiPath(t *testing.T) {
 // (or several for small sizes, at least 64 MiB in all), timed on the host
 // clock from the first enqueue to the completion of the last path.
 func BenchmarkMultiPath(b *testing.B) {
-	w0, w1 := benchWorker(b, 0), benchWorker(b, 1)
+	w0, w1 := benchWorkers(b)
 	sizes := []int{1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}
 	shares := []float64{0, 0.05, 0.10, 0.15, 0.20}
 	chunkCounts := []int{4, 8, 16}
 	maxN := sizes[len(sizes)-1]
-	m, err := NewMultiPathCopier(testCtx(b), w0, w1, int(float64(maxN)*shares[len(shares)-1]), 16)
+	m, err := NewCopier(testCtx(b), w0, w1, int(float64(maxN)*shares[len(shares)-1]), 16)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -293,9 +295,9 @@ func BenchmarkMultiPath(b *testing.B) {
 // of 4 KiB, whose bytes take well under a microsecond on either path, by
 // the peer copy alone and split over both paths in 1 and 16 chunks.
 func BenchmarkMultiPathOverhead(b *testing.B) {
-	w0, w1 := benchWorker(b, 0), benchWorker(b, 1)
+	w0, w1 := benchWorkers(b)
 	const n = 4 << 10
-	m, err := NewMultiPathCopier(testCtx(b), w0, w1, n, 16)
+	m, err := NewCopier(testCtx(b), w0, w1, n, 16)
 	if err != nil {
 		b.Fatal(err)
 	}

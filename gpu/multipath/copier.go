@@ -1,51 +1,53 @@
-package cuda
+package multipath
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/braid-ccl/braid/cuda"
 )
 
-// errMultiPathClosed is what Copy returns after Close.
-var errMultiPathClosed = errors.New("cuda: multi-path copier closed")
+// errClosed is what Copy returns after Close.
+var errClosed = errors.New("multipath: copier closed")
 
-// multiPathAlign is the granularity, in bytes, of the host-staged chunks:
+// align is the granularity, in bytes, of the host-staged chunks:
 // every chunk but the last is a multiple of it, so that the copies start
 // on aligned addresses.
-const multiPathAlign = 256
+const align = 256
 
-// MultiPathSplit says how MultiPathCopier.Copy divides n bytes: the first
+// Split says how Copier.Copy divides n bytes: the first
 // Direct bytes go over the peer path, the remaining Staged bytes through
 // host memory in Chunks chunks of ChunkSize bytes (the last one may be
 // shorter).
-type MultiPathSplit struct {
+type Split struct {
 	Direct    int
 	Staged    int
 	ChunkSize int
 	Chunks    int
 }
 
-// SplitMultiPath divides n bytes between the direct path and chunks host
+// SplitBytes divides n bytes between the direct path and chunks host
 // chunks, with a fraction hostShare (0 to 1) of the bytes, rounded down,
 // staged through the host. The chunk size is rounded up to 256 bytes, so
 // fewer chunks than asked may result for small staged sizes.
-func SplitMultiPath(n int, hostShare float64, chunks int) (MultiPathSplit, error) {
+func SplitBytes(n int, hostShare float64, chunks int) (Split, error) {
 	switch {
 	case n < 0:
-		return MultiPathSplit{}, fmt.Errorf("cuda: multi-path copy of %d bytes", n)
+		return Split{}, fmt.Errorf("multipath: copy of %d bytes", n)
 	case !(hostShare >= 0 && hostShare <= 1):
-		return MultiPathSplit{}, fmt.Errorf("cuda: multi-path host share %v outside [0, 1]", hostShare)
+		return Split{}, fmt.Errorf("multipath: host share %v outside [0, 1]", hostShare)
 	case chunks < 1:
-		return MultiPathSplit{}, fmt.Errorf("cuda: multi-path copy with %d chunks", chunks)
+		return Split{}, fmt.Errorf("multipath: copy with %d chunks", chunks)
 	}
 	staged := int(float64(n) * hostShare)
 	if staged == 0 {
-		return MultiPathSplit{Direct: n}, nil
+		return Split{Direct: n}, nil
 	}
 	size := (staged + chunks - 1) / chunks
-	size = (size + multiPathAlign - 1) / multiPathAlign * multiPathAlign
-	return MultiPathSplit{
+	size = (size + align - 1) / align * align
+	return Split{
 		Direct:    n - staged,
 		Staged:    staged,
 		ChunkSize: size,
@@ -53,30 +55,30 @@ func SplitMultiPath(n int, hostShare float64, chunks int) (MultiPathSplit, error
 	}, nil
 }
 
-// MultiPathCopier copies buffers from one GPU to another over two paths at
+// Copier copies buffers from one GPU to another over two paths at
 // once (Algorithm 4.1 of Temuçin's MASc thesis, Queen's University 2021):
 // the direct peer copy (NVLink where there is one) and a host-staged path,
 // device to pinned host memory to device, split in chunks that each have a
 // stream on either side so that the device-to-host copy of one chunk
 // overlaps the host-to-device copy of another. On links where the host path
 // adds bandwidth to the peer path, the aggregate exceeds the peer path
-// alone. MultiPathTable says which split to use at which size.
+// alone. Table says which split to use at which size.
 //
 // The pinned staging buffer and the streams and events are allocated once,
-// by NewMultiPathCopier, and reused by every Copy. A copier serves one
+// by NewCopier, and reused by every Copy. A copier serves one
 // Copy at a time.
-type MultiPathCopier struct {
-	src, dst  *Worker
-	host      *HostBuffer
+type Copier struct {
+	src, dst  *cuda.Worker
+	host      *cuda.HostBuffer
 	maxChunks int
-	direct    Stream   // on src: the peer copy
-	d2h       []Stream // on src: chunk i to host
-	h2d       []Stream // on dst: chunk i to the destination
-	join      Stream   // on src: waits for every path
-	staged    []Event  // on src: chunk i is in host memory
-	landed    []Event  // on dst: chunk i is in the destination
-	directEv  Event    // on src: the peer copy is done
-	doneEv    Event    // on src: the whole copy is done
+	direct    cuda.Stream   // on src: the peer copy
+	d2h       []cuda.Stream // on src: chunk i to host
+	h2d       []cuda.Stream // on dst: chunk i to the destination
+	join      cuda.Stream   // on src: waits for every path
+	staged    []cuda.Event  // on src: chunk i is in host memory
+	landed    []cuda.Event  // on dst: chunk i is in the destination
+	directEv  cuda.Event    // on src: the peer copy is done
+	doneEv    cuda.Event    // on src: the whole copy is done
 
 	// err is set once a Copy has failed or given up after handing work to
 	// the workers: that work may still be queued or running, so the
@@ -84,33 +86,33 @@ type MultiPathCopier struct {
 	err error
 }
 
-// NewMultiPathCopier prepares copies from src's device to dst's device that
+// NewCopier prepares copies from src's device to dst's device that
 // stage at most hostBytes bytes through the host in at most maxChunks
 // chunks. It enables peer access between the two devices where the
 // hardware allows it; without it the direct path is staged by the driver.
-func NewMultiPathCopier(ctx context.Context, src, dst *Worker, hostBytes, maxChunks int) (m *MultiPathCopier, err error) {
+func NewCopier(ctx context.Context, src, dst *cuda.Worker, hostBytes, maxChunks int) (m *Copier, err error) {
 	if src.Device() == dst.Device() {
-		return nil, fmt.Errorf("cuda: multi-path copy within device %d", int(src.Device()))
+		return nil, fmt.Errorf("multipath: copy within device %d", int(src.Device()))
 	}
 	if hostBytes < 0 || maxChunks < 1 {
-		return nil, fmt.Errorf("cuda: multi-path copier with %d host bytes and %d chunks", hostBytes, maxChunks)
+		return nil, fmt.Errorf("multipath: copier with %d host bytes and %d chunks", hostBytes, maxChunks)
 	}
-	if err := EnablePeers(ctx, src, dst); err != nil {
+	if err := cuda.EnablePeers(ctx, src, dst); err != nil {
 		return nil, err
 	}
-	m = &MultiPathCopier{src: src, dst: dst, maxChunks: maxChunks}
+	m = &Copier{src: src, dst: dst, maxChunks: maxChunks}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, m.Close(context.Background()))
 			m = nil
 		}
 	}()
-	const timingOff = EventDisableTiming
-	err = src.Do(ctx, func(c *Ctx) error {
+	const timingOff = cuda.EventDisableTiming
+	err = src.Do(ctx, func(c *cuda.Ctx) error {
 		var err error
 		if hostBytes > 0 {
-			// Room for the rounding of the chunk size in SplitMultiPath.
-			if m.host, err = c.HostAlloc(hostBytes+maxChunks*multiPathAlign, HostAllocPortable); err != nil {
+			// Room for the rounding of the chunk size in SplitBytes.
+			if m.host, err = c.HostAlloc(hostBytes+maxChunks*align, cuda.HostAllocPortable); err != nil {
 				return err
 			}
 		}
@@ -143,7 +145,7 @@ func NewMultiPathCopier(ctx context.Context, src, dst *Worker, hostBytes, maxChu
 	if err != nil {
 		return m, err
 	}
-	err = dst.Do(ctx, func(c *Ctx) error {
+	err = dst.Do(ctx, func(c *cuda.Ctx) error {
 		for range maxChunks {
 			s, err := c.NewStream(0)
 			if err != nil {
@@ -162,7 +164,7 @@ func NewMultiPathCopier(ctx context.Context, src, dst *Worker, hostBytes, maxChu
 }
 
 // HostBytes returns the size of the pinned staging buffer.
-func (m *MultiPathCopier) HostBytes() int {
+func (m *Copier) HostBytes() int {
 	if m.host == nil {
 		return 0
 	}
@@ -171,7 +173,7 @@ func (m *MultiPathCopier) HostBytes() int {
 
 // Copy copies n bytes from srcPtr on the source device to dstPtr on the
 // destination device, staging a fraction hostShare of them through the
-// host in the given number of chunks (see SplitMultiPath), and returns once
+// host in the given number of chunks (see SplitBytes), and returns once
 // all bytes have arrived. The caller must make sure that the source holds
 // its data (its writes have completed) before calling Copy. It returns the
 // split that was used.
@@ -194,8 +196,8 @@ func (m *MultiPathCopier) HostBytes() int {
 // copier refuses every later copy with it: part of the copy may still be
 // queued or running, and the destination's contents are undefined until
 // Close has returned.
-func (m *MultiPathCopier) Copy(ctx context.Context, dstPtr, srcPtr DevicePtr, n int, hostShare float64, chunks int) (MultiPathSplit, error) {
-	sp, err := SplitMultiPath(n, hostShare, chunks)
+func (m *Copier) Copy(ctx context.Context, dstPtr, srcPtr cuda.DevicePtr, n int, hostShare float64, chunks int) (Split, error) {
+	sp, err := SplitBytes(n, hostShare, chunks)
 	if err != nil {
 		return sp, err
 	}
@@ -203,10 +205,10 @@ func (m *MultiPathCopier) Copy(ctx context.Context, dstPtr, srcPtr DevicePtr, n 
 		return sp, m.err
 	}
 	if sp.Chunks > m.maxChunks {
-		return sp, fmt.Errorf("cuda: multi-path copy in %d chunks, copier has %d", sp.Chunks, m.maxChunks)
+		return sp, fmt.Errorf("multipath: copy in %d chunks, copier has %d", sp.Chunks, m.maxChunks)
 	}
 	if need := sp.Chunks * sp.ChunkSize; need > m.HostBytes() {
-		return sp, fmt.Errorf("cuda: multi-path copy stages %d bytes, copier has %d", need, m.HostBytes())
+		return sp, fmt.Errorf("multipath: copy stages %d bytes, copier has %d", need, m.HostBytes())
 	}
 	if n == 0 {
 		return sp, nil
@@ -219,7 +221,7 @@ func (m *MultiPathCopier) Copy(ctx context.Context, dstPtr, srcPtr DevicePtr, n 
 	if sp.Staged > 0 {
 		host = m.host.Bytes()
 	}
-	done := m.src.Go(func(c *Ctx) error {
+	done := m.src.Go(func(c *cuda.Ctx) error {
 		if sp.Staged == 0 {
 			if err := c.CopyPeer(dstPtr, dstCtx, srcPtr, srcCtx, sp.Direct, m.direct); err != nil {
 				return err
@@ -274,9 +276,9 @@ func (m *MultiPathCopier) Copy(ctx context.Context, dstPtr, srcPtr DevicePtr, n 
 }
 
 // fail records err, if any, as the copier's sticky error and returns it.
-func (m *MultiPathCopier) fail(err error) error {
+func (m *Copier) fail(err error) error {
 	if err != nil {
-		m.err = fmt.Errorf("cuda: multi-path copy from device %d to %d failed, copier unusable until closed: %w", int(m.src.Device()), int(m.dst.Device()), err)
+		m.err = fmt.Errorf("multipath: copy from device %d to %d failed, copier unusable until closed: %w", int(m.src.Device()), int(m.dst.Device()), err)
 		return err
 	}
 	return nil
@@ -284,9 +286,9 @@ func (m *MultiPathCopier) fail(err error) error {
 
 // Close waits for queued copies and frees the staging buffer, streams and
 // events. The workers stay open.
-func (m *MultiPathCopier) Close(ctx context.Context) error {
+func (m *Copier) Close(ctx context.Context) error {
 	// The destination first: its streams read the staging buffer.
-	errDst := m.dst.Do(ctx, func(c *Ctx) error {
+	errDst := m.dst.Do(ctx, func(c *cuda.Ctx) error {
 		var errs []error
 		for _, s := range m.h2d {
 			if s != 0 {
@@ -300,14 +302,14 @@ func (m *MultiPathCopier) Close(ctx context.Context) error {
 		}
 		return errors.Join(errs...)
 	})
-	errSrc := m.src.Do(ctx, func(c *Ctx) error {
+	errSrc := m.src.Do(ctx, func(c *cuda.Ctx) error {
 		var errs []error
-		for _, s := range append([]Stream{m.direct, m.join}, m.d2h...) {
+		for _, s := range append([]cuda.Stream{m.direct, m.join}, m.d2h...) {
 			if s != 0 {
 				errs = append(errs, c.StreamSynchronize(s), c.DestroyStream(s))
 			}
 		}
-		for _, ev := range append([]Event{m.directEv, m.doneEv}, m.staged...) {
+		for _, ev := range append([]cuda.Event{m.directEv, m.doneEv}, m.staged...) {
 			if ev != 0 {
 				errs = append(errs, c.DestroyEvent(ev))
 			}
@@ -317,12 +319,12 @@ func (m *MultiPathCopier) Close(ctx context.Context) error {
 		}
 		return errors.Join(errs...)
 	})
-	*m = MultiPathCopier{src: m.src, dst: m.dst, err: errMultiPathClosed}
+	*m = Copier{src: m.src, dst: m.dst, err: errClosed}
 	return errors.Join(errSrc, errDst)
 }
 
-// MultiPathSweep says what MeasureMultiPath times.
-type MultiPathSweep struct {
+// Sweep says what Measure times.
+type Sweep struct {
 	Sizes        []int     // copy sizes in bytes
 	Shares       []float64 // host shares of the split grid, each above 0 and below 1
 	Chunks       []int     // chunk counts of the split grid
@@ -334,15 +336,15 @@ type MultiPathSweep struct {
 	// copies are repeated back to back. 0 means 64 MiB.
 	MinBytes int
 	// Progress, if set, is called after each size with its results.
-	Progress func(size int, results []MultiPathResult)
+	Progress func(size int, results []Result)
 }
 
-// DefaultMultiPathSweep returns the sweep of braid tune --device cuda:
+// DefaultSweep returns the sweep of braid tune --device cuda:
 // 4 MiB to 1 GiB by factors of 4; host shares 0.04 to 0.14 by 0.02, each
 // in 4, 8 and 16 chunks; the host-staged path alone in 8 and 16 chunks;
 // the fastest of 5 timings.
-func DefaultMultiPathSweep() MultiPathSweep {
-	return MultiPathSweep{
+func DefaultSweep() Sweep {
+	return Sweep{
 		Sizes:        []int{4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30},
 		Shares:       []float64{0.04, 0.06, 0.08, 0.10, 0.12, 0.14},
 		Chunks:       []int{4, 8, 16},
@@ -351,8 +353,8 @@ func DefaultMultiPathSweep() MultiPathSweep {
 	}
 }
 
-// MultiPathResult is the time of one configuration of MeasureMultiPath.
-type MultiPathResult struct {
+// Result is the time of one configuration of Measure.
+type Result struct {
 	Size      int
 	HostShare float64       // 0: the peer copy alone; 1: the host-staged path alone
 	Chunks    int           // host chunks; 1 for the peer copy alone
@@ -361,7 +363,7 @@ type MultiPathResult struct {
 	GBps      float64       // Size / Time, in 10^9 bytes per second
 }
 
-// MeasureMultiPath times MultiPathCopier.Copy from src's device to dst's
+// Measure times Copier.Copy from src's device to dst's
 // at every size of the sweep: the peer copy alone, the host-staged path
 // alone in each of StagedChunks, and both paths with every host share and
 // chunk count of the grid. Each time is on the host clock from the first
@@ -371,7 +373,7 @@ type MultiPathResult struct {
 // allocates buffers of the largest size on both devices and a pinned
 // staging buffer as large as the host-staged path needs, and frees them
 // before it returns. Results come size by size, in the sweep's order.
-func MeasureMultiPath(ctx context.Context, src, dst *Worker, sw MultiPathSweep) (res []MultiPathResult, err error) {
+func Measure(ctx context.Context, src, dst *cuda.Worker, sw Sweep) (res []Result, err error) {
 	if sw.Reps == 0 {
 		sw.Reps = 3
 	}
@@ -379,7 +381,7 @@ func MeasureMultiPath(ctx context.Context, src, dst *Worker, sw MultiPathSweep) 
 		sw.MinBytes = 64 << 20
 	}
 	if len(sw.Sizes) == 0 || sw.Reps < 1 || sw.MinBytes < 1 {
-		return nil, fmt.Errorf("cuda: multi-path sweep needs sizes, reps ≥ 1 and a positive MinBytes")
+		return nil, fmt.Errorf("multipath: sweep needs sizes, reps ≥ 1 and a positive MinBytes")
 	}
 	type config struct {
 		share  float64
@@ -391,7 +393,7 @@ func MeasureMultiPath(ctx context.Context, src, dst *Worker, sw MultiPathSweep) 
 	}
 	for _, s := range sw.Shares {
 		if !(s > 0 && s < 1) {
-			return nil, fmt.Errorf("cuda: multi-path sweep: host share %v is not between 0 and 1", s)
+			return nil, fmt.Errorf("multipath: sweep: host share %v is not between 0 and 1", s)
 		}
 		for _, c := range sw.Chunks {
 			configs = append(configs, config{s, c})
@@ -400,14 +402,14 @@ func MeasureMultiPath(ctx context.Context, src, dst *Worker, sw MultiPathSweep) 
 	maxN, hostBytes, maxChunks := 0, 0, 1
 	for _, n := range sw.Sizes {
 		if n < 1 {
-			return nil, fmt.Errorf("cuda: multi-path sweep: size %d", n)
+			return nil, fmt.Errorf("multipath: sweep: size %d", n)
 		}
 		maxN = max(maxN, n)
 		for _, c := range configs {
-			if c.chunks < 1 || c.chunks > MaxMultiPathChunks {
-				return nil, fmt.Errorf("cuda: multi-path sweep: %d chunks (1 to %d)", c.chunks, MaxMultiPathChunks)
+			if c.chunks < 1 || c.chunks > MaxChunks {
+				return nil, fmt.Errorf("multipath: sweep: %d chunks (1 to %d)", c.chunks, MaxChunks)
 			}
-			sp, err := SplitMultiPath(n, c.share, c.chunks)
+			sp, err := SplitBytes(n, c.share, c.chunks)
 			if err != nil {
 				return nil, err
 			}
@@ -415,24 +417,24 @@ func MeasureMultiPath(ctx context.Context, src, dst *Worker, sw MultiPathSweep) 
 			maxChunks = max(maxChunks, c.chunks)
 		}
 	}
-	var srcBuf, dstBuf DevicePtr
+	var srcBuf, dstBuf cuda.DevicePtr
 	defer func() {
 		// Freeing synchronizes with the device, so it waits for copies a
 		// failed Copy left running.
 		if srcBuf != 0 {
-			err = errors.Join(err, src.Do(context.Background(), func(c *Ctx) error { return c.Free(srcBuf) }))
+			err = errors.Join(err, src.Do(context.Background(), func(c *cuda.Ctx) error { return c.Free(srcBuf) }))
 		}
 		if dstBuf != 0 {
-			err = errors.Join(err, dst.Do(context.Background(), func(c *Ctx) error { return c.Free(dstBuf) }))
+			err = errors.Join(err, dst.Do(context.Background(), func(c *cuda.Ctx) error { return c.Free(dstBuf) }))
 		}
 	}()
-	if err := src.Do(ctx, func(c *Ctx) (err error) { srcBuf, err = c.Alloc(maxN); return err }); err != nil {
+	if err := src.Do(ctx, func(c *cuda.Ctx) (err error) { srcBuf, err = c.Alloc(maxN); return err }); err != nil {
 		return nil, err
 	}
-	if err := dst.Do(ctx, func(c *Ctx) (err error) { dstBuf, err = c.Alloc(maxN); return err }); err != nil {
+	if err := dst.Do(ctx, func(c *cuda.Ctx) (err error) { dstBuf, err = c.Alloc(maxN); return err }); err != nil {
 		return nil, err
 	}
-	m, err := NewMultiPathCopier(ctx, src, dst, hostBytes, maxChunks)
+	m, err := NewCopier(ctx, src, dst, hostBytes, maxChunks)
 	if err != nil {
 		return nil, err
 	}
@@ -462,7 +464,7 @@ func MeasureMultiPath(ctx context.Context, src, dst *Worker, sw MultiPathSweep) 
 		}
 		first := len(res)
 		for i, c := range configs {
-			res = append(res, MultiPathResult{Size: n, HostShare: c.share, Chunks: c.chunks, Copies: copies,
+			res = append(res, Result{Size: n, HostShare: c.share, Chunks: c.chunks, Copies: copies,
 				Time: best[i], GBps: float64(n) / best[i].Seconds() / 1e9})
 		}
 		if sw.Progress != nil {

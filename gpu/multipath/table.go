@@ -1,4 +1,4 @@
-package cuda
+package multipath
 
 import (
 	"bytes"
@@ -14,10 +14,10 @@ import (
 	"github.com/braid-ccl/braid/internal/textfile"
 )
 
-// MaxMultiPathChunks is the largest chunk count a MultiPathTable accepts.
-const MaxMultiPathChunks = 1024
+// MaxChunks is the largest chunk count a Table accepts.
+const MaxChunks = 1024
 
-// MultiPathTable says how MultiPathCopier.Copy should split a copy of a
+// Table says how Copier.Copy should split a copy of a
 // given size: which fraction of the bytes to stage through host memory and
 // in how many chunks, or the peer copy alone where staging does not help
 // (Table 4.1 of Temuçin's MASc thesis, Queen's University 2021, is such a
@@ -33,15 +33,15 @@ const MaxMultiPathChunks = 1024
 // binary suffixes K, M, G; B empty for no bound. "direct" is the peer copy
 // alone. host= is the staged fraction, 0 < host ≤ 1, as a decimal or a
 // percentage (host=10%), and chunks= the chunk count, 1 to
-// MaxMultiPathChunks. Ranges must not overlap; sizes no range holds take
+// MaxChunks. Ranges must not overlap; sizes no range holds take
 // the peer copy alone.
-type MultiPathTable struct {
+type Table struct {
 	Source  string // where it was read from, for messages
-	Entries []MultiPathEntry
+	Entries []Entry
 }
 
-// MultiPathEntry is one line of a MultiPathTable.
-type MultiPathEntry struct {
+// Entry is one line of a Table.
+type Entry struct {
 	Min, Max  int     // sizes [Min, Max) in bytes; Max 0: no bound
 	HostShare float64 // fraction staged through the host; 0: the peer copy alone
 	Chunks    int     // host chunks; 1 for the peer copy alone
@@ -49,38 +49,38 @@ type MultiPathEntry struct {
 }
 
 // Direct reports whether e is the peer copy alone.
-func (e *MultiPathEntry) Direct() bool { return e.HostShare == 0 }
+func (e *Entry) Direct() bool { return e.HostShare == 0 }
 
 // Holds reports whether size lies in e's range.
-func (e *MultiPathEntry) Holds(size int) bool {
+func (e *Entry) Holds(size int) bool {
 	return size >= e.Min && (e.Max == 0 || size < e.Max)
 }
 
 // String writes e as a table line.
-func (e *MultiPathEntry) String() string {
+func (e *Entry) String() string {
 	hi := ""
 	if e.Max > 0 {
-		hi = formatMultiPathSize(e.Max)
+		hi = formatSize(e.Max)
 	}
-	s := "size=" + formatMultiPathSize(e.Min) + "-" + hi
+	s := "size=" + formatSize(e.Min) + "-" + hi
 	if e.Direct() {
 		return s + " direct"
 	}
 	return s + " host=" + strconv.FormatFloat(e.HostShare, 'g', -1, 64) + " chunks=" + strconv.Itoa(e.Chunks)
 }
 
-// DefaultMultiPathTable returns the table used where none was measured:
+// DefaultTable returns the table used where none was measured:
 // the peer copy alone at every size. A gain from staging depends on the
 // machine's links, so only a table measured on the machine claims one.
-func DefaultMultiPathTable() *MultiPathTable {
-	return &MultiPathTable{Source: "built-in", Entries: []MultiPathEntry{{Chunks: 1}}}
+func DefaultTable() *Table {
+	return &Table{Source: "built-in", Entries: []Entry{{Chunks: 1}}}
 }
 
 // Lookup returns the host share and chunk count for a copy of size bytes,
-// ready to pass to MultiPathCopier.Copy: those of the entry whose range
+// ready to pass to Copier.Copy: those of the entry whose range
 // holds size, or (0, 1), the peer copy alone, where none does. A nil table
 // holds no range.
-func (t *MultiPathTable) Lookup(size int) (hostShare float64, chunks int) {
+func (t *Table) Lookup(size int) (hostShare float64, chunks int) {
 	if t != nil {
 		for i := range t.Entries {
 			e := &t.Entries[i]
@@ -95,10 +95,10 @@ func (t *MultiPathTable) Lookup(size int) (hostShare float64, chunks int) {
 	return 0, 1
 }
 
-// Limits returns what a MultiPathCopier needs to serve every copy of up to
+// Limits returns what a Copier needs to serve every copy of up to
 // maxSize bytes as the table says: the staging buffer's size and the chunk
-// count (at least 1), for NewMultiPathCopier.
-func (t *MultiPathTable) Limits(maxSize int) (hostBytes, chunks int) {
+// count (at least 1), for NewCopier.
+func (t *Table) Limits(maxSize int) (hostBytes, chunks int) {
 	chunks = 1
 	if t == nil {
 		return 0, chunks
@@ -118,21 +118,21 @@ func (t *MultiPathTable) Limits(maxSize int) (hostBytes, chunks int) {
 	return hostBytes, chunks
 }
 
-// LoadMultiPathTable reads the table in file path.
-func LoadMultiPathTable(path string) (*MultiPathTable, error) {
+// LoadTable reads the table in file path.
+func LoadTable(path string) (*Table, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("multi-path table: %w", err)
 	}
-	return ParseMultiPathTable(bytes.NewReader(b), path)
+	return ParseTable(bytes.NewReader(b), path)
 }
 
-// ParseMultiPathTable reads a table in the format MultiPathTable
+// ParseTable reads a table in the format Table
 // describes; name says where it came from in errors, which name the line.
-func ParseMultiPathTable(r io.Reader, name string) (*MultiPathTable, error) {
-	t := &MultiPathTable{Source: name}
+func ParseTable(r io.Reader, name string) (*Table, error) {
+	t := &Table{Source: name}
 	err := textfile.Records(r, "multi-path table", name, func(line int, f []string) error {
-		e, err := parseMultiPathEntry(f)
+		e, err := parseEntry(f)
 		if err != nil {
 			return err
 		}
@@ -153,9 +153,9 @@ func ParseMultiPathTable(r io.Reader, name string) (*MultiPathTable, error) {
 	return t, nil
 }
 
-func parseMultiPathEntry(f []string) (MultiPathEntry, error) {
+func parseEntry(f []string) (Entry, error) {
 	const want = `want "size=A-B direct" or "size=A-B host=SHARE chunks=N"`
-	e := MultiPathEntry{Chunks: 1}
+	e := Entry{Chunks: 1}
 	k, v, ok := strings.Cut(f[0], "=")
 	if !ok || k != "size" {
 		return e, fmt.Errorf("%s, got %q", want, f[0])
@@ -165,11 +165,11 @@ func parseMultiPathEntry(f []string) (MultiPathEntry, error) {
 		return e, fmt.Errorf("size=%q: want A-B or A- (a range)", v)
 	}
 	var err error
-	if e.Min, err = parseMultiPathSize(lo); err != nil {
+	if e.Min, err = parseSize(lo); err != nil {
 		return e, err
 	}
 	if hi != "" {
-		if e.Max, err = parseMultiPathSize(hi); err != nil {
+		if e.Max, err = parseSize(hi); err != nil {
 			return e, err
 		}
 		if e.Max <= e.Min {
@@ -187,14 +187,14 @@ func parseMultiPathEntry(f []string) (MultiPathEntry, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		switch {
 		case k == "host" && !haveShare:
-			if e.HostShare, err = parseMultiPathShare(v); err != nil {
+			if e.HostShare, err = parseShare(v); err != nil {
 				return e, err
 			}
 			haveShare = true
 		case k == "chunks" && !haveChunks:
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > MaxMultiPathChunks {
-				return e, fmt.Errorf("chunks=%q: want a count from 1 to %d", v, MaxMultiPathChunks)
+			if err != nil || n < 1 || n > MaxChunks {
+				return e, fmt.Errorf("chunks=%q: want a count from 1 to %d", v, MaxChunks)
 			}
 			e.Chunks, haveChunks = n, true
 		default:
@@ -204,9 +204,9 @@ func parseMultiPathEntry(f []string) (MultiPathEntry, error) {
 	return e, nil
 }
 
-// parseMultiPathShare reads a host share: 0.1 or 10%, more than 0 and at
+// parseShare reads a host share: 0.1 or 10%, more than 0 and at
 // most 1.
-func parseMultiPathShare(s string) (float64, error) {
+func parseShare(s string) (float64, error) {
 	v, pct := strings.CutSuffix(s, "%")
 	x, err := strconv.ParseFloat(v, 64)
 	if pct {
@@ -218,8 +218,8 @@ func parseMultiPathShare(s string) (float64, error) {
 	return x, nil
 }
 
-// WriteTo writes t in the format ParseMultiPathTable reads.
-func (t *MultiPathTable) WriteTo(w io.Writer) (int64, error) {
+// WriteTo writes t in the format ParseTable reads.
+func (t *Table) WriteTo(w io.Writer) (int64, error) {
 	var b bytes.Buffer
 	for i := range t.Entries {
 		b.WriteString(t.Entries[i].String())
@@ -229,13 +229,13 @@ func (t *MultiPathTable) WriteTo(w io.Writer) (int64, error) {
 	return int64(n), err
 }
 
-// formatMultiPathSize writes bytes with a binary suffix: 8, 4K, 64M, as
+// formatSize writes bytes with a binary suffix: 8, 4K, 64M, as
 // package plan's tables do.
-func formatMultiPathSize(b int) string { return size.Format(int64(b)) }
+func formatSize(b int) string { return size.Format(int64(b)) }
 
-// parseMultiPathSize reads a size such as 8, 4K, 64M, 1G (binary
+// parseSize reads a size such as 8, 4K, 64M, 1G (binary
 // suffixes).
-func parseMultiPathSize(s string) (int, error) {
+func parseSize(s string) (int, error) {
 	v, err := size.Parse(s)
 	if err != nil {
 		return 0, err
@@ -246,24 +246,24 @@ func parseMultiPathSize(s string) (int, error) {
 	return int(v), nil
 }
 
-// MultiPathSummary is one size's figures from MeasureMultiPath.
-type MultiPathSummary struct {
+// Summary is one size's figures from Measure.
+type Summary struct {
 	Size   int
-	Direct MultiPathResult   // the peer copy alone
-	Staged []MultiPathResult // the host-staged path alone, by chunk count
-	Best   MultiPathResult   // the fastest split over both paths; zero if none was timed
-	Gain   float64           // Best.GBps / Direct.GBps - 1
+	Direct Result   // the peer copy alone
+	Staged []Result // the host-staged path alone, by chunk count
+	Best   Result   // the fastest split over both paths; zero if none was timed
+	Gain   float64  // Best.GBps / Direct.GBps - 1
 }
 
-// SummarizeMultiPath groups MeasureMultiPath's results by size, in
+// Summarize groups Measure's results by size, in
 // ascending order. Every size needs a result of the peer copy alone.
-func SummarizeMultiPath(results []MultiPathResult) ([]MultiPathSummary, error) {
-	bySize := map[int]*MultiPathSummary{}
+func Summarize(results []Result) ([]Summary, error) {
+	bySize := map[int]*Summary{}
 	var sizes []int
 	for _, r := range results {
 		s := bySize[r.Size]
 		if s == nil {
-			s = &MultiPathSummary{Size: r.Size}
+			s = &Summary{Size: r.Size}
 			bySize[r.Size] = s
 			sizes = append(sizes, r.Size)
 		}
@@ -277,31 +277,31 @@ func SummarizeMultiPath(results []MultiPathResult) ([]MultiPathSummary, error) {
 		}
 	}
 	slices.Sort(sizes)
-	out := make([]MultiPathSummary, 0, len(sizes))
+	out := make([]Summary, 0, len(sizes))
 	for _, n := range sizes {
 		s := bySize[n]
 		if s.Direct.GBps <= 0 {
-			return nil, fmt.Errorf("cuda: multi-path results for %d bytes lack the peer copy alone", n)
+			return nil, fmt.Errorf("multipath: results for %d bytes lack the peer copy alone", n)
 		}
 		if s.Best.GBps > 0 {
 			s.Gain = s.Best.GBps/s.Direct.GBps - 1
 		}
-		slices.SortFunc(s.Staged, func(a, b MultiPathResult) int { return a.Chunks - b.Chunks })
+		slices.SortFunc(s.Staged, func(a, b Result) int { return a.Chunks - b.Chunks })
 		out = append(out, *s)
 	}
 	return out, nil
 }
 
-// ChooseMultiPath makes a table from measured sizes (ascending, as
-// SummarizeMultiPath returns them): at each size the fastest split if it
+// Choose makes a table from measured sizes (ascending, as
+// Summarize returns them): at each size the fastest split if it
 // beats the peer copy alone by at least minGain (0.03 for 3%), else the
 // peer copy alone. Each choice holds from its size up to the next measured
 // size, the last one without bound; sizes below the smallest measured take
 // the peer copy alone, since nothing was measured there. Neighbours with
 // the same choice merge.
-func ChooseMultiPath(sums []MultiPathSummary, minGain float64) *MultiPathTable {
-	t := &MultiPathTable{}
-	add := func(e MultiPathEntry) {
+func Choose(sums []Summary, minGain float64) *Table {
+	t := &Table{}
+	add := func(e Entry) {
 		if k := len(t.Entries) - 1; k >= 0 {
 			last := &t.Entries[k]
 			if last.HostShare == e.HostShare && last.Chunks == e.Chunks {
@@ -312,9 +312,9 @@ func ChooseMultiPath(sums []MultiPathSummary, minGain float64) *MultiPathTable {
 		t.Entries = append(t.Entries, e)
 	}
 	for i, s := range sums {
-		e := MultiPathEntry{Min: s.Size, Chunks: 1}
+		e := Entry{Min: s.Size, Chunks: 1}
 		if i == 0 && s.Size > 0 {
-			add(MultiPathEntry{Min: 0, Max: s.Size, Chunks: 1})
+			add(Entry{Min: 0, Max: s.Size, Chunks: 1})
 		}
 		if i+1 < len(sums) {
 			e.Max = sums[i+1].Size

@@ -1,0 +1,236 @@
+package fused
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/plan"
+)
+
+// kernelSource is the CUDA C of the kernels, in package cuda's tree.
+const kernelSource = "../../cuda/kernels/reduce.cu"
+
+// TestKernelLayout checks, without a GPU, that the layout constants the
+// Go side computes regions and rounds with are the ones kernels/reduce.cu
+// was written with: a #define changed on one side only would make the
+// host and the kernels disagree on where flags, slots and lines are.
+func TestKernelLayout(t *testing.T) {
+	src, err := os.ReadFile(kernelSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define ([A-Z_]+) \(?(\d+)(?: << (\d+))?\)?\s*$`).FindAllSubmatch(src, -1) {
+		v, _ := strconv.Atoi(string(m[2]))
+		if len(m[3]) > 0 {
+			s, _ := strconv.Atoi(string(m[3]))
+			v <<= s
+		}
+		defs[string(m[1])] = v
+	}
+	for _, c := range []struct {
+		name string
+		want int
+	}{
+		{"ONESHOT_BLOCKS", MaxBlocks},
+		{"ONESHOT_SLOTS", SlotsOffset},
+		{"BCAST_DIRECT_MAX", BcastDirectMax},
+		{"HOST_HALF", HostRegionBytes / 2},
+		{"ONESHOT_LL_SLOT", 2 * LLMax}, // a line carries 8 bytes in 16
+	} {
+		got, ok := defs[c.name]
+		if !ok {
+			t.Errorf("kernels/reduce.cu has no #define %s", c.name)
+			continue
+		}
+		if got != c.want {
+			t.Errorf("kernels/reduce.cu: %s is %d, the Go side %d", c.name, got, c.want)
+		}
+	}
+	// The flags, [ONESHOT_BLOCKS][MaxRanks] words, end where the slots
+	// start, and the kernels take one region base per rank.
+	if MaxBlocks*MaxRanks*4 != SlotsOffset {
+		t.Errorf("flags of %d blocks × %d ranks take %d bytes, the slots start at %d", MaxBlocks, MaxRanks, MaxBlocks*MaxRanks*4, SlotsOffset)
+	}
+	if !strings.Contains(string(src), "blockIdx.x * 8 + rank") {
+		t.Errorf("kernels/reduce.cu: the flag of (block, rank) is no longer blockIdx.x * 8 + rank (MaxRanks = %d)", MaxRanks)
+	}
+	if !strings.Contains(string(src), "char *r7") {
+		t.Errorf("kernels/reduce.cu: the kernels no longer take r0..r7 (MaxRanks = %d)", MaxRanks)
+	}
+	if n := strings.Count(string(src), "__launch_bounds__(512)"); n == 0 {
+		t.Errorf("kernels/reduce.cu: no kernel is bounded at 512 threads a block (Threads = %d)", Threads)
+	}
+}
+
+// field is one parameter of a typed argument list: its name in
+// kernels/reduce.cu (the cu tag), its size in bytes and its value.
+type field struct {
+	name  string
+	size  int
+	value uint64
+}
+
+// flatten walks v, a kernelArgs struct, in field order, as the kernel
+// takes its parameters: embedded lists inline, arrays element by element
+// (tag "r" gives r0, r1, ...).
+func flatten(t *testing.T, v reflect.Value) []field {
+	var out []field
+	for i := range v.NumField() {
+		sf, fv := v.Type().Field(i), v.Field(i)
+		switch {
+		case sf.Anonymous:
+			out = append(out, flatten(t, fv)...)
+		case fv.Kind() == reflect.Array:
+			for j := range fv.Len() {
+				out = append(out, field{fmt.Sprintf("%s%d", sf.Tag.Get("cu"), j), int(fv.Index(j).Type().Size()), fv.Index(j).Uint()})
+			}
+		case sf.Tag.Get("cu") == "":
+			t.Fatalf("%v.%s has no cu tag", v.Type(), sf.Name)
+		default:
+			out = append(out, field{sf.Tag.Get("cu"), int(sf.Type.Size()), fv.Uint()})
+		}
+	}
+	return out
+}
+
+// TestKernelArgs checks, without a GPU, that every fused kernel's typed
+// argument list is the kernel's parameter list: the names in the order
+// kernels/reduce.cu declares them, the sizes the embedded PTX gives them
+// (a u32 where the kernel takes a u32), and that pack writes each field
+// at its place. It also checks that Kernel's fields land in the
+// parameters of the same meaning.
+func TestKernelArgs(t *testing.T) {
+	src, err := os.ReadFile(kernelSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(strings.ReplaceAll(string(src), "\\\n", " ")), " ")
+	params := func(sig string) []string {
+		var names []string
+		for _, p := range strings.Split(sig, ",") {
+			f := strings.Fields(strings.NewReplacer("*", " ", "const", " ").Replace(p))
+			if len(f) > 0 {
+				names = append(names, f[len(f)-1])
+			}
+		}
+		return names
+	}
+	sigOf := func(re string) string {
+		m := regexp.MustCompile(re).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("kernels/reduce.cu: no match for %s", re)
+		}
+		return m[1]
+	}
+	fused := sigOf(`braid_##kind##_##opname##_##tname\( (.*?)\) \{`)
+	// The multi-path kernels get HOST_PARAMS where FUSED_KERNEL says HOST.
+	hostParams := strings.TrimSuffix(sigOf(`#define HOST_PARAMS (.*?) #define`), ",")
+	source := map[string][]string{
+		"bcast_fused":     params(sigOf(`void __launch_bounds__\(512\) braid_bcast_fused\( (.*?)\) \{`)),
+		"allgather_fused": params(sigOf(`void __launch_bounds__\(512\) braid_allgather_fused\( (.*?)\) \{`)),
+		"vec":             params(strings.Replace(fused, "HOST u64 timeout_ns", "u64 timeout_ns", 1)),
+		"hostvec":         params(strings.Replace(fused, "HOST u64 timeout_ns", hostParams+", u64 timeout_ns", 1)),
+	}
+	// The parameters' widths in the PTX, by kernel.
+	ptx, err := cuda.ReducePTX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	widths := map[string][]int{}
+	for _, m := range regexp.MustCompile(`\.entry (\w+)\(([^)]*)\)`).FindAllSubmatch(ptx, -1) {
+		for _, p := range regexp.MustCompile(`\.param \.[a-z](\d+) `).FindAllSubmatch(m[2], -1) {
+			b, _ := strconv.Atoi(string(p[1]))
+			widths[string(m[1])] = append(widths[string(m[1])], b/8)
+		}
+	}
+
+	regs := []cuda.DevicePtr{0x100, 0x200, 0x300, 0x400}
+	for _, c := range []struct {
+		kind   Kind
+		family string // cuda.Ctx.Kernel's
+		list   string // source's
+	}{
+		{OneShot, "oneshot", "vec"}, {OneShotLL, "oneshotll", "vec"}, {TwoShotLL, "twoshotll", "vec"},
+		{TwoShot, "twoshot", "hostvec"}, {ReduceScatter, "rsfused", "vec"},
+		{Bcast, "bcast_fused", "bcast_fused"}, {Allgather, "allgather_fused", "allgather_fused"},
+	} {
+		a := Kernel{Kind: c.kind, Count: 1000, DType: dtype.Float32, Op: dtype.Sum, In: 0xa0, Out: 0xb0, Regions: regs,
+			Seq: 7, Rank: 2, SlotBytes: 4096, Area: 1024, Host: 0x1000, HostBytes: 64, Timeout: 5, Status: 0x77, Root: 3, Ramp: 2}
+		family, args := a.args()
+		if family != c.family {
+			t.Errorf("%v: family %s, want %s", c.kind, family, c.family)
+			continue
+		}
+		fs := flatten(t, reflect.ValueOf(args).Elem())
+		var names []string
+		var sizes []int
+		var values []uint64
+		for _, f := range fs {
+			names, sizes, values = append(names, f.name), append(sizes, f.size), append(values, f.value)
+		}
+		if !slices.Equal(names, source[c.list]) {
+			t.Errorf("%v: the typed arguments are (%s), kernels/reduce.cu declares (%s)", c.kind, strings.Join(names, " "), strings.Join(source[c.list], " "))
+		}
+		entry := "braid_" + family
+		if family != "bcast_fused" && family != "allgather_fused" {
+			entry += "_sum_f32"
+		}
+		if w := widths[entry]; !slices.Equal(sizes, w) {
+			t.Errorf("%v: the typed arguments' sizes are %v, the PTX's %s takes %v", c.kind, sizes, entry, w)
+		}
+		if got := args.pack(nil); !slices.Equal(got, values) {
+			t.Errorf("%v: pack writes %v, the fields in order are %v", c.kind, got, values)
+		}
+		if len(values) > maxArgs {
+			t.Errorf("%v: %d arguments, maxArgs is %d", c.kind, len(values), maxArgs)
+		}
+		// Kernel's fields, by the parameters' names.
+		by := map[string]uint64{}
+		for _, f := range fs {
+			by[f.name] = f.value
+		}
+		want := map[string]uint64{"seq": 7, "rank": 2, "nranks": 4, "slot_bytes": 4096, "area_bytes": 1024, "timeout_ns": 5,
+			"status": 0x77, "r0": 0x100, "r3": 0x400, "r4": 0, "r7": 0}
+		switch c.kind {
+		case Bcast:
+			want["buf"], want["bytes"], want["root"], want["ramp_in"] = 0xb0, 4000, 3, 2
+		case Allgather:
+			want["in"], want["out"], want["bytes"] = 0xa0, 0xb0, 4000
+		default:
+			want["in"], want["out"], want["n"] = 0xa0, 0xb0, 1000
+		}
+		if c.kind == Bcast || c.kind == TwoShot {
+			want["host"], want["host_bytes"] = 0x1000, 64
+		}
+		for k, v := range want {
+			if got, ok := by[k]; !ok || got != v {
+				t.Errorf("%v: parameter %s is %#x (present %v), want %#x", c.kind, k, got, ok, v)
+			}
+		}
+	}
+}
+
+// TestKindNames checks that every kind's name is the one the planner's
+// decisions carry (plan.Fused.Kind), so that a decision names the kernel
+// that runs.
+func TestKindNames(t *testing.T) {
+	want := map[Kind]string{OneShot: plan.FusedOneShot, OneShotLL: plan.FusedOneShotLL, TwoShotLL: plan.FusedTwoShotLL,
+		TwoShot: plan.FusedTwoShot, Bcast: plan.FusedBcast, Allgather: plan.FusedAllgather, ReduceScatter: plan.FusedReduceScatter}
+	for k := OneShot; k <= TwoShotLL; k++ {
+		if k.String() != want[k] {
+			t.Errorf("kind %d is %q, plan names it %q", int(k), k, want[k])
+		}
+	}
+	if s := Kind(99).String(); s != "kind 99" {
+		t.Errorf("an unknown kind is %q", s)
+	}
+}
