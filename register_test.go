@@ -84,6 +84,53 @@ func TestAllocLocal(t *testing.T) {
 	}
 }
 
+// TestAllocSplit: a communicator split from the world, its ranks in
+// another order, reads its members' registered buffers by their world
+// ranks.
+func TestAllocSplit(t *testing.T) {
+	const n, m = 5, 8192
+	errs := onRanks(t, n, &braid.Options{Algo: "shm"}, func(c *braid.Comm) error {
+		ctx := context.Background()
+		sub, err := c.Split(ctx, c.Rank()%2, n-c.Rank()) // reversed order
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		in, err := braid.Alloc[int64](c, m)
+		if err != nil {
+			return err
+		}
+		defer c.Free(in)
+		for i := range in {
+			in[i] = int64(c.Rank()*m + i)
+		}
+		out := make([]int64, sub.Size()*m)
+		if err := sub.Allgather(ctx, in, out); err != nil {
+			return err
+		}
+		for q := range sub.Size() {
+			// Sub rank q is world rank c.Rank()%2 + 2(size−1−q).
+			w := c.Rank()%2 + 2*(sub.Size()-1-q)
+			for i := range m {
+				if x := out[q*m+i]; x != int64(w*m+i) {
+					return fmt.Errorf("split allgather: block %d [%d] = %d, want %d", q, i, x, w*m+i)
+				}
+			}
+		}
+		if sub.Size() > 1 {
+			if p, q := braid.DirectStats(sub); p == 0 || q == 0 {
+				return fmt.Errorf("split: %d chunks published and %d read by reference, want some", p, q)
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
 // regColls are the collectives that read registered inputs in place.
 var regColls = []sched.Collective{sched.Allreduce, sched.Reduce, sched.Bcast, sched.Allgather, sched.ReduceScatter}
 
@@ -273,6 +320,8 @@ func regBuffers(c *braid.Comm, p sched.Params, rank, es int, inPlace, regIn, reg
 // buffer). Each new buffer's generation must have been mapped anew by
 // every reader, and at the end, after everything is freed and one more
 // buffer read, each reader's cache must hold that one mapping per peer.
+// Last, a communicator split from the world in another rank order reads
+// its members' buffers (by their world ranks).
 func TestRegisteredStaleProcs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -398,6 +447,33 @@ func regStaleChild() int {
 		return fail(err)
 	}
 	s := braid.RegCacheStats(c)
+	// A split communicator, its ranks in another order, reads its
+	// members' registered buffers by their world ranks.
+	sub, err := c.Split(ctx, rank%2, n-rank)
+	if err != nil {
+		return fail(err)
+	}
+	sout := make([]int32, sub.Size()*4096)
+	for j := range last {
+		last[j] = v(rank, iters, j)
+	}
+	if err := sub.Allgather(ctx, last, sout); err != nil {
+		return fail(err)
+	}
+	for q := range sub.Size() {
+		w := rank%2 + 2*(sub.Size()-1-q)
+		for j := range 4096 {
+			if x := sout[q*4096+j]; x != v(w, iters, j) {
+				return fail(fmt.Errorf("split allgather: block %d [%d] = %d, want %d", q, j, x, v(w, iters, j)))
+			}
+		}
+	}
+	if p, q := braid.DirectStats(sub); sub.Size() > 1 && (p == 0 || q == 0) {
+		return fail(fmt.Errorf("split: %d chunks published and %d read by reference", p, q))
+	}
+	if err := sub.Close(); err != nil {
+		return fail(err)
+	}
 	if err := c.Close(); err != nil {
 		return fail(err)
 	}
