@@ -58,6 +58,8 @@ type world struct {
 	secret     []byte
 	localAreas *localAreas
 
+	reg *registry // registered memory (register.go)
+
 	// report tells the launcher of the job's first failure, through the
 	// store (init.go); nil without one.
 	report func(e *Error, worldPeer int)

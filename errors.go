@@ -117,6 +117,10 @@ func classify(rank int, call string, err error) *Error {
 	if errors.As(err, &we) {
 		e.Peer = we.Peer
 	}
+	var de *shmcoll.DirectError
+	if errors.As(err, &de) {
+		e.Peer = de.Peer
+	}
 	var me *shmcoll.MismatchError
 	if errors.As(err, &me) {
 		e.Kind, e.Peer = Mismatch, me.Peer

@@ -64,10 +64,11 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	if info.Size == 1 {
 		w.hosts[0] = host
+		w.reg = memRegistry(1)
 		c := newComm(w, jobComm(info.JobID), 0, []int{0})
 		c.root = true
 		if g, err := shmcoll.NewLocal(1, shmcoll.Options{Slot: o.SharedSlot}); err == nil {
-			c.node = g[0]
+			c.setNode(g[0])
 		}
 		return c, nil
 	}
@@ -153,6 +154,12 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	if err := connect(shm.New(), local); err != nil {
 		return fail(err)
 	}
+	// Registered memory (Alloc) is shared with the peers of this host.
+	if len(local) == 0 {
+		w.reg = memRegistry(info.Size)
+	} else if err := w.joinRegistry(ctx, store, prefix, local, info.Secret); err != nil {
+		return fail(err)
+	}
 	// TCP between ranks of one host (BRAID_TRANSPORT=tcp) stays on the
 	// loopback interface unless told otherwise; across hosts it listens on
 	// the interface BRAID_SOCKET_IFNAME names, or every interface, and
@@ -187,7 +194,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 			Key: prefix + "/shmcoll", Secret: info.Secret, Options: shmcoll.Options{Slot: o.SharedSlot}})
 		switch {
 		case err == nil:
-			c.node = g
+			c.setNode(g)
 			w.closers = append(w.closers, g.Close)
 		case errors.Is(err, shmcoll.ErrUnavailable):
 			w.debugf("info", "no shared area for the collectives (%v): they run as schedules over shm", err)

@@ -60,10 +60,12 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		}
 	}
 	clk := newClock() // one process: one clock, whatever hosts the ranks claim
+	regs := localRegistries(n)
 	for r := range n {
 		w := &world{rank: r, size: n, opts: o, model: o.model(), hosts: hosts,
 			conns: make([]transport.Conn, n), logger: log.New(o.Log, "braid: ", log.Lmicroseconds), clock: clk}
 		w.agg.job, w.agg.secret = job, secret
+		w.reg = regs[r]
 		m, err := t.Connect(context.Background(), transport.Config{Self: transport.Endpoint{Rank: r}, World: n, Lost: w.lost, Unexpected: w.unexpected})
 		if err != nil {
 			return nil, err
@@ -79,7 +81,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		w.startProfile()
 		w.startFlight()
 		if groups != nil {
-			comms[r].node = groups[r]
+			comms[r].setNode(groups[r])
 			w.localAreas = areas
 		}
 	}

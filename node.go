@@ -267,7 +267,7 @@ func (c *Comm) splitArea(ctx context.Context, sub *Comm, parents []int) error {
 	if sub != nil && sub.Size() == 1 {
 		g, err := shmcoll.NewLocal(1, shmcoll.Options{})
 		if err == nil {
-			sub.node = g[0]
+			sub.setNode(g[0])
 		}
 	}
 	multi := sub != nil && sub.Size() > 1
@@ -291,7 +291,7 @@ func (c *Comm) splitArea(ctx context.Context, sub *Comm, parents []int) error {
 		if multi {
 			la.mu.Lock()
 			a := la.m[sub.id]
-			sub.node = a.groups[sub.rank]
+			sub.setNode(a.groups[sub.rank])
 			if a.taken++; a.taken == sub.Size() {
 				delete(la.m, sub.id)
 			}
@@ -364,6 +364,6 @@ func (c *Comm) splitArea(ctx context.Context, sub *Comm, parents []int) error {
 			return fail(nil)
 		}
 	}
-	sub.node = g
+	sub.setNode(g)
 	return nil
 }

@@ -45,6 +45,7 @@ examples:
   braid bench -n 2 allreduce --all-algos --max-size 16M --plot allreduce.png
   braid bench -n 4 bcast --algos binomial,chain:seg=256K,auto --format csv
   braid bench -n 4 allreduce --imbalance 10 --max-size 64K
+  braid bench -n 2 reducescatter --algo shm --registered --min-size 64K
 
 flags:
 `
@@ -68,6 +69,7 @@ func benchCmd(args []string) error {
 	opF := fs.String("op", "sum", "reduction operator (of allreduce, reduce and reducescatter; the others ignore it)")
 	root := fs.Int("root", 0, "root rank of rooted collectives (bcast, reduce, gather, scatter; the others ignore it)")
 	inplace := fs.Bool("inplace", false, "in-place calls")
+	registered := fs.Bool("registered", false, "take the buffers from braid.Alloc: registered memory, which the host's shared area (algorithm shm) reads in place instead of copying")
 	format := fs.String("format", "table", "table, csv or json")
 	imb := fs.Float64("imbalance", 0, "inject random compute before each call, up to MIF × the call's balanced latency")
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
@@ -168,7 +170,7 @@ func benchCmd(args []string) error {
 		}
 	}
 	cfg := bench.Config{Coll: col, MinSize: lo, MaxSize: hi, SizeList: sizeList, Iters: *iters, Warmup: *warmup,
-		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Imbalance: *imb, Seed: *seed,
+		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Registered: *registered, Imbalance: *imb, Seed: *seed,
 		Algos: algos, Budget: *budget}
 	if !col.Reduces() {
 		cfg.Op = 0
@@ -283,7 +285,7 @@ func benchCmd(args []string) error {
 			}
 		}
 		h := bench.Header{Coll: col.String(), DType: d.String(), Transport: tr, Ranks: c.Size(), Hosts: c.Hosts(),
-			InPlace: *inplace, Algo: *algoF, MIF: *imb}
+			InPlace: *inplace, Registered: *registered, Algo: *algoF, MIF: *imb}
 		if col.Reduces() {
 			h.Op = op.String()
 		}

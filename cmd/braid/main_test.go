@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,6 +96,9 @@ func TestBenchInPlaceAndDtypes(t *testing.T) {
 		{"allgather", "--inplace"},
 		{"reducescatter", "--inplace", "--dtype", "float64", "--op", "avg"},
 		{"alltoall", "--inplace"},
+		{"reducescatter", "--registered", "--algo", "shm"},
+		{"allgather", "--inplace", "--registered", "--algo", "shm"},
+		{"allreduce", "--inplace", "--registered", "--dtype", "int32", "--op", "bor"},
 	} {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			full := append([]string{"run", "-n", "4", "--", "braid", "bench"}, args...)
@@ -102,6 +106,9 @@ func TestBenchInPlaceAndDtypes(t *testing.T) {
 			out, err := run(t, 120*time.Second, nil, full...)
 			if err != nil || strings.Contains(out, " no") {
 				t.Fatalf("%v\n%s", err, out)
+			}
+			if slices.Contains(args, "--registered") && !strings.Contains(out, "registered buffers") {
+				t.Errorf("the header does not say the buffers were registered:\n%s", out)
 			}
 		})
 	}

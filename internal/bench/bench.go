@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/internal/check"
@@ -17,20 +18,23 @@ import (
 
 // Config is one benchmark run.
 type Config struct {
-	Coll      sched.Collective
-	MinSize   int64
-	MaxSize   int64
-	SizeList  []int64 // if not empty, the sizes to measure instead of the powers of two from MinSize to MaxSize
-	Iters     int     // timed iterations per size; 0 chooses by time
-	Warmup    int     // warm-up iterations per size; 0 chooses by size (-1: none)
-	Check     bool
-	DType     braid.DType
-	Op        braid.Op
-	Root      int
-	InPlace   bool
-	Imbalance float64       // MIF: random compute before each call, up to Imbalance × the balanced latency (see Run)
-	Seed      uint64        // seeds the random compute, with the rank; 0 means 1
-	Budget    time.Duration // target time of one size's timed loop when Iters is 0 (default 250 ms)
+	Coll     sched.Collective
+	MinSize  int64
+	MaxSize  int64
+	SizeList []int64 // if not empty, the sizes to measure instead of the powers of two from MinSize to MaxSize
+	Iters    int     // timed iterations per size; 0 chooses by time
+	Warmup   int     // warm-up iterations per size; 0 chooses by size (-1: none)
+	Check    bool
+	DType    braid.DType
+	Op       braid.Op
+	Root     int
+	InPlace  bool
+	// Registered takes the buffers from braid.Alloc: registered memory,
+	// which the host's shared area reads in place.
+	Registered bool
+	Imbalance  float64       // MIF: random compute before each call, up to Imbalance × the balanced latency (see Run)
+	Seed       uint64        // seeds the random compute, with the rank; 0 means 1
+	Budget     time.Duration // target time of one size's timed loop when Iters is 0 (default 250 ms)
 
 	// Algos lists the runs to time side by side at each size: algorithm
 	// names, passed to Forcer unchanged, or Auto for the planner's choice.
@@ -219,14 +223,71 @@ type buffers struct {
 	in, out []byte
 	send    any // what the call is given
 	recv    any
+	held    [][]byte // registered memory to free
 }
 
-func alloc(cfg Config, p sched.Params, rank int) *buffers {
+// alloc returns a row's buffers: Go memory, or with cfg.Registered
+// memory from braid.Alloc in the same layout.
+func alloc(c *braid.Comm, cfg Config, p sched.Params, rank int) (*buffers, error) {
 	b := &buffers{}
 	b.in, b.out = check.Buffers(p, rank, cfg.DType.Size(), cfg.InPlace)
+	if cfg.Registered {
+		if err := b.register(c); err != nil {
+			b.free(c)
+			return nil, err
+		}
+	}
 	b.send = braid.Raw{Bytes: b.in, Type: cfg.DType}
 	b.recv = braid.Raw{Bytes: b.out, Type: cfg.DType}
-	return b
+	return b, nil
+}
+
+// register moves the buffers into registered memory: an in-place pair
+// stays one buffer and a part of it.
+func (b *buffers) register(c *braid.Comm) error {
+	get := func(g []byte) ([]byte, error) {
+		if len(g) == 0 {
+			return g, nil
+		}
+		r, err := braid.Alloc[uint8](c, len(g))
+		if err == nil {
+			b.held = append(b.held, r)
+		}
+		return r, err
+	}
+	addr := func(s []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(s))) }
+	in, out := b.in, b.out
+	if len(in) > 0 && len(out) > 0 && addr(in) < addr(out)+uintptr(len(out)) && addr(out) < addr(in)+uintptr(len(in)) {
+		big := out
+		if len(in) > len(out) {
+			big = in
+		}
+		r, err := get(big)
+		if err != nil {
+			return err
+		}
+		i, o := int(addr(in)-addr(big)), int(addr(out)-addr(big))
+		b.in, b.out = r[i:i+len(in)], r[o:o+len(out)]
+		return nil
+	}
+	var err error
+	if b.in, err = get(in); err != nil {
+		return err
+	}
+	b.out, err = get(out)
+	return err
+}
+
+// free releases registered memory.
+func (b *buffers) free(c *braid.Comm) error {
+	var first error
+	for _, r := range b.held {
+		if err := c.Free(r); err != nil && first == nil {
+			first = err
+		}
+	}
+	b.held = nil
+	return first
 }
 
 // call runs the collective once.
@@ -347,50 +408,66 @@ func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	}
 	var rows []Row
 	for _, pt := range points {
-		b := alloc(cfg, pt.p, rank)
-		size := rowBytes(cfg, pt.p, pt.size)
-		var at []Row
-		var on []run
-		for _, r := range runs {
-			m.report(size, r.name, false)
-			ran, ok, err := m.plan(r, pt.p)
-			if err != nil {
-				return rows, err
-			}
-			if !ok {
-				m.skip()
-				continue
-			}
-			row, err := m.balanced(r, pt.p, b, size)
-			if err != nil {
-				return rows, err
-			}
-			// The plan may have adapted its parameters while it ran.
-			if a, err := m.explain(r, pt.p); err == nil {
-				ran = a
-			}
-			row.Algo, row.Ran = r.name, ran
-			at = append(at, row)
-			on = append(on, r)
-		}
-		if cfg.Imbalance > 0 && len(at) > 0 {
-			alpha := at[0].AvgUs
-			for _, row := range at {
-				alpha = math.Min(alpha, row.AvgUs)
-			}
-			for i, r := range on {
-				m.report(size, r.name, true)
-				if cfg.Forcer != nil {
-					cfg.Forcer.Set(r.name) // checked by setup
-				}
-				if err := m.imbalanced(r, b, &at[i], alpha); err != nil {
-					return rows, err
-				}
-			}
-		}
+		at, err := m.point(runs, pt.p, rowBytes(cfg, pt.p, pt.size))
 		rows = append(rows, at...)
+		if err != nil {
+			return rows, err
+		}
 	}
 	return rows, nil
+}
+
+// point measures every run at one size.
+func (m *meter) point(runs []run, p sched.Params, size int64) (at []Row, err error) {
+	cfg, c := m.cfg, m.ctrl
+	b, err := alloc(c, cfg, p, m.rank)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if ferr := b.free(c); err == nil {
+			err = ferr
+		}
+	}()
+	var on []run
+	for _, r := range runs {
+		m.report(size, r.name, false)
+		ran, ok, err := m.plan(r, p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			m.skip()
+			continue
+		}
+		row, err := m.balanced(r, p, b, size)
+		if err != nil {
+			return nil, err
+		}
+		// The plan may have adapted its parameters while it ran.
+		if a, err := m.explain(r, p); err == nil {
+			ran = a
+		}
+		row.Algo, row.Ran = r.name, ran
+		at = append(at, row)
+		on = append(on, r)
+	}
+	if cfg.Imbalance > 0 && len(at) > 0 {
+		alpha := at[0].AvgUs
+		for _, row := range at {
+			alpha = math.Min(alpha, row.AvgUs)
+		}
+		for i, r := range on {
+			m.report(size, r.name, true)
+			if cfg.Forcer != nil {
+				cfg.Forcer.Set(r.name) // checked by setup
+			}
+			if err := m.imbalanced(r, b, &at[i], alpha); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return at, nil
 }
 
 // setup returns the runs of cfg: one communicator per algorithm, split
@@ -487,11 +564,19 @@ const settleTime = 200 * time.Millisecond
 // settle calls r at the first size until settleTime has passed on the
 // slowest rank (the ranks agree after every batch, so that all make the
 // same calls).
-func (m *meter) settle(r run, p sched.Params) error {
+func (m *meter) settle(r run, p sched.Params) (err error) {
 	if m.cfg.Coll == sched.Barrier {
 		p.Count = 0
 	}
-	b := alloc(m.cfg, p, m.rank)
+	b, err := alloc(m.ctrl, m.cfg, p, m.rank)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if ferr := b.free(m.ctrl); err == nil {
+			err = ferr
+		}
+	}()
 	if m.cfg.Forcer != nil {
 		if err := m.cfg.Forcer.Set(r.name); err != nil {
 			return err

@@ -381,6 +381,11 @@ func TestRunChecked(t *testing.T) {
 		{bench.Config{Coll: sched.Reduce, MinSize: 4, MaxSize: 64, Root: 2}, []int64{4, 8, 16, 32, 64}},
 		{bench.Config{Coll: sched.Gather, MinSize: 12, MaxSize: 48, Root: 1}, []int64{12, 24, 48}},
 		{bench.Config{Coll: sched.Scatter, MinSize: 12, MaxSize: 48, Root: 2}, []int64{12, 24, 48}},
+		// Registered buffers (braid.Alloc), in place and not.
+		{bench.Config{Coll: sched.ReduceScatter, MinSize: 48 << 10, MaxSize: 96 << 10, Registered: true}, []int64{48 << 10, 96 << 10}},
+		{bench.Config{Coll: sched.Allgather, MinSize: 48 << 10, MaxSize: 48 << 10, InPlace: true, Registered: true}, []int64{48 << 10}},
+		{bench.Config{Coll: sched.Allreduce, MinSize: 64 << 10, MaxSize: 64 << 10, InPlace: true, Registered: true}, []int64{64 << 10}},
+		{bench.Config{Coll: sched.Bcast, MinSize: 4, MaxSize: 8, Registered: true}, []int64{4, 8}},
 	}
 	for _, tc := range cases {
 		cfg := tc.cfg

@@ -20,15 +20,17 @@ func ParseSize(s string) (int64, error) { return plan.ParseSize(s) }
 
 // Header describes the run above the table.
 type Header struct {
-	Coll      string  `json:"collective"`
-	DType     string  `json:"dtype"`
-	Op        string  `json:"op,omitempty"`
-	Transport string  `json:"transport"`
-	Ranks     int     `json:"ranks"`
-	Hosts     int     `json:"hosts"`
-	InPlace   bool    `json:"inplace"`
-	Algo      string  `json:"algo,omitempty"` // what --algo forced, if anything
-	MIF       float64 `json:"mif,omitempty"`  // the imbalance factor, if any
+	Coll      string `json:"collective"`
+	DType     string `json:"dtype"`
+	Op        string `json:"op,omitempty"`
+	Transport string `json:"transport"`
+	Ranks     int    `json:"ranks"`
+	Hosts     int    `json:"hosts"`
+	InPlace   bool   `json:"inplace"`
+	// Registered says that the buffers came from braid.Alloc.
+	Registered bool    `json:"registered,omitempty"`
+	Algo       string  `json:"algo,omitempty"` // what --algo forced, if anything
+	MIF        float64 `json:"mif,omitempty"`  // the imbalance factor, if any
 }
 
 // AlgoCell is how the table shows a row's run: its name, with the
@@ -58,6 +60,9 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 		}
 		if h.InPlace {
 			fmt.Fprint(w, ", in place")
+		}
+		if h.Registered {
+			fmt.Fprint(w, ", registered buffers")
 		}
 		if h.Algo != "" {
 			fmt.Fprintf(w, ", algo %s", h.Algo)

@@ -55,6 +55,18 @@
 //     compare-and-swap). One rank combines, so every rank gets the same
 //     bits, in the order of arrival rather than of rank.
 //
+// # Single copy from registered memory
+//
+// A writer whose input lies in registered memory (package shmreg) that
+// every rank can map may publish a chunk by reference instead of copying
+// it into its slot: its flag line then carries the allocation's id,
+// generation and range and the input's offset in it, and the readers read
+// and reduce the chunk straight from the writer's memory, mapped once
+// through their registration cache (which checks the generation on every
+// use). The writer does not return before every rank has finished reading
+// its last chunk published so. This is each writer's own decision (see
+// direct.go for which chunks): ranks need not agree on it.
+//
 // Every reader compares the writer's signature of the call with its own and
 // reports a mismatch (Group.Mismatch) instead of reading other arguments'
 // data. A wait that ends (context, deadline, failure of the communicator)

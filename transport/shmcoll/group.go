@@ -88,6 +88,15 @@ type Group struct {
 	stamp   uint64          // the current call's Call.Arrive
 	wake    *wake           // goroutine ranks: woken whenever a rank publishes
 
+	// Registered memory (direct.go): the writer's side of the current
+	// call, and counts of the chunks published and read by reference.
+	mem        Memory
+	directMin  int
+	dir        directIn
+	lastPub    uint64 // the last chunk this rank published by reference
+	published  atomic.Uint64
+	readDirect atomic.Uint64
+
 	tickets atomic.Uint64 // handed out by Ticket
 	served  atomic.Uint64 // the last ticket whose call ended
 	broken  atomic.Pointer[error]
@@ -164,6 +173,7 @@ type Call struct {
 	Last uint64
 
 	bo      transport.Backoff
+	whole   int         // the bytes of every rank's input of the call (direct.go)
 	wake    *wake       // goroutine ranks: the group's wake-up
 	recheck func() bool // whether what the current wait awaits is there
 	timer   *time.Timer
@@ -321,8 +331,12 @@ func (g *Group) Skip(ctx context.Context, ticket uint64) {
 	g.served.Store(ticket)
 }
 
-// leave ends the call's turn; a failed call breaks the group.
+// leave ends the call's turn, once the readers of its input published by
+// reference are done with it; a failed call breaks the group.
 func (g *Group) leave(c *Call, err error) error {
+	if derr := g.endDirect(c, err != nil); err == nil {
+		err = derr
+	}
 	if err != nil {
 		e := ErrBroken
 		g.broken.CompareAndSwap(nil, &e)
@@ -499,8 +513,24 @@ func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
 }
 
 // read waits for rank q's chunk f of kind and returns its data, which must
-// be nbytes long.
+// be nbytes long (and not published by reference: see readIn).
 func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
+	l, err := g.await(c, q, kind, f, nbytes)
+	if err != nil {
+		return nil, err
+	}
+	if *u32(l[flagLen:])&flagDirect != 0 {
+		return nil, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
+	}
+	if nbytes <= inline {
+		return l[flagBytes : flagBytes+nbytes], nil
+	}
+	return g.slotBuf(q, kind, int(f&1))[:nbytes], nil
+}
+
+// await waits for rank q's flag line of kind for chunk f, checks its
+// signature and length (nbytes), and returns it.
+func (g *Group) await(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
 	l := g.flag(q, kind, f)
 	seq := u64(l[flagSeq:])
 	v := atomic.LoadUint64(seq)
@@ -531,17 +561,14 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 		c.arrived()
 	}
 	sig := *u32(l[flagSig:])
-	n := int(*u32(l[flagLen:]))
+	n := int(*u32(l[flagLen:]) &^ flagDirect)
 	if v != f || sig != c.Sig || n != nbytes {
 		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
 	}
 	if kind == slotIn && c.Arrivals != nil {
 		c.Arrivals[q] = *u64(l[flagArrive:])
 	}
-	if n <= inline {
-		return l[flagBytes : flagBytes+n], nil
-	}
-	return g.slotBuf(q, kind, int(f&1))[:n], nil
+	return l, nil
 }
 
 // touch loads every rank's flag of kind for chunk f without waiting: the
@@ -598,13 +625,16 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
+	if size > g.flatMax {
+		g.startDirect(c, in, len(in))
+	}
 	for i := range count {
 		off := i * size
 		b := min(size, len(in)-off)
 		if b <= g.flatMax {
 			err = g.reduceFlat(c, in[off:off+b], out[off:off+b], r, -1)
 		} else {
-			err = g.reduceTwo(c, in[off:off+b], out[off:off+b], r, -1)
+			err = g.reduceTwo(c, in[off:off+b], out[off:off+b], r, -1, off)
 		}
 		if err != nil {
 			return err
@@ -620,6 +650,9 @@ func (g *Group) Reduce(c *Call, in, out []byte, r Reducer, root int) (err error)
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
+	if size > g.flatMax {
+		g.startDirect(c, in, len(in))
+	}
 	for i := range count {
 		off := i * size
 		b := min(size, len(in)-off)
@@ -630,7 +663,7 @@ func (g *Group) Reduce(c *Call, in, out []byte, r Reducer, root int) (err error)
 		if b <= g.flatMax {
 			err = g.reduceFlat(c, in[off:off+b], o, r, root)
 		} else {
-			err = g.reduceTwo(c, in[off:off+b], o, r, root)
+			err = g.reduceTwo(c, in[off:off+b], o, r, root, off)
 		}
 		if err != nil {
 			return err
@@ -669,27 +702,37 @@ func (g *Group) reduceFlat(c *Call, in, out []byte, r Reducer, root int) error {
 	return nil
 }
 
-// reduceTwo is one chunk reduced in two phases: rank q reduces the q-th
-// slice of every input, then the readers copy the slices out.
-func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root int) error {
+// reduceTwo is one chunk, at pos in the call's input, reduced in two
+// phases: rank q reduces the q-th slice of every input, then the readers
+// copy the slices out.
+func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) error {
 	f := g.next()
 	if err := g.claim(c, f, len(in) <= inline); err != nil {
 		return err
 	}
 	es := r.ElemSize
 	b := len(in)
-	copy(g.buf(slotIn, f, b), in)
-	g.commit(slotIn, f, c.Sig, b)
+	direct := g.direct(b)
+	if direct {
+		g.commitDirect(f, c.Sig, b)
+	} else {
+		copy(g.buf(slotIn, f, b), in)
+		g.commit(slotIn, f, c.Sig, b)
+	}
 	m := b / es
 	lo, hi := block(m, g.n, g.rank)
 	srcs := g.srcs
 	g.touch(slotIn, f)
 	for q := range g.n {
-		s, err := g.read(c, q, slotIn, f, b)
+		if q == g.rank && direct {
+			srcs[q] = in[lo*es : hi*es]
+			continue
+		}
+		s, err := g.readIn(c, q, f, b)
 		if err != nil {
 			return err
 		}
-		srcs[q] = s[lo*es : hi*es]
+		srcs[q] = s.at(lo*es, pos+lo*es, (hi-lo)*es)
 	}
 	g.sawAll(f)
 	mine := g.buf(slotRes, f, (hi-lo)*es)
@@ -718,22 +761,32 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(buf), 1, g.slot)
 	g.partial = g.n > 1 && !c.Confirmed
+	if g.rank == root {
+		g.startDirect(c, buf, len(buf))
+	} else {
+		c.whole = len(buf)
+	}
 	for i := range count {
 		off := i * size
 		b := min(size, len(buf)-off)
 		f := g.next()
 		if g.rank == root {
-			if err := g.claim(c, f, b <= inline); err != nil {
+			direct := g.direct(b)
+			if err := g.claim(c, f, b <= inline || direct); err != nil {
 				return err
 			}
-			copy(g.buf(slotIn, f, b), buf[off:off+b])
-			g.commit(slotIn, f, c.Sig, b)
+			if direct {
+				g.commitDirect(f, c.Sig, b)
+			} else {
+				copy(g.buf(slotIn, f, b), buf[off:off+b])
+				g.commit(slotIn, f, c.Sig, b)
+			}
 		} else {
-			s, err := g.read(c, root, slotIn, f, b)
+			s, err := g.readIn(c, root, f, b)
 			if err != nil {
 				return err
 			}
-			copy(buf[off:off+b], s)
+			copy(buf[off:off+b], s.at(0, off, b))
 		}
 		g.finish(f, c.Sig)
 	}
@@ -750,21 +803,33 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 	blk := len(in)
 	size, count := chunks(blk, 1, g.slot)
 	inPlace := blk > 0 && &in[0] == &out[g.rank*blk]
+	g.startDirect(c, in, blk)
 	for i := range count {
 		off := i * size
 		b := min(size, blk-off)
 		f := g.next()
-		if err := g.claim(c, f, b <= inline); err != nil {
+		direct := g.direct(b)
+		if err := g.claim(c, f, b <= inline || direct); err != nil {
 			return err
 		}
-		copy(g.buf(slotIn, f, b), in[off:off+b])
-		g.commit(slotIn, f, c.Sig, b)
+		if direct {
+			g.commitDirect(f, c.Sig, b)
+		} else {
+			copy(g.buf(slotIn, f, b), in[off:off+b])
+			g.commit(slotIn, f, c.Sig, b)
+		}
 		g.touch(slotIn, f)
 		for k := range g.n {
 			q := (g.rank + k) % g.n
-			s, err := g.read(c, q, slotIn, f, b)
-			if err != nil {
-				return err
+			var s []byte
+			if q == g.rank && direct {
+				s = in[off : off+b]
+			} else {
+				in, err := g.readIn(c, q, f, b)
+				if err != nil {
+					return err
+				}
+				s = in.at(0, off, b)
 			}
 			if q != g.rank || !inPlace {
 				copy(out[q*blk+off:q*blk+off+b], s)
@@ -789,25 +854,45 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	size, count := chunks(blk, es, g.slot/g.n)
 	srcs := g.srcs
+	g.startDirect(c, in, len(in))
+	inPlace := overlaps(in, out)
 	for i := range count {
 		off := i * size
 		b := min(size, blk-off)
 		f := g.next()
-		if err := g.claim(c, f, g.n*b <= inline); err != nil {
+		direct := g.direct(g.n * b)
+		// In place, this rank's own part of a chunk published by
+		// reference is the chunk's output: it combines a copy of it, in
+		// its result slot (which the claim of a whole chunk frees).
+		if err := g.claim(c, f, g.n*b <= inline || direct && !inPlace); err != nil {
 			return err
 		}
-		dst := g.buf(slotIn, f, g.n*b)
-		for q := range g.n {
-			copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
+		if direct {
+			g.commitDirect(f, c.Sig, g.n*b)
+		} else {
+			dst := g.buf(slotIn, f, g.n*b)
+			for q := range g.n {
+				copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
+			}
+			g.commit(slotIn, f, c.Sig, g.n*b)
 		}
-		g.commit(slotIn, f, c.Sig, g.n*b)
 		g.touch(slotIn, f)
 		for q := range g.n {
-			s, err := g.read(c, q, slotIn, f, g.n*b)
+			if q == g.rank && direct {
+				own := in[q*blk+off : q*blk+off+b]
+				if inPlace {
+					tmp := g.slotBuf(g.rank, slotRes, int(f&1))[:b]
+					copy(tmp, own)
+					own = tmp
+				}
+				srcs[q] = own
+				continue
+			}
+			s, err := g.readIn(c, q, f, g.n*b)
 			if err != nil {
 				return err
 			}
-			srcs[q] = s[g.rank*b : (g.rank+1)*b]
+			srcs[q] = s.at(g.rank*b, g.rank*blk+off, b)
 		}
 		g.sawAll(f)
 		combine(r, out[off:off+b], srcs)
