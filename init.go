@@ -151,7 +151,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		return nil
 	}
 	if err := connect(shm.New(), local); err != nil {
-		return fail(err)
+		return fail(noSpace(err))
 	}
 	// TCP between ranks of one host (BRAID_TRANSPORT=tcp) stays on the
 	// loopback interface unless told otherwise; across hosts it listens on
