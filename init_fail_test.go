@@ -2,8 +2,11 @@ package braid_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/bootstrap"
 	"github.com/braid-ccl/braid/internal/launch"
 )
 
@@ -60,6 +64,68 @@ func result(out string) (kind braid.ErrorKind, peer int, msg string, ok bool) {
 	}
 	line, _, _ := strings.Cut(out[i:], "\n")
 	return braid.ErrorKind(k), peer, line, true
+}
+
+// TestInitRankKilled kills rank 2 of 3 during its Init over TCP, under no
+// launcher that watches it (the ranks are started by hand, rank 0 serving
+// the store): rank 2 has joined the store and published its endpoint,
+// and waits for rank 1, which starts only after rank 2's death. Ranks 0
+// and 1 must fail Init with PeerLost naming rank 2 (the store saw its
+// connection end), not wait for its connection until BRAID_TIMEOUT.
+func TestInitRankKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	const job = "initkill"
+	env := append(os.Environ(), "BRAID_TEST_CHILD=init", "BRAID_WORLD_SIZE=3", "BRAID_STORE="+addr,
+		"BRAID_SECRET="+hex.EncodeToString(secret), "BRAID_JOB="+job, "BRAID_TRANSPORT=tcp", "BRAID_TIMEOUT=40s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	outs := make([]lockedBuffer, 3)
+	start := func(r int) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, os.Args[0])
+		cmd.Env = append(env, fmt.Sprintf("BRAID_RANK=%d", r))
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	rank0 := start(0)
+	store, err := bootstrap.DialTCPStore(ctx, addr, secret)
+	if err != nil {
+		t.Fatalf("the store rank 0 serves: %v\n%s", err, outs[0].String())
+	}
+	defer store.Close()
+	victim := start(2)
+	if _, err := store.Get(ctx, "braid/"+job+"/ep/2"); err != nil {
+		t.Fatalf("rank 2 did not publish its endpoint: %v\n%s", err, outs[2].String())
+	}
+	victim.Process.Kill()
+	victim.Wait()
+	killed := time.Now()
+	rank1 := start(1)
+	for r, cmd := range map[int]*exec.Cmd{0: rank0, 1: rank1} {
+		cmd.Wait()
+		kind, peer, msg, ok := result(outs[r].String())
+		switch {
+		case !ok:
+			t.Errorf("rank %d printed no result:\n%s", r, outs[r].String())
+		case kind != braid.PeerLost || peer != 2 || !strings.Contains(msg, "rank 2 "):
+			t.Errorf("rank %d: %s; want PeerLost naming rank 2", r, msg)
+		default:
+			t.Logf("rank %d: %s", r, msg)
+		}
+	}
+	t.Logf("ranks 0 and 1 ended %v after rank 2's death", time.Since(killed).Round(time.Millisecond))
 }
 
 // TestInitFullShm runs a job of 2 ranks on a /dev/shm of 64 KiB (a
