@@ -135,6 +135,10 @@ func (w *world) lost(peer int, err error) {
 			case Timeout:
 				w.timedOut(from, p, err)
 				return
+			default:
+				// The rank that failed first (it aborted, or its call
+				// failed), not the one that passed its abort on.
+				peer = from
 			}
 		}
 	}

@@ -66,3 +66,36 @@ func TestP2PPeerOnSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestAbortPeerOnSplit: when a rank of a split (in reverse order) calls
+// Abort, every other rank's pending call fails with Aborted naming that
+// rank by its rank in the split, also where the abort reached it through
+// another rank first.
+func TestAbortPeerOnSplit(t *testing.T) {
+	const n = 4
+	for range 5 {
+		errs := make([]error, n)
+		onRanks(t, n, &braid.Options{Timeout: 5 * time.Second}, func(w *braid.Comm) error {
+			ctx := context.Background()
+			sub, err := w.Split(ctx, 0, -w.Rank())
+			if err != nil {
+				return err
+			}
+			if sub.Rank() == 1 {
+				sub.Abort(errors.New("the user's reason"))
+				return nil
+			}
+			errs[sub.Rank()] = sub.Allreduce(ctx, make([]float32, 8), make([]float32, 8), braid.Sum)
+			return nil
+		})
+		for r, err := range errs {
+			if r == 1 {
+				continue
+			}
+			var e *braid.Error
+			if !errors.As(err, &e) || e.Kind != braid.Aborted || e.Peer != 1 {
+				t.Errorf("split rank %d: %v; want Aborted naming split rank 1 (world rank 2)", r, err)
+			}
+		}
+	}
+}
