@@ -47,14 +47,18 @@ type readState struct {
 }
 
 // spillRoom returns where the frame's next bytes go when it is spilled,
-// starting a chunk when the last one is full. A chunk holds the bytes at
-// hand (avail, already read into buf) or, once the frame has spilled more,
-// as many as it has spilled so far, never more than the frame has left:
-// the chunks follow the bytes that arrived, at most about twice them, and
-// a frame that announces a gigabyte and ends short costs what it sent.
+// starting a chunk when the last one is full: of what the frame has
+// spilled so far, or of the bytes at hand (avail, already read into buf),
+// or of a read buffer's worth (64 KiB), whichever is most, and never more
+// than the frame has left. The first chunk is made once the frame's first
+// bytes are at hand (pump), the others as the frame's bytes keep coming:
+// the chunks hold at most twice the bytes that arrived, or 64 KiB more,
+// and a frame that announces a gigabyte and ends short costs about what
+// it sent. Only the frame being read (one per stream) can hold more than
+// it received.
 func (rd *readState) spillRoom(avail int) []byte {
 	if len(rd.room) == 0 {
-		b := getBuf(min(rd.left, max(avail, rd.spilled)))
+		b := getBuf(min(rd.left, max(avail, rd.spilled, readBufSize)))
 		rd.chunks = append(rd.chunks, span{off: rd.off, buf: b})
 		rd.room = *b
 	}
@@ -194,8 +198,10 @@ func (s *stream) pump(budget int, yield bool) event {
 					rd.dst = rd.dst[n:]
 					rd.left -= n
 				}
-			case rd.spill && len(rd.room) >= directRead:
-				if n, err = s.sysread(rd.room); err == nil {
+			case rd.spill && rd.left >= directRead && (len(rd.room) >= directRead || rd.spilled > 0):
+				// Straight into a chunk, a new one if the last is full
+				// and some of the frame's bytes came already.
+				if n, err = s.sysread(rd.spillRoom(0)); err == nil {
 					rd.spilledInto(n)
 					rd.left -= n
 				}
