@@ -91,12 +91,12 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 			err = &Error{Kind: cause.Kind, Rank: cause.Rank, Call: cause.Call, Peer: cause.Peer,
 				Err: fmt.Errorf("%w; Init stopped: %v", cause.Err, err)}
 		}
+		// The peers already connected learn of this failure through the
+		// transports' abort, which names its cause, rather than seeing
+		// this rank close and naming it; the ranks still in their Init
+		// learn of it from the store (watchInit).
 		e := classify(info.Rank, "init", err)
-		if w.report != nil {
-			w.report(e, e.Peer)
-		}
-		// The ranks still in their Init learn of this failure from the
-		// store (watchInit) rather than waiting for this rank.
+		w.fail(e)
 		lctx, lcancel := context.WithTimeout(context.Background(), time.Second)
 		bootstrap.Leave(lctx, store, fmt.Sprintf("braid-abort kind=%d peer=%d from=%d: %v", e.Kind, e.Peer, w.rank, e))
 		lcancel()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 func init() {
 	childRoles["init"] = initChild
 	childRoles["launch-init"] = launchInitChild
+	childRoles["latefail"] = lateFailChild
 }
 
 // launchInitChild runs a job of 2 ranks of initChild, as braid run would,
@@ -182,5 +184,64 @@ func TestInitFullShm(t *testing.T) {
 	}
 	if own == 0 {
 		t.Error("no rank reported its own ENOSPC")
+	}
+}
+
+// lateFailChild is a rank of TestInitFailsLate: rank 1 runs on one CPU
+// with BRAID_BIND=core, which fails its Init after every rank connected
+// (2 ranks to bind, 1 CPU); the others call Allreduce after their Init and
+// print its result as initChild prints Init's.
+func lateFailChild() int {
+	if os.Getenv("BRAID_RANK") == "1" {
+		if os.Getenv("LATEFAIL_PINNED") == "" {
+			// Every thread on CPU 0: run again (same pid) under taskset.
+			ts, err := exec.LookPath("taskset")
+			if err == nil {
+				err = syscall.Exec(ts, append([]string{"taskset", "-c", "0"}, os.Args...), append(os.Environ(), "LATEFAIL_PINNED=1"))
+			}
+			fmt.Println("RESULT -1 -1 taskset:", err)
+			return 1
+		}
+		os.Setenv("BRAID_BIND", "core")
+	}
+	ctx := context.Background()
+	c, err := braid.Init(ctx, nil)
+	if err == nil {
+		b := make([]float32, 8)
+		err = c.Allreduce(ctx, b, b, braid.Sum)
+		defer c.Close()
+	}
+	var e *braid.Error
+	switch {
+	case err == nil:
+		fmt.Println("RESULT 0 -1 ok")
+	case errors.As(err, &e):
+		fmt.Printf("RESULT %d %d %s\n", e.Kind, e.Peer, strings.ReplaceAll(e.Error(), "\n", " "))
+	default:
+		fmt.Printf("RESULT -1 -1 %v\n", err)
+	}
+	return 0
+}
+
+// TestInitFailsLate: a rank whose Init fails after every rank connected
+// (its BRAID_BIND cannot be met) aborts its connections with its error,
+// so that a peer whose Init succeeded fails its first call with Aborted
+// naming that rank and its reason, not with a peer that closed its
+// connections. Over shm and over tcp.
+func TestInitFailsLate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			lines := procRun(t, 2, "latefail", "RESULT ", "BRAID_TRANSPORT="+tr, "BRAID_TIMEOUT=20s")
+			if len(lines[1]) == 0 || !strings.Contains(lines[1][0], "CPUs to bind them to") {
+				t.Fatalf("rank 1: %q, want its Init to fail binding", lines[1])
+			}
+			kind, peer, msg, ok := result("RESULT " + strings.Join(lines[0], ""))
+			if !ok || kind != braid.Aborted || peer != 1 || !strings.Contains(msg, "CPUs to bind them to") {
+				t.Errorf("rank 0: %q; want Aborted naming rank 1 and its reason", lines[0])
+			}
+		})
 	}
 }
