@@ -133,6 +133,9 @@ func (t *shmTransport) Connect(ctx context.Context, cfg transport.Config) (trans
 	}
 	if err := m.connect(ctx); err != nil {
 		m.release()
+		// A peer killed during Connect leaves its segment: remove it
+		// now that its maker is dead, rather than at the next Connect.
+		reapStale(opts.Dir)
 		return nil, err
 	}
 	go m.watch()

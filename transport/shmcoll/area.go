@@ -109,8 +109,9 @@ func secretHash(secret []byte) [16]byte {
 // publishes whether it succeeded, and every rank returns an error wrapping
 // ErrUnavailable if any did not, so that the ranks agree on using the
 // area. The file is unlinked once every rank has mapped it: nothing is left
-// behind, whatever happens later.
-func Join(ctx context.Context, cfg Config) (*Group, error) {
+// behind, whatever happens later. A Join that fails removes the files that
+// dead processes left (a rank 0 killed during Join leaves its area's).
+func Join(ctx context.Context, cfg Config) (g *Group, err error) {
 	o, err := cfg.Options.resolve(cfg.Ranks)
 	if err != nil {
 		return nil, err
@@ -123,6 +124,11 @@ func Join(ctx context.Context, cfg Config) (*Group, error) {
 	if dir == "" {
 		dir = "/dev/shm"
 	}
+	defer func() {
+		if err != nil {
+			reapStale(dir)
+		}
+	}()
 	size := headerSize + n*BlockSize(o.Slot)
 	var mem []byte
 	var path string

@@ -2,6 +2,8 @@ package shmcoll
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/internal/shmfile"
+	"github.com/braid-ccl/braid/transport/transporttest"
 )
 
 // envMake makes the test binary a child that makes an area in the
@@ -88,5 +91,37 @@ func TestReapStale(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("%s: %v; want it left alone", filepath.Base(p), err)
 		}
+	}
+}
+
+// TestReapAfterFailedJoin: a Join that fails (here rank 1's, whose rank 0
+// made the area's file and died before it was whole, as a rank 0 killed
+// during Init) removes the file, now that its maker is dead, rather than
+// leaving it to the next area made on the host.
+func TestReapAfterFailedJoin(t *testing.T) {
+	ns := shmfile.PIDNamespace()
+	if ns == 0 {
+		t.Skip("no /proc/self/ns/pid")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	stale := filepath.Join(dir, areaName(dead.Process.Pid, ns, [8]byte{1, 2, 3, 4, 5, 6, 7, 8}))
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv := &transporttest.MemKV{}
+	kv.Set(ctx, "area/file", []byte("ok "+stale))
+	kv.Set(ctx, "area/r/0", []byte("ok"))
+	_, err := Join(ctx, Config{Rank: 1, Ranks: 2, Store: kv, Key: "area", Secret: []byte("s"), Dir: dir})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Join: %v, want ErrUnavailable", err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead rank 0's area file is still there (%v)", err)
 	}
 }
