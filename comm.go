@@ -137,6 +137,10 @@ func (w *world) lost(peer int, err error) {
 			case Timeout:
 				w.timedOut(from, p, err)
 				return
+			default:
+				// The rank that failed first (it aborted, or its call
+				// failed), not the one that passed its abort on.
+				peer = from
 			}
 		}
 	}
@@ -369,10 +373,18 @@ func (c *Comm) deadline(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // failWith classifies err, records it as the job's failure and returns it.
-func (c *Comm) failWith(call string, err error) *Error {
+func (c *Comm) failWith(call string, err error) *Error { return c.failWithPeer(call, err, -1) }
+
+// failWithPeer is failWith for a call that concerns communicator rank
+// peer alone (point-to-point): the error names peer where err itself names
+// no peer (a transport's error, a timeout).
+func (c *Comm) failWithPeer(call string, err error, peer int) *Error {
 	e := classify(c.rank, call, err)
 	var be *Error
 	own := !errors.As(err, &be) // from the executor or a transport, not a recorded failure
+	if own && e.Peer < 0 {
+		e.Peer = peer
+	}
 	if !own && be.wknown {
 		// A failure recorded for the job names its peer by world rank.
 		if e == be {

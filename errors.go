@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/braid-ccl/braid/exec"
 	"github.com/braid-ccl/braid/transport"
@@ -28,8 +29,10 @@ const (
 	// Aborted: Abort was called, here or on a peer, or the communicator
 	// failed earlier.
 	Aborted
-	// Unsupported: the request is valid but not implemented here (for
-	// example GPU memory without a CUDA driver).
+	// Unsupported: the request is valid but cannot be served here: it is
+	// not implemented, or this machine lacks what it needs (GPU memory
+	// without a CUDA driver; a /dev/shm with no room for the ranks'
+	// shared memory, ENOSPC).
 	Unsupported
 	// Internal: a bug in Braid.
 	Internal
@@ -142,8 +145,21 @@ func classify(rank int, call string, err error) *Error {
 		e.Kind = Aborted
 	case errors.Is(err, context.DeadlineExceeded):
 		e.Kind = Timeout
+	case errors.Is(err, syscall.ENOSPC):
+		// The machine's doing, not Braid's: a full /dev/shm (noSpace).
+		e.Kind = Unsupported
 	default:
 		e.Kind = Internal
 	}
 	return e
+}
+
+// noSpace adds to err, if a full file system (ENOSPC) caused it, what the
+// user can do: the shared memory that ranks of one host set up lives in
+// /dev/shm, which containers often keep small.
+func noSpace(err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	return fmt.Errorf("%w (ENOSPC): /dev/shm has no room for this rank's shared memory: free space there (braid-* files that no running job uses), enlarge it (docker run --shm-size), or set BRAID_TRANSPORT=tcp to connect the ranks of this host over TCP", err)
 }

@@ -77,17 +77,30 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	store, closeStore, err := bootstrap.Open(ctx, &info)
 	if err != nil {
 		return nil, fmt.Errorf("opening the job's store %q: %w", info.Store, err)
 	}
 	w.closers = append(w.closers, closeStore)
 	w.watchStore(store, &info)
+	go watchInit(ctx, stop, store, &info)
 	fail := func(err error) (*Comm, error) {
-		if w.report != nil {
-			e := classify(info.Rank, "init", err)
-			w.report(e, e.Peer)
+		if cause, ok := context.Cause(ctx).(*Error); ok {
+			// A rank or the store was lost while this one waited.
+			err = &Error{Kind: cause.Kind, Rank: cause.Rank, Call: cause.Call, Peer: cause.Peer,
+				Err: fmt.Errorf("%w; Init stopped: %v", cause.Err, err)}
 		}
+		// The peers already connected learn of this failure through the
+		// transports' abort, which names its cause, rather than seeing
+		// this rank close and naming it; the ranks still in their Init
+		// learn of it from the store (watchInit).
+		e := classify(info.Rank, "init", err)
+		w.fail(e)
+		lctx, lcancel := context.WithTimeout(context.Background(), time.Second)
+		bootstrap.Leave(lctx, store, fmt.Sprintf("braid-abort kind=%d peer=%d from=%d: %v", e.Kind, e.Peer, w.rank, e))
+		lcancel()
 		w.close()
 		return nil, err
 	}
@@ -152,7 +165,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		return nil
 	}
 	if err := connect(shm.New(), local); err != nil {
-		return fail(err)
+		return fail(noSpace(err))
 	}
 	// Registered memory (Alloc) is shared with the peers of this host.
 	if len(local) == 0 {
@@ -262,6 +275,43 @@ func (w *world) watchStore(store bootstrap.Store, info *bootstrap.Info) {
 				Err: fmt.Errorf("lost the job's store at %s: the launcher or the rank that served it is gone: %w", addr, err)})
 		}
 	}()
+}
+
+// watchInit stops Init (through stop, with the *Error to report) when a
+// peer is lost during its set-up, which the job's TCP store sees
+// (bootstrap.LostRank: a rank killed before its peers connect to it would
+// otherwise leave them waiting for it until the timeout), or when the
+// store itself is lost. It returns when ctx ends.
+func watchInit(ctx context.Context, stop context.CancelCauseFunc, store bootstrap.Store, info *bootstrap.Info) {
+	if lost, why := bootstrap.Lost(store); lost != nil {
+		go func() {
+			select {
+			case <-lost:
+				if err := why(); err != nil {
+					stop(&Error{Kind: PeerLost, Rank: info.Rank, Call: "init", Peer: -1,
+						Err: fmt.Errorf("lost the job's store at %s during Init: the launcher or the rank that served it is gone: %w", info.Store, err)})
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	l, err := bootstrap.LostRank(ctx, store)
+	if err != nil || l.Rank == info.Rank {
+		return
+	}
+	if !l.Failed {
+		stop(&Error{Kind: PeerLost, Rank: info.Rank, Call: "init", Peer: l.Rank,
+			Err: fmt.Errorf("rank %d is gone: %s (the job's store at %s saw it): %w", l.Rank, l.Why, info.Store, transport.ErrPeerLost)})
+		return
+	}
+	// Rank l.Rank's Init failed; its reason carries an abort token, as an
+	// abort through the transports would: report the cause it names.
+	e := &Error{Kind: Aborted, Rank: info.Rank, Call: "init", Peer: l.Rank,
+		Err: fmt.Errorf("rank %d's Init failed: %s: %w", l.Rank, l.Why, transport.ErrAborted)}
+	if k, p, _, ok := abortCause(e.Err); ok && (k == PeerLost || k == Mismatch || k == Timeout) && p >= 0 && p != info.Rank {
+		e.Kind, e.Peer = k, p
+	}
+	stop(e)
 }
 
 func ranksOf(eps []transport.Endpoint) []int {

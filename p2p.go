@@ -30,7 +30,7 @@ func (c *Comm) sendRecv(ctx context.Context, name string, buf any, peer, tag int
 	if err != nil {
 		return err
 	}
-	return c.p2pWait(ctx, name, req)
+	return c.p2pWait(ctx, name, req, peer)
 }
 
 // ISend starts Send and returns at once; buf must not change until the
@@ -53,7 +53,7 @@ func (c *Comm) p2p(ctx context.Context, name string, buf any, peer, tag int, sen
 		return r
 	}
 	r.prof.issuedP2P(buf, peer, tag)
-	go func() { r.finish(c.p2pWait(ctx, name, req)) }()
+	go func() { r.finish(c.p2pWait(ctx, name, req, peer)) }()
 	return r
 }
 
@@ -92,19 +92,20 @@ func (c *Comm) p2pStart(name string, buf any, peer, tag int, send bool) (transpo
 		req, err = conn.Irecv(t, b)
 	}
 	if err != nil {
-		return nil, c.failWith(name, err)
+		return nil, c.failWithPeer(name, err, peer)
 	}
 	return req, nil
 }
 
-// p2pWait waits for a posted request within the call's deadline.
-func (c *Comm) p2pWait(ctx context.Context, name string, req transport.Request) error {
+// p2pWait waits for a posted request to or from communicator rank peer
+// within the call's deadline.
+func (c *Comm) p2pWait(ctx context.Context, name string, req transport.Request, peer int) error {
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
 	if err := transport.Wait(ctx, c.w.err, req); err != nil {
 		// Nothing may write into the caller's buffer once it has the error.
 		transport.Cancel(req)
-		return c.failWith(name, err)
+		return c.failWithPeer(name, err, peer)
 	}
 	return nil
 }

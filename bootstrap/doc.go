@@ -28,7 +28,10 @@
 // says this rank hosts it, and derives the job's secret when the launcher
 // gave none. Settle removes what the job keeps on disk as soon as every
 // rank has set up; Lost reports the death of the store's server (the
-// launcher); ReportFailure tells the launcher which rank failed when.
+// launcher); LostRank reports a rank that died or left (Leave) during its
+// set-up, which a TCP store sees, so that its peers need not wait for it
+// until their timeout; ReportFailure tells the launcher which rank failed
+// when.
 // HostID tells apart hosts, containers and network namespaces that share
 // a host name.
 //

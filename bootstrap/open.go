@@ -180,20 +180,34 @@ func openTCPStore(ctx context.Context, info *Info) (Store, func() error, error) 
 		info.Secret = s
 		files = jobFiles(dir, info, "")
 	}
-	js := &jobStore{size: info.Size, files: files}
+	js := &jobStore{size: info.Size, files: files, rank: info.Rank, member: -1}
 	cleanup := func() {
 		if info.Rank == 0 {
 			js.removeFiles()
 		}
 	}
+	js.watched = true
 	if !info.ServeStore {
 		s, err := DialTCPStore(ctx, info.Store, info.Secret)
+		if err == nil {
+			// The server learns which rank this connection is, to tell
+			// the others if it ends during the set-up (LostRank).
+			if err = s.Set(ctx, memberKey(info.Rank), []byte(memberJoined)); err != nil {
+				s.Close()
+			}
+		}
 		if err != nil {
 			cleanup()
 			return nil, nil, fmt.Errorf("bootstrap: rank %d: %w", info.Rank, err)
 		}
-		js.Store = s
-		return js, checkOut(s, info, false, func() error { cleanup(); return s.Close() }), nil
+		js.Store, js.member = s, info.Rank
+		return js, checkOut(s, info, false, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), memberTimeout)
+			s.Set(ctx, memberKey(info.Rank), []byte(memberLeft))
+			cancel()
+			cleanup()
+			return s.Close()
+		}), nil
 	}
 	addr := ":" + port
 	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
@@ -214,10 +228,13 @@ func openTCPStore(ctx context.Context, info *Info) (Store, func() error, error) 
 // jobStore is a store that Open returned, with what Settle removes.
 type jobStore struct {
 	Store
-	size  int
-	files []jobFile
-	once  sync.Once
-	err   error
+	size    int
+	files   []jobFile
+	rank    int  // this rank
+	member  int  // this rank if it dialled the TCP store, else -1
+	watched bool // a TCP store, which records the ranks lost (LostRank)
+	once    sync.Once
+	err     error
 }
 
 // removeFiles removes the job's files once.
@@ -260,11 +277,20 @@ const settledKey = "braid/bootstrap/settled"
 // the job is killed later: the secret file through which the ranks of one
 // host shared the job's secret, and a file store's directory. After every
 // rank has settled, a file store fails every call (the closers still
-// work); a TCP store goes on working, in memory. Settle does nothing for
+// work); a TCP store goes on working, in memory, and no longer reports
+// this rank to LostRank when its connection ends. Settle does nothing for
 // stores that Open did not return.
 func Settle(ctx context.Context, s Store) error {
 	js, ok := s.(*jobStore)
-	if !ok || len(js.files) == 0 {
+	if !ok {
+		return nil
+	}
+	if js.member >= 0 {
+		if err := js.Set(ctx, memberKey(js.member), []byte(memberSettled)); err != nil {
+			return err
+		}
+	}
+	if len(js.files) == 0 {
 		return nil
 	}
 	n, err := js.Add(ctx, settledKey, 1)
@@ -300,7 +326,8 @@ func Lost(s Store) (<-chan struct{}, func() error) {
 	}
 }
 
-// closedKey counts the ranks that have called their closer.
+// closedKey counts the ranks that have called their closer, and those
+// whose connection to a TCP store ended before they did (member.go).
 const closedKey = "braid/bootstrap/closed"
 
 // closeWait bounds how long rank 0's closer waits for the other ranks'.

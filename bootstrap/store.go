@@ -86,6 +86,19 @@ func (t *table) set(key string, value []byte) error {
 	return nil
 }
 
+// setIfAbsent stores value under key unless key holds a value already.
+func (t *table) setIfAbsent(key string, value []byte) {
+	if t.isClosed() {
+		return
+	}
+	v := append([]byte{}, value...)
+	t.mu.Lock()
+	if _, ok := t.values[key]; !ok {
+		t.setLocked(key, v)
+	}
+	t.mu.Unlock()
+}
+
 // get waits for key. The returned slice is the table's: do not modify it.
 func (t *table) get(ctx context.Context, key string) ([]byte, error) {
 	if err := checkKey(key); err != nil {

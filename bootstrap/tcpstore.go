@@ -334,11 +334,13 @@ func (s *StoreServer) handle(c net.Conn, p *pendingConn) {
 		mu   sync.Mutex
 		gets = map[uint32]context.CancelFunc{}
 		wg   sync.WaitGroup
+		m    = member{rank: -1}
 	)
 	defer func() {
 		cancel()
 		c.Close()
 		wg.Wait()
+		s.connEnded(&m)
 	}()
 	for {
 		f, err := readFrame(br, maxFrame)
@@ -350,9 +352,16 @@ func (s *StoreServer) handle(c net.Conn, p *pendingConn) {
 		}
 		switch f.op {
 		case opSet:
-			reply(w, f.id, nil, s.t.set(f.key, f.value))
+			err := s.t.set(f.key, f.value)
+			if err == nil {
+				s.noteSet(&m, f.key, f.value)
+			}
+			reply(w, f.id, nil, err)
 		case opAdd:
 			n, err := s.t.add(f.key, f.delta)
+			if err == nil && f.key == closedKey {
+				m.counted = true
+			}
 			reply(w, f.id, binary.BigEndian.AppendUint64(nil, uint64(n)), err)
 		case opGet:
 			gctx, gcancel := context.WithCancel(ctx)

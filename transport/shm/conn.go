@@ -60,12 +60,14 @@ type partial struct {
 }
 
 // unexpMsg is a message, or a rendezvous descriptor, that arrived before its
-// receive was posted.
+// receive was posted. Its data grows as its chunks arrive (add), rather
+// than being allocated at the length its first frame announces, so that a
+// corrupt length costs nothing until its bytes come.
 type unexpMsg struct {
 	next  *unexpMsg
 	sig   uint32
 	total uint64
-	got   uint64
+	got   uint64 // len(data)
 	data  []byte
 	rndv  bool
 	addr  uint64
@@ -162,7 +164,7 @@ func (c *conn) takeUnexp(tag transport.Tag, buf []byte, u *unexpMsg) (transport.
 		r.state.Store(recvRndv)
 		return r, nil
 	}
-	copy(buf, u.data[:u.got])
+	copy(buf, u.data)
 	if u.got == u.total {
 		return doneOK, nil
 	}
@@ -237,8 +239,8 @@ func (c *conn) pushUnexp(k key, u *unexpMsg) {
 	p.next = u
 }
 
-// newUnexp returns an unexpected message of kind, with room for its data,
-// reusing a freed one where possible.
+// newUnexp returns an unexpected message of kind without data, reusing a
+// freed one (and its buffer) where possible.
 func (c *conn) newUnexp(kind uint32, sig uint32, total uint64) *unexpMsg {
 	u := c.freeMsgs
 	if u != nil {
@@ -249,15 +251,22 @@ func (c *conn) newUnexp(kind uint32, sig uint32, total uint64) *unexpMsg {
 	}
 	u.sig, u.total, u.got = sig, total, 0
 	u.rndv = kind == kindRndv
-	if u.rndv {
-		return u
-	}
-	if uint64(cap(u.data)) >= total {
-		u.data = u.data[:total]
-	} else {
-		u.data = make([]byte, total, max(total, 256))
-	}
+	u.data = u.data[:0]
 	return u
+}
+
+// add appends the next chunk p of u's data. The buffer grows to what has
+// arrived, at least doubling, never past u.total: at most about twice the
+// bytes received are allocated.
+func (u *unexpMsg) add(p []byte) {
+	if need := len(u.data) + len(p); need > cap(u.data) {
+		n := uint64(max(need, 2*cap(u.data), 256))
+		d := make([]byte, len(u.data), min(n, u.total))
+		copy(d, u.data)
+		u.data = d
+	}
+	u.data = append(u.data, p...)
+	u.got = uint64(len(u.data))
 }
 
 func (c *conn) freeUnexp(u *unexpMsg) {
@@ -344,8 +353,7 @@ func (c *conn) onData(h *frameHdr, p []byte) bool {
 			return true
 		}
 		u := c.newUnexp(kindData, sig, total)
-		copy(u.data, p)
-		u.got = n
+		u.add(p)
 		c.pushUnexp(k, u)
 		if !last {
 			c.partial[k] = partial{u: u}
@@ -371,11 +379,10 @@ func (c *conn) onData(h *frameHdr, p []byte) bool {
 			ref.r.complete(nil)
 		}
 	case ref.u != nil:
-		if ref.u.total != total {
-			return false
+		if ref.u.total != total || off != ref.u.got {
+			return false // a sender writes a message's chunks in order
 		}
-		copy(ref.u.data[off:], p)
-		ref.u.got += n
+		ref.u.add(p)
 	}
 	if last {
 		delete(c.partial, k)

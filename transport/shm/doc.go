@@ -41,7 +41,9 @@
 //
 // A frame whose receive is not posted yet is copied out of the ring into an
 // unexpected queue (a rendezvous descriptor is kept as it is), so the ring
-// never blocks other tags; Config.Unexpected is told. Ring space is
+// never blocks other tags; Config.Unexpected is told. An unexpected
+// message's buffer grows as its chunks arrive, not to the length its first
+// frame announces. Ring space is
 // released as frames are consumed; a send that finds the ring full stays
 // pending and Test retries it: Isend never blocks.
 //

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/braid-ccl/braid/internal/shmfile"
 	"github.com/braid-ccl/braid/transport"
 )
 
@@ -132,6 +133,9 @@ func (t *shmTransport) Connect(ctx context.Context, cfg transport.Config) (trans
 	}
 	if err := m.connect(ctx); err != nil {
 		m.release()
+		// A peer killed during Connect leaves its segment: remove it
+		// now that its maker is dead, rather than at the next Connect.
+		reapStale(opts.Dir)
 		return nil, err
 	}
 	go m.watch()
@@ -317,13 +321,7 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 }
 
 // pidNS returns the inode of this process's PID namespace, or 0.
-func pidNS() uint64 {
-	var st unix.Stat_t
-	if unix.Stat("/proc/self/ns/pid", &st) != nil {
-		return 0
-	}
-	return st.Ino
-}
+func pidNS() uint64 { return shmfile.PIDNamespace() }
 
 // segmentName is the name of a segment file: the job's prefix hash, the
 // rank, and the maker's pid and PID namespace, by which reapStale judges
@@ -342,29 +340,4 @@ var segmentRe = regexp.MustCompile(`^braid-[0-9a-f]{16}-[0-9]+-p([0-9]+)-n([0-9]
 // names its PID namespace, so that a process it cannot see is never taken
 // for dead; a pid that was reused keeps its file, which the next reaper
 // judges again. Shared-area files (braid-coll-*) are package shmcoll's.
-func reapStale(dir string) {
-	ns := pidNS()
-	if ns == 0 {
-		return
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	uid := uint32(os.Geteuid())
-	for _, e := range ents {
-		m := segmentRe.FindStringSubmatch(e.Name())
-		if m == nil || m[2] != strconv.FormatUint(ns, 10) || !e.Type().IsRegular() {
-			continue
-		}
-		pid, err := strconv.Atoi(m[1])
-		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		var st unix.Stat_t
-		if unix.Lstat(path, &st) == nil && st.Uid == uid {
-			unix.Unlink(path)
-		}
-	}
-}
+func reapStale(dir string) { shmfile.ReapStale(dir, segmentRe) }

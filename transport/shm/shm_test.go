@@ -196,3 +196,52 @@ func TestReapStale(t *testing.T) {
 		}
 	}
 }
+
+// TestReapAfterFailedConnect: a Connect that fails (here because the peer
+// it waits for is dead and its segment unusable, as when a rank is killed
+// while the job connects) removes the segment files that dead processes
+// left since it began, rather than leaving them to the next Connect.
+func TestReapAfterFailedConnect(t *testing.T) {
+	ns := pidNS()
+	if ns == 0 {
+		t.Skip("no /proc/self/ns/pid")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv := &transporttest.MemKV{}
+	done := make(chan error, 1)
+	go func() {
+		m, err := NewWithOptions(Options{Dir: dir}).Connect(ctx, transport.Config{
+			Self: transport.Endpoint{Rank: 0, Host: "h"}, Peers: []transport.Endpoint{{Rank: 1, Host: "h"}},
+			World: 2, Store: kv, Prefix: t.Name(), Secret: []byte("s"),
+		})
+		if err == nil {
+			m.Close()
+		}
+		done <- err
+	}()
+	// Rank 0 has reaped and made its segment; then rank 1's appears, made
+	// by a process that is gone, with no header.
+	if _, err := kv.Get(ctx, t.Name()+"shm/0"); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, segmentName(0x0123, 1, dead.Process.Pid, ns, [4]byte{1, 2, 3, 4}))
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kv.Set(ctx, t.Name()+"shm/1", []byte(fmt.Sprintf("%d 4096 %s", dead.Process.Pid, stale)))
+	if err := <-done; err == nil {
+		t.Fatal("Connect to a dead rank's empty segment succeeded")
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead rank's segment is still there (%v)", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
+		t.Errorf("files left: %v", files)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/braid-ccl/braid/internal/shmfile"
 	"github.com/braid-ccl/braid/transport"
 )
 
@@ -112,8 +114,9 @@ func secretHash(secret []byte) [16]byte {
 // publishes whether it succeeded, and every rank returns an error wrapping
 // ErrUnavailable if any did not, so that the ranks agree on using the
 // area. The file is unlinked once every rank has mapped it: nothing is left
-// behind, whatever happens later.
-func Join(ctx context.Context, cfg Config) (*Group, error) {
+// behind, whatever happens later. A Join that fails removes the files that
+// dead processes left (a rank 0 killed during Join leaves its area's).
+func Join(ctx context.Context, cfg Config) (g *Group, err error) {
 	o, err := cfg.Options.resolve(cfg.Ranks)
 	if err != nil {
 		return nil, err
@@ -126,6 +129,11 @@ func Join(ctx context.Context, cfg Config) (*Group, error) {
 	if dir == "" {
 		dir = "/dev/shm"
 	}
+	defer func() {
+		if err != nil {
+			reapStale(dir)
+		}
+	}()
 	size := headerSize + n*BlockSize(o.Slot)
 	var mem []byte
 	var path string
@@ -201,14 +209,33 @@ func Join(ctx context.Context, cfg Config) (*Group, error) {
 	return mapped(mem, cfg.Rank, n, o), nil
 }
 
+// areaName is the name of an area's file: its maker's pid and PID
+// namespace, by which a later maker judges it (reapStale), and a random
+// part.
+func areaName(pid int, ns uint64, rnd [8]byte) string {
+	return fmt.Sprintf("braid-coll-%d-n%d-%x", pid, ns, rnd)
+}
+
+var areaRe = regexp.MustCompile(`^braid-coll-([0-9]+)-n([0-9]+)-[0-9a-f]+$`)
+
+// reapStale removes the area files in dir that dead processes of this PID
+// namespace left: a rank 0 killed between making its area's file and the
+// last rank's mapping it, which unlinks it, leaves it behind. Files of
+// live processes, of other PID namespaces and of older releases (named
+// without the namespace) are left alone, as are the transport's segments
+// (package shm reaps those).
+func reapStale(dir string) { shmfile.ReapStale(dir, areaRe) }
+
 // create makes, sizes (with its pages allocated, so that a full /dev/shm
-// fails here rather than as a bus error later) and maps the area's file.
+// fails here rather than as a bus error later) and maps the area's file,
+// after reaping the files that dead makers left in dir.
 func create(dir string, size, n, slot int, secret []byte) ([]byte, string, error) {
 	var rnd [8]byte
 	if _, err := unix.Getrandom(rnd[:], 0); err != nil {
 		return nil, "", err
 	}
-	path := filepath.Join(dir, fmt.Sprintf("braid-coll-%d-%x", os.Getpid(), rnd))
+	reapStale(dir)
+	path := filepath.Join(dir, areaName(os.Getpid(), shmfile.PIDNamespace(), rnd))
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, "", fmt.Errorf("create %s: %w", path, err)

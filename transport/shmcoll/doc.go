@@ -72,7 +72,10 @@
 // data. A wait that ends (context, deadline, failure of the communicator)
 // names the rank it waited for.
 //
-// The area is a file in /dev/shm made by the group's first rank (Create
-// and Open), unlinked as soon as every rank mapped it, or plain memory for
-// goroutine ranks (NewLocal).
+// The area is a file in /dev/shm made by the group's first rank (Join, or
+// Make and Open), unlinked as soon as every rank mapped it, or plain
+// memory for goroutine ranks (NewLocal). The file's name carries its
+// maker's pid and PID namespace, so that one left by a rank killed before
+// the unlinking is removed by the next area made on the host, or by a Join
+// that fails.
 package shmcoll

@@ -36,8 +36,11 @@
 // park in the netpoller while there is nothing to do, so that messages
 // also move while nobody polls, and Done channels close on their own.
 // Payloads are read straight into a posted receive's buffer; a message
-// that arrives first waits in a pooled buffer until its Irecv (and the
-// Config.Unexpected hook hears of it).
+// that arrives first waits in pooled chunks until its Irecv (and the
+// Config.Unexpected hook hears of it). The chunks are made as its bytes
+// arrive, not at the length its frames announce, so that a corrupt or
+// hostile length costs what was sent; a connection that ends inside a
+// frame fails naming the peer and how far the frame got.
 //
 // # Failures
 //

@@ -3,8 +3,11 @@ package tcp
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"log"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -408,6 +411,90 @@ func TestAbortThenClose(t *testing.T) {
 		}
 		for _, m := range ms[1:] {
 			m.Close()
+		}
+	}
+}
+
+// TestAnnouncedLength sends the first bytes of a message whose frame
+// announces far more than comes, then ends the connection: the receiver
+// allocates about what arrived, not what was announced (up to 2^42 bytes,
+// more than any machine could), and fails with an error that names the
+// peer and how far the frame got.
+func TestAnnouncedLength(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		total, length uint64
+	}{
+		{"max", maxMessage, maxFrame},
+		{"8M", 8 << 20, 8 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, far := rawPair(t, &syncWriter{})
+			r, _ := p.Irecv(transport.Tag{Comm: 5}, make([]byte, 8))
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			const sent = 100000
+			h := header{typ: frameData, tag: transport.Tag{Comm: 1}, id: 1, total: c.total, length: uint32(c.length)}
+			far.Write(frameBytes(h, pattern(sent, 1)))
+			far.Close()
+			err := wait(t, r)
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, transport.ErrPeerLost) || !strings.Contains(err.Error(), io.ErrUnexpectedEOF.Error()) {
+				t.Fatalf("receive: %v, want ErrPeerLost for a connection that ended short", err)
+			}
+			want := fmt.Sprintf("peer 1 at %s", far.LocalAddr())
+			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("%d bytes into a frame of %d", sent, c.length)) {
+				t.Errorf("error %q: want it to name %q and how far the frame got", err, want)
+			}
+			if d := after.TotalAlloc - before.TotalAlloc; d > 2<<20 {
+				t.Errorf("%d bytes allocated for %d bytes received", d, sent)
+			}
+		})
+	}
+}
+
+// TestUnexpectedInPieces sends messages before their receives, in pieces
+// of awkward sizes with pauses that let the receiver read each piece
+// alone, so that their payload is spilled chunk by chunk; the receive
+// posted afterwards gets every byte. Messages of 1 and 3 stripes.
+func TestUnexpectedInPieces(t *testing.T) {
+	p, far := rawPair(t, &syncWriter{})
+	cuts := []int{1, 7, 44, 4095, 4097, 65536, 70000, 1, 200000, 3}
+	for i, size := range []int{1, 5000, 100000, 700000} {
+		tag := transport.Tag{Comm: 1, Seq: uint32(i), Sig: 3}
+		data := pattern(size, byte(i))
+		var stream []byte
+		stripes := []int{size}
+		if size > 3 {
+			stripes = []int{size / 3, size / 3, size - 2*(size/3)}
+		}
+		off := 0
+		for _, n := range stripes {
+			h := header{typ: frameData, tag: tag, id: uint32(i), total: uint64(size), offset: uint64(off), length: uint32(n)}
+			stream = append(stream, frameBytes(h, data[off:off+n])...)
+			off += n
+		}
+		probe, _ := p.Irecv(transport.Tag{Comm: 99}, nil)
+		for j := 0; len(stream) > 0; j++ {
+			n := min(cuts[j%len(cuts)], len(stream))
+			far.Write(stream[:n])
+			stream = stream[n:]
+			for range 3 {
+				probe.Test()
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		buf := make([]byte, size)
+		r, err := p.Irecv(tag, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(t, r); err != nil {
+			t.Fatalf("size %d: %v", size, err)
+		}
+		if !bytes.Equal(buf, data) {
+			t.Fatalf("size %d: data differs", size)
 		}
 	}
 }

@@ -36,6 +36,60 @@ type readState struct {
 	ctl     []byte   // a control frame's payload
 	dead    bool     // the stream is finished; nothing more is read
 	closed  bool     // the socket is closed
+
+	// An unexpected message's frame is spilled: its payload goes into
+	// chunks allocated as its bytes arrive (spillRoom).
+	spill   bool
+	off     int    // the message offset of the frame's next byte
+	spilled int    // the frame's bytes spilled so far
+	chunks  []span // the frame's chunks, handed to its message at its end
+	room    []byte // the unfilled part of the last chunk
+}
+
+// spillRoom returns where the frame's next bytes go when it is spilled,
+// starting a chunk when the last one is full: of what the frame has
+// spilled so far, or of the bytes at hand (avail, already read into buf),
+// or of a read buffer's worth (64 KiB), whichever is most, and never more
+// than the frame has left. The first chunk is made once the frame's first
+// bytes are at hand (pump), the others as the frame's bytes keep coming:
+// the chunks hold at most twice the bytes that arrived, or 64 KiB more,
+// and a frame that announces a gigabyte and ends short costs about what
+// it sent. Only the frame being read (one per stream) can hold more than
+// it received.
+func (rd *readState) spillRoom(avail int) []byte {
+	if len(rd.room) == 0 {
+		b := getBuf(min(rd.left, max(avail, rd.spilled, readBufSize)))
+		rd.chunks = append(rd.chunks, span{off: rd.off, buf: b})
+		rd.room = *b
+	}
+	return rd.room
+}
+
+// spilledInto records that n bytes went into rd.room.
+func (rd *readState) spilledInto(n int) {
+	rd.room = rd.room[n:]
+	rd.off += n
+	rd.spilled += n
+}
+
+// shortErr is the error of a connection that ended inside a frame's
+// payload.
+func (rd *readState) shortErr() error {
+	h := &rd.h
+	if h.typ != frameData {
+		return fmt.Errorf("the connection ended %d bytes into a control frame of %d: %w", int(h.length)-rd.left, h.length, io.ErrUnexpectedEOF)
+	}
+	return fmt.Errorf("the connection ended %d bytes into a frame of %d (message %d, %v, of %d bytes; the frame at offset %d): %w",
+		int(h.length)-rd.left, h.length, h.id, h.tag, h.total, h.offset, io.ErrUnexpectedEOF)
+}
+
+// dropChunks frees the chunks of a frame that will not be delivered.
+func (rd *readState) dropChunks() {
+	for i, sp := range rd.chunks {
+		putBuf(sp.buf)
+		rd.chunks[i] = span{}
+	}
+	rd.chunks, rd.room, rd.spill = rd.chunks[:0], nil, false
 }
 
 var errProtocol = errors.New("protocol error")
@@ -88,7 +142,7 @@ func (s *stream) pump(budget int, yield bool) event {
 						return s.die(event{kind: evEnded, text: "connection closed by the peer"})
 					}
 					if err == io.EOF {
-						err = io.ErrUnexpectedEOF
+						err = fmt.Errorf("the connection ended %d bytes into a frame header: %w", rd.w, io.ErrUnexpectedEOF)
 					}
 					return s.die(event{kind: evError, err: err})
 				}
@@ -103,6 +157,7 @@ func (s *stream) pump(budget int, yield bool) event {
 			rd.inFrame = true
 			rd.left = int(rd.h.length)
 			rd.dst, rd.e, rd.direct, rd.ctl = nil, nil, false, rd.ctl[:0]
+			rd.spill, rd.spilled, rd.room = false, 0, nil
 			if rd.h.typ == frameData {
 				unexpected, err := s.p.beginFrame(rd)
 				if err != nil {
@@ -121,6 +176,9 @@ func (s *stream) pump(budget int, yield bool) event {
 				switch {
 				case rd.dst != nil:
 					rd.dst = rd.dst[copy(rd.dst, b):]
+				case rd.spill:
+					k = copy(rd.spillRoom(k), b)
+					rd.spilledInto(k)
 				case rd.h.typ == frameAbort:
 					rd.ctl = append(rd.ctl, b...)
 				}
@@ -134,20 +192,30 @@ func (s *stream) pump(budget int, yield bool) event {
 			}
 			var n int
 			var err error
-			if rd.dst != nil && rd.left >= directRead {
+			switch {
+			case rd.dst != nil && rd.left >= directRead:
 				if n, err = s.sysread(rd.dst[:rd.left]); err == nil {
 					rd.dst = rd.dst[n:]
 					rd.left -= n
 				}
-			} else if n, err = s.sysread(rd.buf); err == nil {
-				rd.w = n
+			case rd.spill && rd.left >= directRead && (len(rd.room) >= directRead || rd.spilled > 0):
+				// Straight into a chunk, a new one if the last is full
+				// and some of the frame's bytes came already.
+				if n, err = s.sysread(rd.spillRoom(0)); err == nil {
+					rd.spilledInto(n)
+					rd.left -= n
+				}
+			default:
+				if n, err = s.sysread(rd.buf); err == nil {
+					rd.w = n
+				}
 			}
 			if err != nil {
 				if err == unix.EAGAIN {
 					return event{kind: evAgain}
 				}
 				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
+					err = rd.shortErr()
 				}
 				return s.die(event{kind: evError, err: err})
 			}
@@ -189,6 +257,7 @@ func (s *stream) die(ev event) event {
 		p.mu.Unlock()
 	}
 	rd.inFrame, rd.dst, rd.e, rd.direct = false, nil, nil, false
+	rd.dropChunks()
 	return ev
 }
 

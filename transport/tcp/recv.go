@@ -7,23 +7,45 @@ import (
 )
 
 // message is a message whose first frame has arrived. Until an Irecv
-// matches it, its payload goes into a pooled buffer (it is "unexpected");
-// once one does, later frames go straight into the Irecv's buffer and the
-// parts already pooled are copied when the last frame is in.
+// matches it, its payload goes into pooled chunks (it is "unexpected"),
+// allocated as its bytes arrive rather than at the length its frames
+// announce, so that a corrupt or hostile length costs nothing until its
+// bytes come; once an Irecv matches it, later frames go straight into the
+// Irecv's buffer and the chunks are copied when the last frame is in.
 type message struct {
 	id       uint32
 	tag      transport.Tag
 	total    int
-	got      int // payload bytes read
-	claimed  int // payload bytes of the frames begun
-	pool     *[]byte
-	spill    []span // parts of the payload read into pool
+	got      int    // payload bytes read
+	claimed  int    // payload bytes of the frames begun
+	spill    []span // parts of the payload read into chunks
 	req      *recvReq
 	discard  bool // a mismatch: drain the rest, deliver nothing
 	complete bool
 }
 
-type span struct{ off, n int }
+// span is a chunk of a message's payload that starts at offset off.
+type span struct {
+	off int
+	buf *[]byte
+}
+
+// copySpill copies the chunks of e into buf and frees them.
+func (e *message) copySpill(buf []byte) {
+	for _, sp := range e.spill {
+		copy(buf[sp.off:], *sp.buf)
+	}
+	e.freeSpill()
+}
+
+// freeSpill returns e's chunks to their pools.
+func (e *message) freeSpill() {
+	for i, sp := range e.spill {
+		putBuf(sp.buf)
+		e.spill[i] = span{}
+	}
+	e.spill = nil
+}
 
 // Irecv posts a receive of the message with tag into buf. If the message
 // has already arrived (in part or in full) it is taken from the unexpected
@@ -47,9 +69,7 @@ func (p *peer) Irecv(tag transport.Tag, buf []byte) (transport.Request, error) {
 		return r, nil
 	}
 	if e.complete {
-		copy(buf, (*e.pool)[:e.total])
-		putBuf(e.pool)
-		e.pool = nil
+		e.copySpill(buf)
 		r.finish(nil)
 	}
 	return r, nil
@@ -64,8 +84,7 @@ func (p *peer) attachLocked(e *message, r *recvReq) bool {
 			p.m.self, p.rank, r.tag, transport.ErrMismatch, e.total, e.tag.Sig, len(r.buf), r.tag.Sig))
 		e.discard = true
 		if e.complete {
-			putBuf(e.pool)
-			e.pool = nil
+			e.freeSpill()
 		}
 		return false
 	}
@@ -148,7 +167,6 @@ func (p *peer) beginFrame(rd *readState) (unexpected bool, err error) {
 		if r := p.takePostedLocked(key, e.total); r != nil {
 			p.attachLocked(e, r)
 		} else {
-			e.pool = getBuf(e.total)
 			p.unexpected[key] = append(p.unexpected[key], e)
 			unexpected = true
 		}
@@ -164,8 +182,7 @@ func (p *peer) beginFrame(rd *readState) (unexpected bool, err error) {
 		rd.direct = true
 		p.busy++
 	default:
-		rd.dst = (*e.pool)[off : off+n]
-		e.spill = append(e.spill, span{off, n})
+		rd.spill, rd.off = true, off
 	}
 	return unexpected, nil
 }
@@ -181,7 +198,16 @@ func (p *peer) endFrame(rd *readState) bool {
 	}
 	rd.e, rd.dst, rd.direct = nil, nil, false
 	if e == nil {
+		rd.dropChunks()
 		return false
+	}
+	if rd.spill {
+		e.spill = append(e.spill, rd.chunks...)
+		clear(rd.chunks)
+		rd.chunks, rd.spill = rd.chunks[:0], false
+		if e.discard {
+			e.freeSpill()
+		}
 	}
 	completed := false
 	e.got += int(rd.h.length)
@@ -190,14 +216,9 @@ func (p *peer) endFrame(rd *readState) bool {
 		e.complete = true
 		switch {
 		case e.discard:
-			putBuf(e.pool)
-			e.pool = nil
+			e.freeSpill()
 		case e.req != nil:
-			for _, sp := range e.spill {
-				copy(e.req.buf[sp.off:sp.off+sp.n], (*e.pool)[sp.off:sp.off+sp.n])
-			}
-			putBuf(e.pool)
-			e.pool = nil
+			e.copySpill(e.req.buf)
 			e.req.finish(nil)
 			completed = true
 		}
