@@ -105,6 +105,12 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		return nil, err
 	}
 	prefix := "braid/" + info.JobID
+	if info.Rank == 0 {
+		// The job's aggregation daemons are rank 0's (see below).
+		if err := store.Set(ctx, prefix+"/agg", []byte(w.opts.Agg)); err != nil {
+			return fail(fmt.Errorf("publishing BRAID_AGG: %w", err))
+		}
+	}
 	self := transport.Endpoint{Rank: info.Rank, Host: host, PID: os.Getpid()}
 	if err := store.Set(ctx, fmt.Sprintf("%s/ep/%d", prefix, info.Rank), []byte(fmt.Sprintf("%d\t%d\t%s", self.PID, numaNode(), host))); err != nil {
 		return fail(fmt.Errorf("publishing this rank's endpoint: %w", err))
@@ -128,6 +134,23 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		eps[r] = transport.Endpoint{Rank: r, Host: f[2], PID: p}
 		w.hosts[r] = f[2]
 		w.numa[r] = numa
+	}
+	// The aggregation daemons reach every rank through the store: rank 0's
+	// BRAID_AGG (or Options.Agg) is the job's, so that a launcher that
+	// passes the variable to rank 0 alone is enough; a rank that names
+	// other daemons is refused, for the ranks must agree on them.
+	if info.Rank != 0 {
+		v, err := store.Get(ctx, prefix+"/agg")
+		if err != nil {
+			return fail(fmt.Errorf("reading rank 0's BRAID_AGG from the store: %w", err))
+		}
+		switch job := string(v); {
+		case w.opts.Agg == "":
+			w.opts.Agg = job
+		case w.opts.Agg != job:
+			return fail(&Error{Kind: InvalidArgument, Rank: info.Rank, Call: "init", Peer: 0,
+				Err: fmt.Errorf("BRAID_AGG=%q here, %q on rank 0: every rank must name the same aggregation daemons, or only rank 0", w.opts.Agg, job)})
+		}
 	}
 	// One transport per pair: shm within a host unless tcp is forced.
 	var local, remote []transport.Endpoint

@@ -189,7 +189,9 @@ type Options struct {
 	// planner may then run large allreduces through them (the "agg"
 	// algorithm, package agg), with the job's secret, on a communicator
 	// that spans several hosts; without a daemon, or when one is full
-	// or lost, allreduce runs on host algorithms. BRAID_AGG.
+	// or lost, allreduce runs on host algorithms. BRAID_AGG. Under Init,
+	// rank 0's value is the job's: it reaches the other ranks through the
+	// bootstrap store, and a rank that names other daemons fails Init.
 	Agg string
 
 	// Profile is the prefix of the profiler's files: each rank records its
