@@ -18,8 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"runtime"
 	"time"
 	"unsafe"
 
@@ -155,19 +153,6 @@ func options(timeout float64) (*braid.Options, error) {
 	return &braid.Options{Timeout: time.Duration(timeout * float64(time.Second))}, nil
 }
 
-// twoProcs raises GOMAXPROCS to 2 where Init lowered it to 1 (one core per
-// rank), unless the GOMAXPROCS variable chose it. A C program calls Braid
-// from several threads (a framework's caller and its completion thread):
-// with one P, a thread that enters Go while a call on another thread waits
-// for its peers gets no P until that call sleeps or ends (a quick call
-// from a second thread took up to 0.7–42 ms, against at most 18 µs with
-// two; docs/PERFORMANCE.md, issue 20).
-func twoProcs() {
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 2 {
-		runtime.GOMAXPROCS(2)
-	}
-}
-
 //export braidgo_init
 func braidgo_init(out *C.braid_comm, timeout C.double, e *C.braid_error) (ret C.int) {
 	defer guard(e, &ret)
@@ -183,7 +168,6 @@ func braidgo_init(out *C.braid_comm, timeout C.double, e *C.braid_error) (ret C.
 	if err != nil {
 		return fail(e, err)
 	}
-	twoProcs()
 	*out = C.braid_comm(comms.add(c))
 	return C.BRAID_OK
 }
@@ -226,7 +210,6 @@ func braidgo_init_rank(out *C.braid_comm, size, rank C.int, id *C.braid_unique_i
 	if err != nil {
 		return fail(e, err)
 	}
-	twoProcs()
 	*out = C.braid_comm(comms.add(c))
 	return C.BRAID_OK
 }

@@ -2,7 +2,10 @@
 // thread while a collective on another thread waits for a late peer, as a
 // framework's caller issues a call while its completion thread waits.
 // Rank 1 enters each round's 1 MiB allreduce 50 ms late; rank 0 prints the
-// mean and worst time of 40 quick calls made meanwhile.
+// mean and worst time of 40 quick calls made meanwhile. Where Init lowered
+// GOMAXPROCS to 1 (as many ranks as cores), the quick calls wait for the
+// collective's thread to sleep or end (milliseconds); GOMAXPROCS=2 in the
+// environment avoids that, at a cost elsewhere (docs/PERFORMANCE.md, issue 20).
 //
 //   go build -buildmode=c-shared -o bin/libbraid.so ./capi
 //   cc -O2 -o bin/stall capi/testdata/stall.c -I capi -L bin -lbraid -Wl,-rpath,'$ORIGIN' -lpthread
