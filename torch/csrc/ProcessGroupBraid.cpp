@@ -72,11 +72,15 @@ static void check(int rc) {
 // r (the request to fill in) is not NULL.
 #define BRAID_CALL(name, ...) (r ? braid_i##name(__VA_ARGS__, r) : braid_##name(__VA_ARGS__))
 
-// eagerMax is the largest call, in bytes, that runs on the caller's thread
-// (ProcessGroupBraid::issue): BRAID_TORCH_EAGER_MAX, else 256 KiB.
+// eagerMax is the largest call, in bytes, that runs blocking on the
+// caller's thread (ProcessGroupBraid::issue): BRAID_TORCH_EAGER_MAX, else
+// 64 KiB. A larger call that its caller waits for at once costs about the
+// same (it then runs on the caller's thread too: 1.17× the blocking call's
+// time at 64 KiB, 1.03× at 256 KiB; docs/PERFORMANCE.md, issue 20) and may
+// overlap the caller's work when it does not.
 static size_t eagerMax() {
   const char* v = std::getenv("BRAID_TORCH_EAGER_MAX");
-  if (!v || !*v) return 256 << 10;
+  if (!v || !*v) return 64 << 10;
   char* end;
   long long n = std::strtoll(v, &end, 10);
   TORCH_CHECK(*end == 0, "braid: BRAID_TORCH_EAGER_MAX=", v, " is not a number of bytes");
@@ -133,15 +137,18 @@ static at::Tensor single(std::vector<at::Tensor>& ts, const char* what) {
   return ts[0];
 }
 
-// A Call is one issued Braid call: its requests and what must follow them
-// (copying a gathered vector into the caller's list of tensors). Whoever
+// A Call is one issued Braid call: its requests, what must follow them
+// (copying a gathered vector into the caller's list of tensors), and every
+// tensor that Braid reads or writes meanwhile, which the Call keeps alive
+// until the requests end (the caller may drop its own references, and its
+// Work, at once). Whoever
 // waits for it first completes it, on its own thread: a Braid request that
 // has not begun yet then runs on that thread (braid_wait does that), so a
 // call that its caller waits for costs what the blocking call costs.
 class Call {
  public:
-  Call(std::vector<braid_request> reqs, std::function<void()> post)
-      : reqs_(std::move(reqs)), post_(std::move(post)) {}
+  Call(std::vector<braid_request> reqs, std::function<void()> post, std::vector<at::Tensor> tensors)
+      : reqs_(std::move(reqs)), post_(std::move(post)), tensors_(std::move(tensors)) {}
 
   // finish waits for the requests and runs post, once; a concurrent caller
   // waits for the first. It returns the call's failure, if any.
@@ -196,6 +203,7 @@ class Call {
       }
     }
     post_ = nullptr;  // drop the tensors it holds
+    tensors_.clear();
     done_ = true;
     return ex_;
   }
@@ -203,6 +211,7 @@ class Call {
   std::mutex mu_;
   std::vector<braid_request> reqs_;  // 0 once ended
   std::function<void()> post_;
+  std::vector<at::Tensor> tensors_;  // cleared once the requests ended
   bool done_ = false;
   std::exception_ptr ex_;
 };
@@ -340,9 +349,17 @@ class ProcessGroupBraid : public Base {
   ProcessGroupBraid(braid_comm comm, int rank, int size)
       : Base(rank, size), comm_(comm), completer_(std::make_shared<Completer>()) {}
 
+  // The destructor waits for the completion thread, which may need the
+  // GIL (to drop the last reference to a tensor that Python made, or to
+  // run a future's Python callback), and for the other ranks: it lets the
+  // GIL go meanwhile where its thread holds it (destroy_process_group).
   ~ProcessGroupBraid() override {
-    completer_->stop();         // finishes the calls handed to it
-    braid_comm_destroy(comm_);  // collective; its failure has nowhere to go
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      shutdown();
+    } else {
+      shutdown();
+    }
   }
 
   const std::string getBackendName() const override { return "braid"; }
@@ -383,7 +400,8 @@ class ProcessGroupBraid : public Base {
             t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
             off += t.numel();
           }
-        });
+        },
+        {flat});
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) override {
@@ -412,7 +430,8 @@ class ProcessGroupBraid : public Base {
         },
         [flat, list, n = in.numel()]() mutable {
           for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
-        });
+        },
+        {in, flat});
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions&) override {
@@ -422,7 +441,7 @@ class ProcessGroupBraid : public Base {
                 "braid: _allgather_base's output must hold size × the input");
     return issue(OpType::_ALLGATHER_BASE, {out}, out.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(allgather, comm_, in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in));
-    });
+    }, nullptr, {in});
   }
 
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
@@ -441,7 +460,7 @@ class ProcessGroupBraid : public Base {
     return issue(OpType::REDUCE_SCATTER, {out}, flat.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(reduce_scatter, comm_, flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
                                    opOf(o.reduceOp, out));
-    }, [flat]() {});
+    }, nullptr, {flat});
   }
 
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
@@ -453,7 +472,7 @@ class ProcessGroupBraid : public Base {
     return issue(OpType::_REDUCE_SCATTER_BASE, {out}, in.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(reduce_scatter, comm_, in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
                                    opOf(o.reduceOp, out));
-    });
+    }, nullptr, {in});
   }
 
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
@@ -482,7 +501,8 @@ class ProcessGroupBraid : public Base {
         },
         [flat, list, n = in.numel()]() mutable {
           for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
-        });
+        },
+        {in, flat});
   }
 
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
@@ -507,7 +527,7 @@ class ProcessGroupBraid : public Base {
     return issue(OpType::SCATTER, {out}, out.nbytes() * getSize(), [&](braid_request* r) {
       return BRAID_CALL(scatter, comm_, root ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dtypeOf(out),
                             o.rootRank);
-    }, [flat]() {});
+    }, nullptr, {flat});
   }
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
@@ -521,7 +541,7 @@ class ProcessGroupBraid : public Base {
                   "braid: alltoall_base wants input and output of the same size, a multiple of ", n, " rows");
       return issue(OpType::ALLTOALL_BASE, {out}, in.nbytes(), [&](braid_request* r) {
         return BRAID_CALL(alltoall, comm_, in.data_ptr(), out.data_ptr(), in.numel() / n, dtypeOf(in));
-      });
+      }, nullptr, {in});
     }
     // Uneven splits: one send and one receive per peer.
     auto rows = [&](std::vector<int64_t>& splits, const at::Tensor& t) {
@@ -577,12 +597,14 @@ class ProcessGroupBraid : public Base {
   // completed. A larger one starts non-blocking, so that it runs in the
   // background (a DistributedDataParallel bucket during the rest of the
   // backward pass), and its Work completes it, with post after it
-  // succeeds, on the thread that waits for it first (BraidWork). A call
-  // that Braid refuses at once throws here.
+  // succeeds, on the thread that waits for it first (BraidWork). buffers
+  // are the tensors besides outputs that the call reads or writes (inputs,
+  // scratch), which its Call keeps alive while it runs. A call that Braid
+  // refuses at once throws here.
   static constexpr size_t kNeverEager = SIZE_MAX;
   c10::intrusive_ptr<Work> issue(OpType type, std::vector<at::Tensor> outputs, size_t bytes,
                                  const std::function<int(braid_request*)>& start,
-                                 std::function<void()> post = nullptr) {
+                                 std::function<void()> post = nullptr, std::vector<at::Tensor> buffers = {}) {
     if (bytes != kNeverEager && bytes <= eagerMax_) {
       check(start(nullptr));
       std::exception_ptr ex;
@@ -599,7 +621,8 @@ class ProcessGroupBraid : public Base {
     }
     braid_request req = 0;
     check(start(&req));
-    auto call = std::make_shared<Call>(std::vector<braid_request>{req}, std::move(post));
+    buffers.insert(buffers.end(), outputs.begin(), outputs.end());
+    auto call = std::make_shared<Call>(std::vector<braid_request>{req}, std::move(post), std::move(buffers));
     return c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs), std::move(call), completer_);
   }
 
@@ -638,10 +661,15 @@ class ProcessGroupBraid : public Base {
       if (braid_isend(comm_, sbuf.data_ptr(), sbuf.numel(), dtypeOf(sbuf), peer, alltoallTag, &r) != BRAID_OK) fail();
       reqs.push_back(r);
     }
-    auto call = std::make_shared<Call>(std::move(reqs), [keep, back]() mutable {
+    auto call = std::make_shared<Call>(std::move(reqs), [back]() mutable {
       for (auto& db : back) db.first.copy_(db.second);
-    });
+    }, std::move(keep));
     return c10::make_intrusive<BraidWork>(me, type, std::move(outputs), std::move(call), completer_);
+  }
+
+  void shutdown() {
+    completer_->stop();         // finishes the calls handed to it
+    braid_comm_destroy(comm_);  // collective; its failure has nowhere to go
   }
 
   braid_comm comm_;

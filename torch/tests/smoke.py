@@ -114,7 +114,7 @@ def main():
     f = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     assert torch.equal(f.wait()[0], torch.full((3,), float(n))), f.value()
 
-    # Calls above BRAID_TORCH_EAGER_MAX (256 KiB: these are 512 KiB) run in
+    # Calls above BRAID_TORCH_EAGER_MAX (64 KiB: these are 512 KiB) run in
     # the background and complete on the thread that waits first. Odd
     # ranks wait last call first.
     big = 1 << 17
