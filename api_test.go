@@ -316,6 +316,54 @@ func TestIAllreduceOutstanding(t *testing.T) {
 	apiNoErrors(t, errs)
 }
 
+func TestIWaitOrders(t *testing.T) {
+	// Non-blocking calls waited for with a context that never ends, which
+	// runs a call that has not begun on the waiting goroutine: the ranks
+	// wait in different orders (odd ranks last call first), so a Wait runs
+	// a call whose predecessors the other ranks have not run yet, and those
+	// must go on in the background. Sizes span the shared-memory and the
+	// point-to-point algorithms.
+	const n = 3
+	errs := onRanks(t, n, nil, func(c *braid.Comm) error {
+		ctx := context.Background()
+		r := c.Rank()
+		counts := []int{1, 300, 5000, 70000, 2, 40000}
+		bufs := make([][]float32, len(counts))
+		reqs := make([]*braid.Request, 0, len(counts)+2)
+		for i, k := range counts {
+			bufs[i] = make([]float32, k)
+			for j := range bufs[i] {
+				bufs[i][j] = float32(r + i)
+			}
+			reqs = append(reqs, c.IAllreduce(ctx, bufs[i], bufs[i], braid.Sum))
+		}
+		got := make([]int32, 4)
+		reqs = append(reqs, c.IRecv(ctx, got, (r+n-1)%n, 5), c.ISend(ctx, []int32{int32(r), 1, 2, 3}, (r+1)%n, 5))
+		for k := range reqs {
+			i := k
+			if r%2 == 1 {
+				i = len(reqs) - 1 - k
+			}
+			if err := reqs[i].Wait(ctx); err != nil {
+				return fmt.Errorf("request %d: %w", i, err)
+			}
+		}
+		for i := range counts {
+			want := float32(n*i + n*(n-1)/2)
+			for j, v := range bufs[i] {
+				if v != want {
+					return fmt.Errorf("call %d element %d: %v, want %v", i, j, v, want)
+				}
+			}
+		}
+		if got[0] != int32((r+n-1)%n) || got[3] != 3 {
+			return fmt.Errorf("received %v from rank %d", got, (r+n-1)%n)
+		}
+		return nil
+	})
+	apiNoErrors(t, errs)
+}
+
 func TestINonBlockingMix(t *testing.T) {
 	// Non-blocking collectives of several kinds outstanding together.
 	const n = 3

@@ -3,6 +3,7 @@ package braid
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/braid-ccl/braid/sched"
 )
@@ -88,11 +89,20 @@ func (c *Comm) collective(ctx context.Context, name string, coll sched.Collectiv
 }
 
 // Request is a non-blocking call in flight.
+//
+// A call runs on a goroutine of its own, started when it is issued, or on
+// the goroutine that waits for it: a Wait that finds the call not begun
+// yet runs it itself (see Wait), which spares the two thread hand-offs of
+// a call that its caller waits for at once (the C API's braid_wait, a
+// framework's work object).
 type Request struct {
 	done chan struct{}
 	err  error
 	once sync.Once
 	prof *profOp // the profiler's record of the call; nil when off
+
+	body  func() error // the call; nil once it failed to issue
+	taken atomic.Bool  // body has begun, on some goroutine
 }
 
 func newRequest() *Request { return &Request{done: make(chan struct{})} }
@@ -107,12 +117,32 @@ func (r *Request) finish(err error) {
 	})
 }
 
+// start runs body in the background, unless a Wait takes it first.
+func (r *Request) start(body func() error) {
+	r.body = body
+	go r.run()
+}
+
+// run runs the call's body and finishes the request, unless another
+// goroutine has begun it.
+func (r *Request) run() {
+	if r.body != nil && r.taken.CompareAndSwap(false, true) {
+		r.finish(r.body())
+	}
+}
+
 // Wait blocks until the call completes and returns its error. A ctx that
 // ends first makes Wait return ctx's error; the call itself goes on until
-// its own deadline.
+// its own deadline. With a ctx that never ends (context.Background), a
+// Wait that finds the call not begun yet runs it on its own goroutine, as
+// the blocking call would; a call's other outstanding calls go on in the
+// background meanwhile, so that the order of Waits does not matter.
 func (r *Request) Wait(ctx context.Context) error {
 	if o := r.prof; o != nil {
 		defer o.waited(r, o.rec.Now())
+	}
+	if ctx.Done() == nil {
+		r.run()
 	}
 	select {
 	case <-r.done:
@@ -156,7 +186,7 @@ func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collecti
 		return r
 	}
 	r.prof.issued(&k)
-	go func() { r.finish(c.runIssued(ctx, &k, run)) }()
+	r.start(func() error { return c.runIssued(ctx, &k, run) })
 	return r
 }
 

@@ -53,7 +53,7 @@ func (c *Comm) p2p(ctx context.Context, name string, buf any, peer, tag int, sen
 		return r
 	}
 	r.prof.issuedP2P(buf, peer, tag)
-	go func() { r.finish(c.p2pWait(ctx, name, req, peer)) }()
+	r.start(func() error { return c.p2pWait(ctx, name, req, peer) })
 	return r
 }
 

@@ -226,7 +226,11 @@ int braid_irecv(braid_comm comm, void *buf, size_t count, braid_dtype dtype, int
                 braid_request *req);
 
 /* braid_wait blocks until the call completes, releases the request and
- * returns the call's result. */
+ * returns the call's result. A call that has not begun in the background
+ * yet runs on the calling thread, as the blocking call would, so that
+ * braid_wait right after the start costs about what the blocking call
+ * costs; the other calls in flight go on in the background, so requests
+ * may be waited for in any order. */
 int braid_wait(braid_request req);
 /* braid_test sets *done to 1 and releases the request if the call has
  * completed (returning its result), else sets *done to 0 and returns

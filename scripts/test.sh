@@ -31,10 +31,13 @@ fi
 # of packages, and the extension builds in about 30 s on 2 cores.
 # BRAID_CI_TORCH=0 skips the install; without PyTorch the test says that it
 # skips.
-if [ "${BRAID_CI_TORCH:-${CI:+1}}" = 1 ] && [ "$(id -u)" = 0 ] && [ ! -e /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ]; then
-    echo "== installing python3-torch libtorch-dev g++ (BRAID_CI_TORCH=1)"
+# pybind11-dev is only recommended by libtorch-dev, which the extension's
+# headers need.
+if [ "${BRAID_CI_TORCH:-${CI:+1}}" = 1 ] && [ "$(id -u)" = 0 ] &&
+    { [ ! -e /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ] || [ ! -e /usr/include/pybind11/pybind11.h ]; }; then
+    echo "== installing python3-torch libtorch-dev pybind11-dev g++ (BRAID_CI_TORCH=1)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends python3-torch libtorch-dev g++ >/dev/null \
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends python3-torch libtorch-dev pybind11-dev g++ >/dev/null \
         || echo "warning: could not install PyTorch; the torch smoke test will skip"
 fi
 
@@ -55,7 +58,7 @@ echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
 echo "== the C API: libbraid.so built and run from C on 2 and 3 ranks (skips without cgo or a C compiler)"
 go test -count=1 -v -run 'TestC' ./capi 2>&1 | grep -E '^(---|ok|FAIL)|capi_test.go' | tee -a /tmp/braid-test.log
-echo "== the PyTorch backend: 2-rank smoke test (scripts/torch-smoke.sh)"
+echo "== the PyTorch backend: 2-rank smoke test under braid run, torchrun and mpirun (scripts/torch-smoke.sh)"
 scripts/torch-smoke.sh 2>&1 | tee -a /tmp/braid-test.log
 
 echo "== examples/mnist: its own module (GoMLX, GoMNIST); 1 vs 2 and 4 ranks (skipped when its modules cannot be downloaded)"

@@ -1,6 +1,7 @@
 """Builds braid_torch._C, Braid's c10d process group, against the PyTorch
-that runs this script (1.13, Debian's python3-torch and libtorch-dev), and
-libbraid.so beside it (go build -buildmode=c-shared ../capi).
+that runs this script (1.13: Debian's python3-torch, libtorch-dev and
+pybind11-dev; the source follows 2.x's API too, but no 2.x build has been
+tried), and libbraid.so beside it (go build -buildmode=c-shared ../capi).
 
     python3 setup.py build_ext --inplace   # what `make -C torch` runs
 """

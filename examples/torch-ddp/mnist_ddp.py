@@ -80,8 +80,13 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--warmup", type=int, default=20)
     a = p.parse_args()
-    if a.backend == "braid":
-        import braid_torch  # noqa: F401  registers "braid"
+    try:
+        # Registers "braid"; under mpirun it also sets torch's env:// variables,
+        # which Gloo needs there too.
+        import braid_torch  # noqa: F401
+    except ImportError:
+        if a.backend == "braid":
+            raise
 
     dist.init_process_group(a.backend)
     rank, world = dist.get_rank(), dist.get_world_size()

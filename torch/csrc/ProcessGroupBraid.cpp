@@ -1,22 +1,34 @@
-// ProcessGroupBraid: a c10d process group (PyTorch 1.13's ProcessGroup and
-// Work) whose collectives run on Braid through its C API (braid.h).
+// ProcessGroupBraid: a c10d process group whose collectives run on Braid
+// through its C API (braid.h): a c10d::ProcessGroup on PyTorch 1.13, a
+// c10d::Backend (which 2.x's ProcessGroup holds, one per device type) on
+// 2.x, chosen by TORCH_VERSION_MAJOR. Only the 1.13 build has been
+// compiled and tested; the 2.x one follows 2.x's headers (Backend.hpp,
+// Work.hpp) and its tutorial on backends in C++ extensions.
 //
-// Every collective is issued at once, from the caller's thread, with one of
-// Braid's non-blocking calls, so that all ranks issue in the caller's order
-// and calls in flight overlap inside Braid; one completion thread per
-// group waits for the requests in issue order, runs what must follow a
-// call (copying a gathered vector into the caller's list of tensors) and
-// completes the Work and its Future, which DistributedDataParallel's
-// communication hooks wait on.
+// Every collective is issued at once, from the caller's thread, so that
+// all ranks issue in the caller's order: a small one runs there blocking,
+// a larger one starts with one of Braid's non-blocking calls and runs in
+// the background while the caller goes on. The thread that waits for it
+// first completes it (braid_wait runs a call that has not begun yet on
+// the waiting thread): Work::wait() on the caller's thread, or the group's
+// completion thread for a call whose Future was asked for, which
+// DistributedDataParallel's communication hooks wait on.
 #include <torch/extension.h>
 
 #include <pybind11/chrono.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -29,6 +41,14 @@
 #include "braid.h"
 
 namespace braid_torch {
+
+// Base is what a backend derives from: 2.x's ProcessGroup dispatches to a
+// Backend per device type, 1.13's ProcessGroup is the backend itself.
+#if TORCH_VERSION_MAJOR >= 2
+using Base = c10d::Backend;
+#else
+using Base = c10d::ProcessGroup;
+#endif
 
 using c10d::OpType;
 using c10d::ReduceOp;
@@ -52,11 +72,15 @@ static void check(int rc) {
 // r (the request to fill in) is not NULL.
 #define BRAID_CALL(name, ...) (r ? braid_i##name(__VA_ARGS__, r) : braid_##name(__VA_ARGS__))
 
-// eagerMax is the largest call, in bytes, that runs on the caller's thread
-// (ProcessGroupBraid::issue): BRAID_TORCH_EAGER_MAX, else 256 KiB.
+// eagerMax is the largest call, in bytes, that runs blocking on the
+// caller's thread (ProcessGroupBraid::issue): BRAID_TORCH_EAGER_MAX, else
+// 64 KiB. A larger call that its caller waits for at once costs about the
+// same (it then runs on the caller's thread too: 1.17× the blocking call's
+// time at 64 KiB, 1.03× at 256 KiB; docs/PERFORMANCE.md, issue 20) and may
+// overlap the caller's work when it does not.
 static size_t eagerMax() {
   const char* v = std::getenv("BRAID_TORCH_EAGER_MAX");
-  if (!v || !*v) return 256 << 10;
+  if (!v || !*v) return 64 << 10;
   char* end;
   long long n = std::strtoll(v, &end, 10);
   TORCH_CHECK(*end == 0, "braid: BRAID_TORCH_EAGER_MAX=", v, " is not a number of bytes");
@@ -113,19 +137,199 @@ static at::Tensor single(std::vector<at::Tensor>& ts, const char* what) {
   return ts[0];
 }
 
-// BraidWork is a call in flight: its requests, what follows them, and the
-// tensors it returns. The completion thread finishes it.
+// A Call is one issued Braid call: its requests, what must follow them
+// (copying a gathered vector into the caller's list of tensors), and every
+// tensor that Braid reads or writes meanwhile, which the Call keeps alive
+// until the requests end (the caller may drop its own references, and its
+// Work, at once). Whoever
+// waits for it first completes it, on its own thread: a Braid request that
+// has not begun yet then runs on that thread (braid_wait does that), so a
+// call that its caller waits for costs what the blocking call costs.
+class Call {
+ public:
+  Call(std::vector<braid_request> reqs, std::function<void()> post, std::vector<at::Tensor> tensors)
+      : reqs_(std::move(reqs)), post_(std::move(post)), tensors_(std::move(tensors)) {}
+
+  // finish waits for the requests and runs post, once; a concurrent caller
+  // waits for the first. It returns the call's failure, if any.
+  std::exception_ptr finish() {
+    std::lock_guard<std::mutex> g(mu_);
+    if (done_) return ex_;
+    for (auto& r : reqs_) {
+      if (r && braid_wait(r) != BRAID_OK && !ex_) ex_ = std::make_exception_ptr(error());
+      r = 0;
+    }
+    return settle();
+  }
+
+  // poll completes the call if its requests have all ended, without
+  // waiting, and reports whether it is complete.
+  bool poll() {
+    std::unique_lock<std::mutex> l(mu_, std::try_to_lock);
+    if (!l.owns_lock()) return false;  // someone is finishing it
+    if (done_) return true;
+    for (auto& r : reqs_) {
+      if (!r) continue;
+      int ended = 0;
+      int rc = braid_test(r, &ended);
+      if (!ended) {
+        if (rc != BRAID_OK && !ex_) ex_ = std::make_exception_ptr(error());  // a bad handle: a bug
+        if (rc != BRAID_OK) r = 0;
+        continue;
+      }
+      if (rc != BRAID_OK && !ex_) ex_ = std::make_exception_ptr(error());
+      r = 0;
+    }
+    for (auto r : reqs_)
+      if (r) return false;
+    settle();
+    return true;
+  }
+
+  bool done() {
+    std::lock_guard<std::mutex> g(mu_);
+    return done_;
+  }
+
+ private:
+  // settle runs post after a successful call; mu_ is held and every
+  // request has ended.
+  std::exception_ptr settle() {
+    if (!ex_ && post_) {
+      try {
+        post_();
+      } catch (...) {
+        ex_ = std::current_exception();
+      }
+    }
+    post_ = nullptr;  // drop the tensors it holds
+    tensors_.clear();
+    done_ = true;
+    return ex_;
+  }
+
+  std::mutex mu_;
+  std::vector<braid_request> reqs_;  // 0 once ended
+  std::function<void()> post_;
+  std::vector<at::Tensor> tensors_;  // cleared once the requests ended
+  bool done_ = false;
+  std::exception_ptr ex_;
+};
+
+// A Completer is the process group's completion thread. It finishes the
+// calls whose Future someone holds (DistributedDataParallel waits on
+// futures, which need a thread to complete them) and the calls whose Work
+// was dropped unfinished, in the order they reach it.
+class Completer {
+ public:
+  Completer() : thread_([this] { loop(); }) {}
+
+  // post queues f for the thread, or runs it here once the thread has
+  // stopped.
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!stop_) {
+        queue_.push_back(std::move(f));
+        cv_.notify_one();
+        return;
+      }
+    }
+    f();
+  }
+
+  // stop runs what is queued and ends the thread.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  ~Completer() { stop(); }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        f = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      f();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// BraidWork is a call's Work: wait() completes the call on the waiting
+// thread; getFuture() hands it to the completion thread, which completes
+// the Future; isCompleted() polls. A Work dropped unfinished hands its call
+// to the completion thread, so that its requests end and post runs.
 class BraidWork : public Work {
  public:
-  BraidWork(int rank, OpType type, std::vector<at::Tensor> outputs)
+  BraidWork(int rank, OpType type, std::vector<at::Tensor> outputs, std::shared_ptr<Call> call,
+            std::shared_ptr<Completer> completer)
       : Work(rank, type),
         outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+        call_(std::move(call)),
+        completer_(std::move(completer)) {}
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  ~BraidWork() override {
+    if (call_ && !call_->done()) {
+      auto call = call_;
+      completer_->post([call] { call->finish(); });
+    }
+  }
+
+  // completeNow completes a call that has already run (the blocking path).
+  void completeNow(std::exception_ptr ex) { settle(ex); }
+
+  bool isCompleted() override {
+    if (call_ && call_->poll()) settle(call_->finish());
+    return Work::isCompleted();
+  }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout == kNoTimeout) {
+      if (call_) settle(call_->finish());
+    } else {
+      handOff();  // Work::wait below waits until the thread completes it
+    }
+    return Work::wait(timeout);
+  }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    handOff();
+    return future_;
+  }
+
   std::vector<at::Tensor> result() override { return outputs_; }
 
-  void complete(std::exception_ptr ex) {
+ private:
+  // handOff queues the call for the completion thread, once.
+  void handOff() {
+    if (!call_ || handed_.exchange(true)) return;
+    c10::intrusive_ptr<BraidWork> self = c10::intrusive_ptr<BraidWork>::reclaim_copy(this);
+    completer_->post([self] { self->settle(self->call_->finish()); });
+  }
+
+  // settle completes the Work and its Future with the call's outcome,
+  // once.
+  void settle(std::exception_ptr ex) {
+    if (settled_.exchange(true)) return;
     finish(ex);
     if (ex)
       future_->setError(ex);
@@ -133,24 +337,29 @@ class BraidWork : public Work {
       future_->markCompleted(c10::IValue(outputs_));
   }
 
- private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<Call> call_;  // null for a call that ran blocking
+  std::shared_ptr<Completer> completer_;
+  std::atomic<bool> handed_{false}, settled_{false};
 };
 
-class ProcessGroupBraid : public c10d::ProcessGroup {
+class ProcessGroupBraid : public Base {
  public:
   ProcessGroupBraid(braid_comm comm, int rank, int size)
-      : ProcessGroup(rank, size), comm_(comm), worker_([this] { loop(); }) {}
+      : Base(rank, size), comm_(comm), completer_(std::make_shared<Completer>()) {}
 
+  // The destructor waits for the completion thread, which may need the
+  // GIL (to drop the last reference to a tensor that Python made, or to
+  // run a future's Python callback), and for the other ranks: it lets the
+  // GIL go meanwhile where its thread holds it (destroy_process_group).
   ~ProcessGroupBraid() override {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      shutdown();
+    } else {
+      shutdown();
     }
-    cv_.notify_all();
-    worker_.join();
-    braid_comm_destroy(comm_);  // collective; its failure has nowhere to go
   }
 
   const std::string getBackendName() const override { return "braid"; }
@@ -191,7 +400,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
             t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
             off += t.numel();
           }
-        });
+        },
+        {flat});
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) override {
@@ -220,7 +430,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
         },
         [flat, list, n = in.numel()]() mutable {
           for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
-        });
+        },
+        {in, flat});
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions&) override {
@@ -230,7 +441,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
                 "braid: _allgather_base's output must hold size × the input");
     return issue(OpType::_ALLGATHER_BASE, {out}, out.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(allgather, comm_, in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in));
-    });
+    }, nullptr, {in});
   }
 
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
@@ -249,7 +460,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     return issue(OpType::REDUCE_SCATTER, {out}, flat.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(reduce_scatter, comm_, flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
                                    opOf(o.reduceOp, out));
-    }, [flat]() {});
+    }, nullptr, {flat});
   }
 
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
@@ -261,7 +472,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     return issue(OpType::_REDUCE_SCATTER_BASE, {out}, in.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(reduce_scatter, comm_, in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
                                    opOf(o.reduceOp, out));
-    });
+    }, nullptr, {in});
   }
 
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
@@ -290,7 +501,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
         },
         [flat, list, n = in.numel()]() mutable {
           for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
-        });
+        },
+        {in, flat});
   }
 
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
@@ -315,7 +527,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     return issue(OpType::SCATTER, {out}, out.nbytes() * getSize(), [&](braid_request* r) {
       return BRAID_CALL(scatter, comm_, root ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dtypeOf(out),
                             o.rootRank);
-    }, [flat]() {});
+    }, nullptr, {flat});
   }
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
@@ -329,7 +541,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
                   "braid: alltoall_base wants input and output of the same size, a multiple of ", n, " rows");
       return issue(OpType::ALLTOALL_BASE, {out}, in.nbytes(), [&](braid_request* r) {
         return BRAID_CALL(alltoall, comm_, in.data_ptr(), out.data_ptr(), in.numel() / n, dtypeOf(in));
-      });
+      }, nullptr, {in});
     }
     // Uneven splits: one send and one receive per peer.
     auto rows = [&](std::vector<int64_t>& splits, const at::Tensor& t) {
@@ -379,24 +591,20 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   }
 
  private:
-  struct Job {
-    std::vector<braid_request> reqs;
-    c10::intrusive_ptr<BraidWork> work;
-    std::function<void()> post;
-  };
-
   // issue runs one Braid call. start(r) starts it non-blocking, filling
   // in *r, or with r NULL runs it blocking. A call of at most eagerMax_
   // bytes runs blocking here, on the caller's thread, and returns its Work
-  // completed: handing it to the completion thread and back costs more
-  // than the call (see docs/PERFORMANCE.md, issue 20). A larger one starts
-  // non-blocking and is queued for the completion thread, which runs post
-  // after it succeeds. A call that Braid refuses at once throws here.
+  // completed. A larger one starts non-blocking, so that it runs in the
+  // background (a DistributedDataParallel bucket during the rest of the
+  // backward pass), and its Work completes it, with post after it
+  // succeeds, on the thread that waits for it first (BraidWork). buffers
+  // are the tensors besides outputs that the call reads or writes (inputs,
+  // scratch), which its Call keeps alive while it runs. A call that Braid
+  // refuses at once throws here.
   static constexpr size_t kNeverEager = SIZE_MAX;
   c10::intrusive_ptr<Work> issue(OpType type, std::vector<at::Tensor> outputs, size_t bytes,
                                  const std::function<int(braid_request*)>& start,
-                                 std::function<void()> post = nullptr) {
-    auto work = c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs));
+                                 std::function<void()> post = nullptr, std::vector<at::Tensor> buffers = {}) {
     if (bytes != kNeverEager && bytes <= eagerMax_) {
       check(start(nullptr));
       std::exception_ptr ex;
@@ -407,13 +615,15 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
           ex = std::current_exception();
         }
       }
-      work->complete(ex);
+      auto work = c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs), nullptr, completer_);
+      work->completeNow(ex);
       return work;
     }
     braid_request req = 0;
     check(start(&req));
-    enqueue(Job{{req}, work, std::move(post)});
-    return work;
+    buffers.insert(buffers.end(), outputs.begin(), outputs.end());
+    auto call = std::make_shared<Call>(std::vector<braid_request>{req}, std::move(post), std::move(buffers));
+    return c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs), std::move(call), completer_);
   }
 
   // alltoallP2P runs an alltoall of blocks of any sizes as a receive and a
@@ -451,62 +661,27 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
       if (braid_isend(comm_, sbuf.data_ptr(), sbuf.numel(), dtypeOf(sbuf), peer, alltoallTag, &r) != BRAID_OK) fail();
       reqs.push_back(r);
     }
-    auto work = c10::make_intrusive<BraidWork>(me, type, std::move(outputs));
-    enqueue(Job{std::move(reqs), work, [keep, back]() mutable {
-                  for (auto& db : back) db.first.copy_(db.second);
-                }});
-    return work;
+    auto call = std::make_shared<Call>(std::move(reqs), [back]() mutable {
+      for (auto& db : back) db.first.copy_(db.second);
+    }, std::move(keep));
+    return c10::make_intrusive<BraidWork>(me, type, std::move(outputs), std::move(call), completer_);
   }
 
-  void enqueue(Job j) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      queue_.push_back(std::move(j));
-    }
-    cv_.notify_one();
-  }
-
-  // loop is the completion thread: it waits for every queued job's
-  // requests in order and completes its Work.
-  void loop() {
-    for (;;) {
-      Job j;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        j = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr ex;
-      for (auto r : j.reqs)
-        if (braid_wait(r) != BRAID_OK && !ex) ex = std::make_exception_ptr(error());
-      if (!ex && j.post) {
-        try {
-          j.post();
-        } catch (...) {
-          ex = std::current_exception();
-        }
-      }
-      j.post = nullptr;  // drop the tensors it holds before the Work completes
-      j.work->complete(ex);
-    }
+  void shutdown() {
+    completer_->stop();         // finishes the calls handed to it
+    braid_comm_destroy(comm_);  // collective; its failure has nowhere to go
   }
 
   braid_comm comm_;
   size_t eagerMax_ = eagerMax();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;
-  bool stop_ = false;
-  std::thread worker_;
+  std::shared_ptr<Completer> completer_;
 };
 
 // create is the backend's creator, as torch.distributed calls it: rank 0
 // makes a unique id and hands it to the others through the group's store;
 // every rank then joins the Braid job it names. The group's timeout is
 // Braid's timeout unless BRAID_TIMEOUT is set.
-c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+c10::intrusive_ptr<Base> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                               const std::chrono::duration<float>& timeout) {
   braid_unique_id id;
   const std::string key = "braid/unique_id";
@@ -531,7 +706,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
 }  // namespace braid_torch
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "Braid's c10d process group (PyTorch 1.13); import braid_torch to register the \"braid\" backend";
+  m.doc() = "Braid's c10d backend; import braid_torch to register it as \"braid\"";
   m.def("create", &braid_torch::create, "Makes a Braid process group (torch.distributed's backend creator)",
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
 }

@@ -114,6 +114,34 @@ def main():
     f = dist.all_reduce(torch.ones(3), async_op=True).get_future()
     assert torch.equal(f.wait()[0], torch.full((3,), float(n))), f.value()
 
+    # Calls above BRAID_TORCH_EAGER_MAX (64 KiB: these are 512 KiB) run in
+    # the background and complete on the thread that waits first. Odd
+    # ranks wait last call first.
+    big = 1 << 17
+    xs = [torch.full((big,), float(r + q)) for q in range(4)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    for w in (reversed(works) if r % 2 else works):
+        w.wait()
+    for q, x in enumerate(xs):
+        assert torch.all(x == n * q + n * (n - 1) / 2), (q, x[:4])
+    x = torch.ones(big)
+    w = dist.all_reduce(x, async_op=True)
+    while not w.is_completed():  # polls; nobody waits
+        pass
+    assert torch.all(x == n), x[:4]
+    x = torch.ones(big)
+    w = dist.all_reduce(x, async_op=True)
+    w.wait(timeout=__import__("datetime").timedelta(seconds=60))  # the completion thread completes it
+    assert torch.all(x == n), x[:4]
+    x = torch.ones(big)
+    f = dist.all_reduce(x, async_op=True).get_future().then(lambda f: f.value()[0].sum().item())
+    assert f.wait() == n * big, f.value()
+    outs = [torch.empty(big // 4) for _ in range(n)]
+    w = dist.all_gather(outs, torch.full((big // 4,), float(r)), async_op=True)
+    w.wait()  # the copy into the list follows the call
+    assert all(torch.all(outs[q] == q) for q in range(n)), [o[:2] for o in outs]
+    dist.all_reduce(torch.ones(big), async_op=True)  # dropped unwaited: the completion thread ends it
+
     dist.barrier()
     if r == 0:
         print(f"ok: {backend} on {n} ranks")
