@@ -216,7 +216,7 @@ func (g *Group) endDirect(c *Call, failed bool) error {
 		}
 		done := u64(g.line(q, lineDone))
 		if c.wake != nil {
-			c.recheck = doneAt(done, f)
+			c.recheck = reached(done, f)
 		}
 		v := atomic.LoadUint64(done)
 		for v < f {
@@ -235,12 +235,6 @@ func (g *Group) endDirect(c *Call, failed bool) error {
 	}
 	g.known = max(g.known, low)
 	return nil
-}
-
-// doneAt returns a recheck (Call.recheck) of whether *w ≥ f, made here so
-// that what it captures escapes only for goroutine ranks.
-func doneAt(w *uint64, f uint64) func() bool {
-	return func() bool { return atomic.LoadUint64(w) >= f }
 }
 
 // overlaps reports whether a and b share a byte.
