@@ -306,13 +306,3 @@ func (c *Comm) confirmRaw(ctx context.Context, e confirmEntry, register bool) er
 	}
 	return exec.Run(ctx, prog, &env, exec.Buffers{DType: Uint8, NRanks: c.Size()})
 }
-
-// confirmArea settles the confirmation of a call that ran through the
-// shared area: every rank's running hash of the area's calls after the
-// call's last chunk must be this rank's (shmcoll's Confirm).
-func (c *Comm) confirmArea(ctx context.Context, name string, e confirmEntry) error {
-	if err := c.confirmRaw(ctx, e, false); err != nil {
-		return c.failWith(name, err)
-	}
-	return nil
-}
