@@ -240,17 +240,19 @@ func measureOverhead(ctx context.Context, c *braid.Comm, forcer *bench.Forcer, b
 		f.Skipped = fmt.Sprintf("on %d ranks every step of these algorithms has one peer", c.Size())
 		return f, nil
 	}
-	for i := 0; i < len(runs); i += 2 {
-		coll, err := sched.ParseCollective(runs[i].Coll)
-		if err != nil {
-			return f, err
-		}
-		cfg := bench.Config{Coll: coll, SizeList: []int64{runs[i].Bytes}, DType: braid.Float32, Op: braid.Sum,
-			Budget: budget, Algos: []string{runs[i].Algo, runs[i+1].Algo}, Forcer: forcer}
-		for j := i; j < i+2; j++ {
-			runs[j].Secs = math.Inf(1)
-		}
-		for range reps {
+	for i := range runs {
+		runs[i].Secs = math.Inf(1)
+	}
+	// Each sweep times both collectives, so that the fastest of each
+	// run's sweeps are spread over the same stretch of time.
+	for range reps {
+		for i := 0; i < len(runs); i += 2 {
+			coll, err := sched.ParseCollective(runs[i].Coll)
+			if err != nil {
+				return f, err
+			}
+			cfg := bench.Config{Coll: coll, SizeList: []int64{runs[i].Bytes}, DType: braid.Float32, Op: braid.Sum,
+				Budget: budget, Algos: []string{runs[i].Algo, runs[i+1].Algo}, Forcer: forcer}
 			rows, err := bench.Run(ctx, c, cfg)
 			if err != nil {
 				return f, err
@@ -462,5 +464,17 @@ func combineFits(fits []modelFit, def cost.Model) (memory, overhead float64, not
 	return memory, overhead, notes
 }
 
-func usString(s float64) string   { return fmt.Sprintf("%.3gus", s*1e6) }
+// usString writes seconds in µs to three significant figures, as a
+// table's times are written ("us").
+func usString(s float64) string {
+	us := s * 1e6
+	switch {
+	case us < 10:
+		return fmt.Sprintf("%.2fus", us)
+	case us < 100:
+		return fmt.Sprintf("%.1fus", us)
+	}
+	return fmt.Sprintf("%.0fus", us)
+}
+
 func rateString(r float64) string { return fmt.Sprintf("%.3gGB/s", r/1e9) }

@@ -179,11 +179,11 @@ func TestCombineFits(t *testing.T) {
 		notes            []string
 	}{
 		{"2 and 4 ranks", []modelFit{two, four}, 30e9, 0.3e-6,
-			[]string{"memory, 2 ranks", "a lower bound", "overhead, 2 ranks: not measured", "memory, 4 ranks", "o 0.3us", "memory: the 4-rank figure", "overhead: the 4-rank figure"}},
+			[]string{"memory, 2 ranks", "a lower bound", "overhead, 2 ranks: not measured", "memory, 4 ranks", "o 0.30us", "memory: the 4-rank figure", "overhead: the 4-rank figure"}},
 		{"8, 4 and 2 ranks", []modelFit{eight, four, two}, 40e9, 0.6e-6,
 			[]string{"memory: the 8-rank figure", "overhead: the 8-rank figure"}},
 		{"2 ranks", []modelFit{two}, def.Memory, def.Overhead,
-			[]string{"memory: the built-in 52GB/s", "-n 16", "overhead: the built-in 0.5us"}},
+			[]string{"memory: the built-in 52GB/s", "-n 16", "overhead: the built-in 0.50us"}},
 		{"tcp", []modelFit{{Ranks: 4, Cores: 16, Memory: memoryFit{Skipped: "tcp"}, Overhead: overheadFit{Skipped: "tcp"}}}, def.Memory, def.Overhead,
 			[]string{"memory, 4 ranks: not measured (tcp)", "overhead, 4 ranks: not measured (tcp)"}},
 	} {
