@@ -54,7 +54,12 @@ const (
 	// past the caches, with non-temporal stores.)
 	copyBytes = memoryBytes
 	copyPiece = algo.DirectSegment * 4
-	copyReps  = 8
+	copyReps  = 2
+	// copyRounds is how many rounds of the copy loop each sweep of
+	// braid tune (--reps) times; the fastest counts. A round is about
+	// as long as a call of the reduce-scatter, so that both are as
+	// likely to run undisturbed on a busy machine.
+	copyRounds = 4
 	// saturation: copies by k ranks at once that reach less than this
 	// share of k times one rank's rate contend for something shared.
 	saturation = 0.75
@@ -328,7 +333,7 @@ func measureMemory(ctx context.Context, c *braid.Comm, forcer *bench.Forcer, bud
 	f.Moved = mv.Moved(p, 4, m)
 	f.Latency = k.Cost(p, 4, m.Latencies())
 	f.Rate = memoryRate(n, f.Moved, f.Secs, f.Latency)
-	if f.CopyAll, f.CopyOne, err = copyRates(ctx, c, reps); err != nil {
+	if f.CopyAll, f.CopyOne, err = copyRates(ctx, c, copyRounds*reps); err != nil {
 		return f, err
 	}
 	f.Saturated = saturated(n, cores, f.CopyAll, f.CopyOne)
