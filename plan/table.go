@@ -26,6 +26,7 @@ import (
 //	link inter alpha=25us beta=1.2GB/s
 //	gamma 10.5GB/s
 //	memory 52GB/s
+//	overhead 0.5us
 //	allreduce ranks=2 hosts=1 size=0-16K recdouble
 //	allreduce ranks=2 hosts=1 size=16K-2M ring
 //	allreduce ranks=* hosts=* size=2M- segring:seg=256K
@@ -37,11 +38,16 @@ import (
 // exact rank and host counts wins over wildcards, then the first in the
 // file. The choice is an algorithm name with optional parameters, as
 // BRAID_ALGO takes them (see ParseChoice). Two entries for the same
-// collective and counts whose sizes overlap, or a link class, gamma or
-// memory given twice, are errors; so is any malformed line (ParseTable's errors say
-// FILE:LINE). This package reads the syntax only: whether the algorithms
+// collective and counts whose sizes overlap, or a link class, gamma,
+// memory or overhead given twice, are errors; so is any malformed line
+// (ParseTable's errors say FILE:LINE). This package reads the syntax only: whether the algorithms
 // exist, and take the parameters given, is checked where the algorithms
 // are known (Init and NewLocal check every table they load).
+//
+// memory is the rate at which a host's ranks together copy and reduce
+// (cost.Model.Memory), overhead the time a rank spends on each message
+// of a step beyond the first (cost.Model.Overhead, LogP's o). A figure
+// the file does not give is the built-in model's (cost.Default).
 //
 // The machine line says where the table was measured: a host table
 // (braid tune) records the logical cores and NUMA nodes, "machine cores=16
@@ -233,7 +239,7 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 	t := &Table{Source: name}
 	var model cost.Model
 	haveLink := [len(model.Links)]bool{}
-	haveGamma, haveMemory, any := false, false, false
+	haveGamma, haveMemory, haveOverhead, any := false, false, false, false
 	err := textfile.Records(r, "tuning table", name, func(line int, f []string) error {
 		switch f[0] {
 		case "machine":
@@ -299,6 +305,18 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 				return err
 			}
 			model.Memory, haveMemory, any = rate, true, true
+		case "overhead":
+			if len(f) != 2 {
+				return fmt.Errorf("want \"overhead TIME\" (a rank's time per message beyond the first of a step, e.g. 0.5us)")
+			}
+			if haveOverhead {
+				return fmt.Errorf("overhead given twice")
+			}
+			o, err := parseSeconds(f[1])
+			if err != nil {
+				return err
+			}
+			model.Overhead, haveOverhead, any = o, true, true
 		default:
 			e, err := parseEntry(f)
 			if err != nil {
@@ -319,9 +337,8 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 		return nil, err
 	}
 	if any {
-		// Figures the file lacks come from the built-in model, and so do
-		// those the format does not carry (the per-message overhead, the
-		// transport's eager limit).
+		// Figures the file lacks come from the built-in model, and so does
+		// the one the format does not carry (the transport's eager limit).
 		def := cost.Default()
 		for c, ok := range haveLink {
 			if !ok {
@@ -334,7 +351,10 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 		if !haveMemory {
 			model.Memory = def.Memory
 		}
-		model.Overhead, model.Eager = def.Overhead, def.Eager
+		if !haveOverhead {
+			model.Overhead = def.Overhead
+		}
+		model.Eager = def.Eager
 		t.Model = &model
 	}
 	return t, nil
@@ -412,6 +432,7 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 		if t.Model.Memory > 0 {
 			fmt.Fprintf(&b, "memory %s\n", formatRate(t.Model.Memory))
 		}
+		fmt.Fprintf(&b, "overhead %s\n", formatSecondsExact(t.Model.Overhead))
 	}
 	for i := range t.Entries {
 		b.WriteString(t.Entries[i].String())

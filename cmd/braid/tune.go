@@ -28,9 +28,15 @@ const tuneUsage = `usage: braid tune [flags]
 Measures every applicable algorithm of each collective, with its parameter
 variants, at each size on this machine, and writes a tuning table (format:
 package plan) that jobs read through BRAID_TUNING, or by default from the
-cache file it writes. It also measures the link figures (latency and
-bandwidth between ranks, reduction speed) that the planner's cost model
-uses where the table has no entry.
+cache file it writes. It also measures the figures that the planner's
+cost model uses where the table has no entry: the links (latency and
+bandwidth between ranks, by ping-pong), the reduction speed, the
+per-message overhead (small allreduces and allgathers by direct exchange
+against recursive doubling; 3 ranks or more) and the rate at which the
+host's ranks together move memory (a 16 MiB direct reduce-scatter by
+every rank; kept where the ranks contend for memory, as a copy loop by
+every rank and by one tells). The table's comments say what each job
+measured and which figures it kept.
 
 Examples:
   braid tune                         # 2 and 4 local ranks, the default collectives
@@ -144,6 +150,7 @@ func tuneCmd(args []string) error {
 	}
 	defer os.RemoveAll(tmp)
 	var parts []*plan.Table
+	var fits []modelFit
 	for _, n := range ns {
 		fmt.Fprintf(os.Stderr, "braid tune: %d ranks: %s, %d sizes from %s to %s\n", n, *collsF, len(sizes), plan.FormatSize(lo), plan.FormatSize(hi))
 		file := filepath.Join(tmp, fmt.Sprintf("part-%d.txt", n))
@@ -160,8 +167,19 @@ func tuneCmd(args []string) error {
 			return fmt.Errorf("tune: %d ranks: %w", n, err)
 		}
 		parts = append(parts, t)
+		f, err := readFit(file + ".fit")
+		if err != nil {
+			return fmt.Errorf("tune: %d ranks: %w", n, err)
+		}
+		fits = append(fits, f)
 	}
-	t := &plan.Table{Model: parts[0].Model, Machine: parts[0].Machine}
+	model := cost.Default()
+	if parts[0].Model != nil {
+		model = *parts[0].Model
+	}
+	var notes []string
+	model.Memory, model.Overhead, notes = combineFits(fits, cost.Default())
+	t := &plan.Table{Model: &model, Machine: parts[0].Machine}
 	for _, p := range parts {
 		t.Entries = append(t.Entries, p.Entries...)
 	}
@@ -173,6 +191,9 @@ func tuneCmd(args []string) error {
 	host, _ := os.Hostname()
 	fmt.Fprintf(&sb, "# braid tuning table, written by braid tune on %s at %s\n", host, time.Now().Format(time.RFC3339))
 	fmt.Fprintf(&sb, "# ranks %s, sizes %s to %s ×%d, %v per measurement\n", *nsF, plan.FormatSize(lo), plan.FormatSize(hi), *step, *budget)
+	for _, s := range notes {
+		fmt.Fprintf(&sb, "# %s\n", s)
+	}
 	t.WriteTo(&sb)
 	if err := os.WriteFile(dest, []byte(sb.String()), 0o644); err != nil {
 		return err
@@ -232,6 +253,10 @@ func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, rep
 	m, err := measureLinks(ctx, c)
 	if err != nil {
 		return err
+	}
+	m, fit, err := measureModel(ctx, c, forcer, budget, reps, transport, m)
+	if err != nil {
+		return fmt.Errorf("rank %d of %d: %w", c.Rank(), c.Size(), err)
 	}
 	t.Model = &m
 	for _, coll := range colls {
@@ -293,6 +318,9 @@ func tuneRank(colls []sched.Collective, sizes []int64, budget time.Duration, rep
 	}
 	var sb strings.Builder
 	t.WriteTo(&sb)
+	if err := writeFit(file+".fit", fit); err != nil {
+		return err
+	}
 	return os.WriteFile(file, []byte(sb.String()), 0o644)
 }
 

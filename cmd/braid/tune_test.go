@@ -79,6 +79,13 @@ func TestTuneWritesMachine(t *testing.T) {
 	if want := fmt.Sprintf("machine cores=%d numa=%d\n", here.Cores, here.NUMA); !strings.Contains(string(b), want) {
 		t.Errorf("table lacks %q:\n%s", want, b)
 	}
+	// Two ranks measure the memory rate, not the overhead; the table
+	// says so and carries both figures.
+	for _, want := range []string{"\nmemory ", "\noverhead ", "# memory, 2 ranks: reducescatter direct of 16M", "# overhead, 2 ranks: not measured"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("table lacks %q:\n%s", want, b)
+		}
+	}
 	if o, err := run(t, 60*time.Second, []string{"BRAID_TUNING=" + out}, "run", "-n", "2", "--", braidBin(), "bench", "allreduce", "--max-size", "64", "--iters", "2", "--check"); err != nil {
 		t.Errorf("a job with the table from this machine: %v\n%s", err, o)
 	}
