@@ -3,6 +3,7 @@ package algo
 import (
 	"slices"
 
+	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -28,8 +29,9 @@ import (
 // arrived before the root as its first group and each later rank as a
 // group of its own (what the root sees when their words are in by its
 // arrival and the later ranks come further apart than it takes to serve
-// one). The segment is the executor's: no Tune, so that the simulator runs
-// what the executor runs.
+// one). Tune gives the segment of a chain of every rank (the chain
+// broadcast's: the balanced call's one group), which the planner sets and
+// the simulator searches around, as it does for every pipelined schedule.
 type papBcastAlgo struct{ a arrivalBcast }
 
 func init() {
@@ -52,6 +54,12 @@ func (b papBcastAlgo) Name() string                      { return b.a.Name() }
 func (b papBcastAlgo) Collective() sched.Collective      { return b.a.Collective() }
 func (b papBcastAlgo) Supports(p sched.Params) error     { return b.a.Supports(p) }
 func (papBcastAlgo) TmpLen(p sched.Params, rank int) int { return 0 }
+
+// Tune implements Tuner: Params.Segment, if 0, as the chain broadcast
+// tunes it for p (the segment Run uses when it stays 0 is ChainSegment).
+func (papBcastAlgo) Tune(p sched.Params, es int, m cost.Model) sched.Params {
+	return chainBcast{}.Tune(p, es, m)
+}
 
 // PatternPrograms implements PatternAlgorithm: the programs for the
 // groups the root would form under arrival times est (arrivalBcast's
