@@ -101,10 +101,10 @@ func TestMatrixHierPAP(t *testing.T) {
 // "papbcast": the root serves the ranks that have arrived, in groups,
 // each a pipelined chain) while every rank arrives after a random delay
 // of up to 200 µs, so that the groups change from call to call: every
-// dtype at the small counts, float32 at the large ones (2 and 17
-// segments), in place and not, every root, on 1–9 ranks and the small
-// counts on 16; and again on emulated hosts (matrixLayouts), whose
-// messages cross other transports.
+// dtype at the small counts, float32 at the large ones (in the segments
+// the chain broadcast's tuning gives), in place and not, every root, on
+// 1–9 ranks and the small counts on 16; and again on emulated hosts
+// (matrixLayouts), whose messages cross other transports.
 func TestMatrixPAPBcast(t *testing.T) {
 	coll := sched.Bcast
 	a := nodeAlgo{coll}
