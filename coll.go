@@ -258,7 +258,11 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		return pl, nil
 	}
 	if da := algo.LookupDynamic(p.Coll, d.Algo); da != nil {
-		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es)), dyn: da}
+		dp := p
+		if tu, ok := da.(algo.Tuner); ok {
+			dp = tu.Tune(p, es, model) // a pipelined one's segment (papbcast)
+		}
+		pl := &planned{algo: d.Algo, reason: d.Reason, p: dp, bytes: float64(plan.Size(p, es)), dyn: da}
 		if watch {
 			pl.watch = &arrivalWatch{reason: pl.reason}
 		}

@@ -96,6 +96,42 @@ func TestMatrixHierPAP(t *testing.T) {
 	}
 }
 
+// TestMatrixPAPBcast runs the broadcast cases of the matrix through
+// Patarasuk and Yuan's arrival-aware broadcast on the executor (algorithm
+// "papbcast": the root serves the ranks that have arrived, in groups,
+// each a pipelined chain) while every rank arrives after a random delay
+// of up to 200 µs, so that the groups change from call to call: every
+// dtype at the small counts, float32 at the large ones (in the segments
+// the chain broadcast's tuning gives), in place and not, every root, on
+// 1–9 ranks and the small counts on 16; and again on emulated hosts
+// (matrixLayouts), whose messages cross other transports.
+func TestMatrixPAPBcast(t *testing.T) {
+	coll := sched.Bcast
+	a := nodeAlgo{coll}
+	for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 16} {
+		var cases []mcase
+		for _, k := range matrixCases(coll, a, n) {
+			if n > 9 && k.count > 1000 {
+				continue
+			}
+			k.delay = 200 * time.Microsecond
+			cases = append(cases, k)
+		}
+		runCases(t, coll, "papbcast", n, nil, cases)
+		if n < 2 || n > 9 {
+			continue
+		}
+		for i, hosts := range matrixLayouts(n) {
+			var cases []mcase
+			for _, k := range layoutCases(coll, a, n, i == 0) {
+				k.delay = 200 * time.Microsecond
+				cases = append(cases, k)
+			}
+			runCases(t, coll, "papbcast", n, hosts, cases)
+		}
+	}
+}
+
 // TestPAPSameBits: with real values whose sums and products round, and a
 // random order of arrival each call, every rank of an arrival-aware
 // allreduce holds the same bits (one rank combines, the others copy).
@@ -168,5 +204,43 @@ func TestPAPTimeoutNamesAbsent(t *testing.T) {
 		for _, c := range comms {
 			c.Close()
 		}
+	}
+}
+
+// TestPAPBcastTimeoutNamesAbsent: the root of papbcast waits for the word
+// of a rank that never arrives and names it in its error; a rank served
+// before that returns with the data, or fails naming the absent rank (a
+// broadcast is confirmed a call late, at the root).
+func TestPAPBcastTimeoutNamesAbsent(t *testing.T) {
+	comms, err := braid.NewLocal(3, &braid.Options{Algo: "bcast=papbcast", Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	errs := make([]error, 2)
+	bufs := [][]float32{{7, 8}, make([]float32, 2)}
+	done := make(chan int, 2)
+	for r, c := range comms[:2] {
+		go func() {
+			errs[r] = c.Bcast(context.Background(), bufs[r], 0)
+			done <- r
+		}()
+	}
+	for range 2 {
+		<-done
+	}
+	var be *braid.Error
+	if !errors.As(errs[0], &be) || be.Kind != braid.Timeout && be.Kind != braid.Aborted || !strings.Contains(errs[0].Error(), "rank 2") {
+		t.Errorf("root: %v, want a timeout naming rank 2", errs[0])
+	}
+	if errs[1] == nil && (bufs[1][0] != 7 || bufs[1][1] != 8) {
+		t.Errorf("rank 1 returned %v without error, want the root's [7 8]", bufs[1])
+	}
+	if errs[1] != nil && !strings.Contains(errs[1].Error(), "rank 2") {
+		t.Errorf("rank 1: %v, want nil or an error naming rank 2", errs[1])
 	}
 }

@@ -3,14 +3,12 @@ package algo
 import (
 	"math"
 
-	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
 )
 
-func init() {
-	RegisterPattern(arrivalBcast{base{"papbcast", sched.Bcast}, false})
-	RegisterPattern(arrivalBcast{base{"papscatter", sched.Bcast}, true})
-}
+// The chain variant, papbcast, is a dynamic algorithm (papBcastAlgo) that
+// runs this type's programs; the scatter variant is simulated only.
+func init() { RegisterPattern(arrivalBcast{base{"papscatter", sched.Bcast}, true}) }
 
 // arrivalBcast is one of the two arrival-pattern-aware broadcasts for
 // large messages of Patarasuk and Yuan ("Efficient MPI Bcast across
@@ -37,9 +35,10 @@ func init() {
 // The groups depend on when the ranks arrive and on how long the root
 // takes per group, so this is a PatternAlgorithm: the schedule for a known
 // pattern, the root's time per group and the notices' latency from
-// MsgTime (the network idle otherwise). Run for real, the groups are what
-// the root sees; the simulator leaves the notices out of the schedule, as
-// it does papchain's control words.
+// MsgTime (the network idle otherwise). Run for real (papbcast, on the
+// executor: papBcastAlgo), the groups are what the root sees; the
+// simulator leaves the notices out of the schedule, as it does papchain's
+// control words.
 type arrivalBcast struct {
 	base
 	scatter bool
@@ -53,17 +52,6 @@ const (
 )
 
 func (a arrivalBcast) Supports(p sched.Params) error { return a.base.Supports(p) }
-
-// Tune implements Tuner: the chain variant's segment (the simulator
-// searches around it); the scatter variant has none.
-func (a arrivalBcast) Tune(p sched.Params, es int, m cost.Model) sched.Params {
-	if a.scatter || p.Segment != 0 || p.Count == 0 {
-		return p
-	}
-	p.Segment, _ = chainSegments(p.Count, 0)
-	p.Segment = min(p.Segment, p.Count)
-	return p
-}
 
 // PatternPrograms implements PatternAlgorithm.
 func (a arrivalBcast) PatternPrograms(p sched.Params, est []float64, msg MsgTime) []sched.Program {

@@ -14,5 +14,26 @@ func PRRSteps(p sched.Params, est []float64, msg MsgTime) int {
 // ArrivalGroups returns the groups the arrival-aware broadcast named name
 // serves for a pattern, for package algo_test.
 func ArrivalGroups(name string, p sched.Params, est []float64, msg MsgTime) [][]int {
+	if a, ok := LookupDynamic(sched.Bcast, name).(papBcastAlgo); ok {
+		return a.a.groups(p, est, msg)
+	}
 	return LookupPattern(sched.Bcast, name).(arrivalBcast).groups(p, est, msg)
+}
+
+// PAPBcastLine is the tag of papbcast's words from the root that tell a
+// member its place in its group's chain, for package algo_test.
+const PAPBcastLine = pbLine
+
+// PAPBcastPlace decodes such a word: the member's predecessor and
+// successor (-1: none).
+func PAPBcastPlace(w uint64) (pred, succ int) { return fromLineWord(w) }
+
+// PAPBcastGroups is traceGroups, papbcast's groups for an order of
+// arrival.
+func PAPBcastGroups(p sched.Params, order []int) [][]int { return traceGroups(p, order) }
+
+// PAPBcastProgram returns rank r's program of papbcast when the root
+// serves groups, in order.
+func PAPBcastProgram(p sched.Params, groups [][]int, r int) sched.Program {
+	return LookupDynamic(sched.Bcast, "papbcast").(papBcastAlgo).a.program(p, groups, r)
 }

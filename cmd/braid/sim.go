@@ -33,11 +33,12 @@ Algorithms are algo's names for the collective, plus:
   treepack  Blink's packed spanning trees (pack, then algo's treepack)
   rings     the best ring construction (below)
 Dynamic algorithms (papchain, hierpap) run their schedule for the order
-in which the ranks arrive; pattern algorithms, from the literature on
-arrival patterns and simulated only, the schedule built for the times at
-which they arrive: prr (Proficz's pre-reduced ring allreduce, as
-reconstructed in algo), papbcast and papscatter (Patarasuk and Yuan's
-arrival-aware broadcasts). NAME:stale runs each arrival pattern with the
+in which the ranks arrive, papbcast (Patarasuk and Yuan's arrival-aware
+broadcast) for the groups its root would serve at the times they arrive;
+pattern algorithms, from the literature on arrival patterns and simulated
+only, the schedule built for those times: prr (Proficz's pre-reduced ring
+allreduce, as reconstructed in algo) and papscatter (Patarasuk and Yuan's
+scatter variant). NAME:stale runs each arrival pattern with the
 schedule for the one before, as a prediction from the last call would.
 
 The packed trees are, by default (--links auto), Blink's hybrid (MLSys
@@ -531,6 +532,11 @@ func candidate(t *topo.Topology, devs []int, coll sched.Collective, count, root 
 	if base, stale := strings.CutSuffix(name, ":stale"); algo.LookupDynamic(coll, base) != nil {
 		a := algo.LookupDynamic(coll, base)
 		p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root, Layout: t.Layout(devs)}
+		if pa, ok := a.(algo.PatternAlgorithm); ok {
+			// Its data depends on when the ranks arrive, not only on
+			// their order (papbcast): the programs for the times.
+			return newPatternRunner(pa, p, stale)
+		}
 		if err := a.Supports(p); err != nil {
 			return nil, err
 		}
