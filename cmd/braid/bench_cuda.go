@@ -31,8 +31,16 @@ not. Calls are stream-ordered (DeviceOptions.StreamOrdered), as NCCL's
 are: a timed loop queues its calls and synchronises once at the end, which
 is how NCCL's figures are taken. With --sync every call returns only when
 its result is in place, and the loop measures the latency such a caller
-sees. Per size: warm-up calls, an estimate, then as many calls as fill
+sees; --modes ordered,sync times both, each on its own communicator.
+Per size: warm-up calls, an estimate, then as many calls as fill
 --target, best of --trials loops, the time the slowest rank took.
+
+With --inputs K (K >= 2; float32, sum) the calls run out of place from K
+input buffers in turn, whose values differ from each other and from one
+timed loop to the next, into one output buffer (bcast: from the root's
+input buffer into the others' output buffer); after every timed loop the
+last call's result is compared with what it must hold (every element up
+to 64M, pieces of it above), and a wrong one fails the run.
 
 examples:
   braid bench --device cuda -n 2 allreduce --check
@@ -76,6 +84,7 @@ func benchDevice(dev string, args []string) error {
 	n := fs.Int("n", 0, "start N local ranks, one per GPU (as braid run -n N would)")
 	minS := fs.String("min-size", "8", "smallest size (bytes; K, M, G suffixes)")
 	maxS := fs.String("max-size", "1G", "largest size")
+	sizesF := fs.String("sizes", "", "these sizes only, comma-separated (8,4K,1G), in place of --min-size to --max-size")
 	algosF := fs.String("algos", "", "time these algorithms side by side (comma-separated; auto is the default choice)")
 	algoF := fs.String("algo", "", "force one algorithm")
 	dt := fs.String("dtype", "float32", "element type")
@@ -94,6 +103,9 @@ func benchDevice(dev string, args []string) error {
 	slotF := fs.String("slot", "", "bytes of each slot of the region the fused kernels push into (default: 32M / n)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
+	modesF := fs.String("modes", "", "ordered, sync, or ordered,sync for both (default: ordered, or sync with --sync)")
+	syncMaxF := fs.String("sync-max", "", "largest size timed in sync mode (default: every size)")
+	inputsF := fs.Int("inputs", 1, "K input buffers used in turn, out of place, the last result checked after every timed loop (1: one buffer, in place, unchecked)")
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
 	words, flags := splitArgs(fs, args)
@@ -136,10 +148,51 @@ func benchDevice(dev string, args []string) error {
 		return err
 	}
 	d, op, lo, hi := ba.d, ba.op, ba.lo, ba.hi
-	opts := braid.DeviceOptions{StreamOrdered: !*syncF}
-	mode := "ordered"
+	var only []int64
+	if *sizesF != "" {
+		if set["min-size"] || set["max-size"] {
+			return usageError{"bench: --sizes names the sizes; --min-size and --max-size bound a series: give one"}
+		}
+		lo, hi = math.MaxInt64, 0
+		for _, f := range strings.Split(*sizesF, ",") {
+			v, err := bench.ParseSize(strings.TrimSpace(f))
+			if err != nil || v <= 0 {
+				return usageError{fmt.Sprintf("bench: --sizes %s: want positive sizes (8,4K,1G)", *sizesF)}
+			}
+			only = append(only, v)
+			lo, hi = min(lo, v), max(hi, v)
+		}
+	}
+	var opts braid.DeviceOptions
+	modes := []string{"ordered"}
 	if *syncF {
-		mode = "sync"
+		modes = []string{"sync"}
+	}
+	if *modesF != "" {
+		if *syncF {
+			return usageError{"bench: --sync and --modes: give one"}
+		}
+		modes = strings.Split(*modesF, ",")
+		for _, m := range modes {
+			if m != "ordered" && m != "sync" {
+				return usageError{fmt.Sprintf("bench: --modes %s: want ordered, sync or ordered,sync", *modesF)}
+			}
+		}
+	}
+	syncMax := int64(math.MaxInt64)
+	if *syncMaxF != "" {
+		if syncMax, err = bench.ParseSize(*syncMaxF); err != nil {
+			return usageError{"bench: --sync-max: " + err.Error()}
+		}
+	}
+	rotate := *inputsF
+	switch {
+	case rotate < 1:
+		return usageError{fmt.Sprintf("bench: --inputs %d: want 1, or 2 and more", rotate)}
+	case rotate > 1 && (d != dtype.Float32 || (col.Reduces() && op != dtype.Sum)):
+		return usageError{"bench: --inputs: the checked values are float32 sums (--dtype float32 --op sum)"}
+	case rotate > 1 && *chk:
+		return usageError{"bench: --inputs checks every timed loop; --check checks one call before it: give one"}
 	}
 	if *groupsF != "" {
 		for _, f := range strings.Split(*groupsF, ",") {
@@ -203,7 +256,12 @@ func benchDevice(dev string, args []string) error {
 	nr := c.Size()
 	es := d.Size()
 	var sizes []int64
-	for s := max(lo, int64(es)); s <= hi; {
+	for _, s := range only {
+		if s >= int64(es) {
+			sizes = append(sizes, s)
+		}
+	}
+	for s := max(lo, int64(es)); only == nil && s <= hi; {
 		sizes = append(sizes, s)
 		if s < 1<<20 {
 			s *= 2
@@ -215,6 +273,7 @@ func benchDevice(dev string, args []string) error {
 		return usageError{fmt.Sprintf("bench: --max-size %s is smaller than one %v element (%d B)", *maxS, d, es)}
 	}
 	// One buffer pair for the largest size.
+	// A communicator per algorithm and mode.
 	comms := map[string]*braid.DeviceComm{}
 	defer func() {
 		for _, dc := range comms {
@@ -222,20 +281,38 @@ func benchDevice(dev string, args []string) error {
 		}
 	}()
 	for _, a := range algos {
-		o := opts
-		if a != "auto" {
-			o.Algo = map[string]string{col.String(): a}
+		for _, m := range modes {
+			o := opts
+			o.StreamOrdered = m == "ordered"
+			if a != "auto" {
+				o.Algo = map[string]string{col.String(): a}
+			}
+			dc, err := c.NewDeviceComm(ctx, gpuID, &o)
+			if err != nil {
+				return err
+			}
+			comms[a+"/"+m] = dc
 		}
-		dc, err := c.NewDeviceComm(ctx, gpuID, &o)
-		if err != nil {
+	}
+	w := comms[algos[0]+"/"+modes[0]].Worker()
+	maxBytes := int(hi) + es*nr
+	// One buffer pair for the largest size, or the slots and the output
+	// of --inputs.
+	var bufA, bufB cuda.DevicePtr
+	var slots []cuda.DevicePtr
+	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
+		if rotate > 1 {
+			slotBytes, outBytes := rotationBytes(hi, nr)
+			for range rotate {
+				p, err := cc.Alloc(slotBytes)
+				if err != nil {
+					return err
+				}
+				slots = append(slots, p)
+			}
+			bufB, err = cc.Alloc(outBytes)
 			return err
 		}
-		comms[a] = dc
-	}
-	w := comms[algos[0]].Worker()
-	maxBytes := int(hi) + es*nr
-	var bufA, bufB cuda.DevicePtr
-	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
 		if bufA, err = cc.Alloc(maxBytes); err != nil {
 			return err
 		}
@@ -246,13 +323,26 @@ func benchDevice(dev string, args []string) error {
 	}); err != nil {
 		return err
 	}
-	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+	defer w.Do(context.Background(), func(cc *cuda.Ctx) error {
+		for _, p := range slots {
+			cc.Free(p)
+		}
+		if bufA != 0 {
+			cc.Free(bufA)
+		}
+		return cc.Free(bufB)
+	})
 
 	rank := c.Rank()
 	if rank == 0 && *format == "table" {
 		name, _ := gpuID.Name()
-		fmt.Printf("# braid bench --device cuda %v, %d ranks on %s, %v %v, %s calls; time = slowest rank, best of %d loops\n", col, nr, name, d, op, mode, *trials)
-		fmt.Printf("%10s %12s %-12s %12s %10s %10s %8s\n", "size", "count", "algo", "time(us)", "algbw", "busbw", "correct")
+		inputs := "one buffer, in place"
+		if rotate > 1 {
+			inputs = fmt.Sprintf("%d input buffers in turn, out of place, each loop's last result checked", rotate)
+		}
+		fmt.Printf("# braid bench --device cuda %v, %d ranks on %s, %v %v, %s calls, %s; time = slowest rank, best of %d loops\n",
+			col, nr, name, d, op, strings.Join(modes, " and "), inputs, *trials)
+		fmt.Printf("%10s %12s %-12s %-8s %12s %10s %10s %8s\n", "size", "count", "algo", "mode", "time(us)", "algbw", "busbw", "correct")
 	}
 	wrong := 0 // sizes and algorithms checked and found wrong
 	for _, size := range sizes {
@@ -269,9 +359,21 @@ func benchDevice(dev string, args []string) error {
 		if count == 0 {
 			continue
 		}
-		for _, a := range algos {
-			dc := comms[a]
+		for _, am := range cross(algos, modes) {
+			a, mode := am[0], am[1]
+			if mode == "sync" && size > syncMax {
+				continue
+			}
+			dc := comms[a+"/"+mode]
 			call := deviceBenchCall(ctx, dc, col, d, op, *root, count, nr, rank, bufA, bufB)
+			var hooks loopHooks
+			if rotate > 1 {
+				rot := newRotation(col, rotate, nr, rank, *root, count, slots, bufB)
+				call = rot.call(ctx, dc, op)
+				gen := 0
+				hooks.before = func() error { gen++; return rot.fill(ctx, w, gen) }
+				hooks.after = func() error { return rot.check(ctx, w) }
+			}
 			sync := func() error { return dc.Synchronize(ctx) }
 			correct := bench.Unchecked
 			if *chk && size <= checkMax {
@@ -288,8 +390,18 @@ func benchDevice(dev string, args []string) error {
 					fmt.Fprintf(os.Stderr, "rank %d: %v %d B %s: %v\n", rank, col, size, a, err)
 				}
 			}
-			issued := func() error { return w.Do(ctx, func(*cuda.Ctx) error { return nil }) }
-			best, issue, iters, err := deviceBenchTime(ctx, c, call, issued, sync, *target, *trials)
+			issued := func() error { return dc.Worker().Do(ctx, func(*cuda.Ctx) error { return nil }) }
+			best, issue, iters, err := deviceBenchTime(ctx, c, call, issued, sync, *target, *trials, hooks)
+			if rotate > 1 {
+				correct = bench.Right
+				var wr *wrongResult
+				if errors.As(err, &wr) {
+					correct = bench.Wrong
+					wrong++
+					fmt.Fprintf(os.Stderr, "rank %d: WRONG RESULT: %v %d B %s %s: %v\n", rank, col, size, a, mode, wr.err)
+					err = nil
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -306,10 +418,11 @@ func benchDevice(dev string, args []string) error {
 			busbw := algbw * bench.BusFactor(col, nr)
 			if *format == "json" {
 				b, _ := json.Marshal(map[string]any{"api": "braid", "op": col.String(), "n": nr, "bytes": size, "algo": name,
-					"time_us": us, "issue_us": issue.Seconds() * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String(), "mode": mode})
+					"time_us": us, "issue_us": issue.Seconds() * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String(), "mode": mode,
+					"inputs": rotate, "trials": *trials, "host_share": hostShareName(*hostF)})
 				fmt.Println(string(b))
 			} else {
-				fmt.Printf("%10s %12d %-12s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, us, algbw, busbw, string(correct))
+				fmt.Printf("%10s %12d %-12s %-8s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, mode, us, algbw, busbw, string(correct))
 			}
 		}
 	}
@@ -403,14 +516,34 @@ func deviceBenchCheck(ctx context.Context, c *braid.Comm, w *cuda.Worker, call f
 	return err
 }
 
+// loopHooks run around deviceBenchTime's loops: before before the
+// warm-up and before every timed loop (outside the time, before the
+// ranks line up), after after every timed loop (its calls synchronised,
+// outside the time). Either may be nil.
+type loopHooks struct {
+	before, after func() error
+}
+
+// wrongResult is the error of deviceBenchTime when a loop's result was
+// wrong on some rank; err says which and how.
+type wrongResult struct{ err error }
+
+func (e *wrongResult) Error() string { return e.err.Error() }
+
 // deviceBenchTime warms up, estimates the time of one call, agrees on an
 // iteration count, and times trials loops, each closed by sync; it returns
 // the best loop's time per call, the slowest rank's. It also returns the
 // host's share of that loop: the time per call until issued (which waits
 // for the worker to have issued every call) returned, the slowest rank's.
 // When it is close to the time per call, the host's launches bound the
-// rate, not the GPUs.
-func deviceBenchTime(ctx context.Context, c *braid.Comm, call, issued, sync func() error, target time.Duration, trials int) (time.Duration, time.Duration, int, error) {
+// rate, not the GPUs. Where hooks.after fails on a rank after a loop,
+// every rank returns the times with a *wrongResult.
+func deviceBenchTime(ctx context.Context, c *braid.Comm, call, issued, sync func() error, target time.Duration, trials int, hooks loopHooks) (time.Duration, time.Duration, int, error) {
+	if hooks.before != nil {
+		if err := hooks.before(); err != nil {
+			return 0, 0, 0, err
+		}
+	}
 	for range 10 {
 		if err := call(); err != nil {
 			return 0, 0, 0, err
@@ -434,7 +567,13 @@ func deviceBenchTime(ctx context.Context, c *braid.Comm, call, issued, sync func
 	}
 	iters := int(math.Min(50000, math.Max(20, math.Ceil(target.Seconds()/math.Max(est, 1e-7)))))
 	best, bestIssue := math.Inf(1), 0.0
+	var wrong error
 	for range max(trials, 1) {
+		if hooks.before != nil {
+			if err := hooks.before(); err != nil {
+				return 0, 0, 0, err
+			}
+		}
 		if err := c.Barrier(ctx); err != nil {
 			return 0, 0, 0, err
 		}
@@ -461,8 +600,47 @@ func deviceBenchTime(ctx context.Context, c *braid.Comm, call, issued, sync func
 		if t < best {
 			best, bestIssue = t, issue
 		}
+		if hooks.after != nil {
+			local := hooks.after()
+			bad := 0.0
+			if local != nil {
+				bad = float64(c.Rank() + 1)
+			}
+			worst, err := slowest(ctx, c, bad)
+			if err != nil {
+				return 0, 0, 0, errors.Join(local, err)
+			}
+			switch {
+			case local != nil:
+				wrong = local
+			case worst > 0 && wrong == nil:
+				wrong = fmt.Errorf("rank %d's result is wrong", int(worst)-1)
+			}
+		}
 	}
-	return time.Duration(best * 1e9), time.Duration(bestIssue * 1e9), iters, nil
+	if wrong != nil {
+		err = &wrongResult{wrong}
+	}
+	return time.Duration(best * 1e9), time.Duration(bestIssue * 1e9), iters, err
+}
+
+// cross is every pair of an a and a b, a major.
+func cross(as, bs []string) [][2]string {
+	var out [][2]string
+	for _, a := range as {
+		for _, b := range bs {
+			out = append(out, [2]string{a, b})
+		}
+	}
+	return out
+}
+
+// hostShareName is --host-share as the JSON records say it.
+func hostShareName(v string) string {
+	if v == "" {
+		return "default"
+	}
+	return v
 }
 
 // slowest returns the largest v over the ranks.

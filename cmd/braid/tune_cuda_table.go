@@ -352,7 +352,7 @@ func timeDeviceRuns(ctx context.Context, c *braid.Comm, gpu cuda.Device, coll sc
 			call := deviceBenchCall(ctx, dc, coll, dt, op, 0, count, n, c.Rank(), bufA, bufB)
 			issued := func() error { return w.Do(ctx, func(*cuda.Ctx) error { return nil }) }
 			sync := func() error { return dc.Synchronize(ctx) }
-			best, _, _, err := deviceBenchTime(ctx, c, call, issued, sync, target, trials)
+			best, _, _, err := deviceBenchTime(ctx, c, call, issued, sync, target, trials, loopHooks{})
 			var be *braid.Error
 			switch {
 			case errors.As(err, &be) && be.Kind == braid.InvalidArgument:

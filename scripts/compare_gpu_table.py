@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""The table of scripts/compare-gpu.sh: reads DIR/braid.r*.*.jsonl and DIR/nccl.r*.jsonl, writes the table.
+
+Usage: compare_gpu_table.py DIR [NOTE...]   (prints the table; NOTE lines are printed under its title)
+
+Each cell (collective, GPUs, size, mode) gets, per configuration, the median over the rounds and the
+spread (min-max). Configurations: Braid's default ("braid") and Braid with no data through host memory
+("braid-nvl", --host-share never); NCCL's PROTO/REG pairs, whose fastest median per cell is "nccl best"
+(named), and NCCL's out-of-the-box pair "default/none". A configuration whose result was wrong in
+any round is left out of "best" and listed as WRONG above the tables. Standard library only.
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+MODES = {"ordered": "b2b", "sync": "lat", "b2b": "b2b", "lat": "lat", "graph": "graph"}
+ORDER = {"allreduce": 0, "bcast": 1, "allgather": 2, "reducescatter": 3}
+
+
+def size(b):
+    for s, u in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if b >= s and b % s == 0:
+            return "%d%s" % (b // s, u)
+    return str(b)
+
+
+def load(d):
+    """cells[(op, n, bytes, mode)][config] = list of records; plus the wrong and failed records."""
+    cells, wrong, failed, rounds = {}, [], [], set()
+    files = sorted(glob.glob(os.path.join(d, "braid.r*.jsonl")) + glob.glob(os.path.join(d, "nccl.r*.jsonl")))
+    for f in files:
+        m = re.match(r"(braid|nccl)\.r(\d+)(?:\.([\w-]+))?\.jsonl$", os.path.basename(f))
+        if not m:
+            continue
+        side, rnd, variant = m.group(1), int(m.group(2)), m.group(3)
+        rounds.add(rnd)
+        for line in open(f):
+            if not line.startswith("{"):
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            mode = MODES.get(r.get("mode"))
+            if mode is None:
+                continue
+            if side == "braid":
+                cfg = "braid" if variant in (None, "default") else "braid-" + variant
+            else:
+                cfg = r.get("config", "%s/%s" % (r.get("proto", "default"), r.get("reg", "none")))
+            key = (r["op"], r["n"], r["bytes"], mode)
+            if "error" in r:
+                failed.append((key, cfg, rnd, r["error"]))
+                continue
+            r["_round"] = rnd
+            cells.setdefault(key, {}).setdefault(cfg, []).append(r)
+            if r.get("correct") is False:
+                wrong.append((key, cfg, rnd))
+    return cells, wrong, failed, sorted(rounds)
+
+
+def stat(recs, field="time_us"):
+    v = [r[field] for r in recs if field in r]
+    if not v:
+        return None
+    return statistics.median(v), min(v), max(v), len(v)
+
+
+def fmt_t(s):
+    if s is None:
+        return "-"
+    med, lo, hi, k = s
+    if k == 1:
+        return "%.2f" % med
+    return "%.2f [%.2f-%.2f]" % (med, lo, hi)
+
+
+def fmt_bw(s):
+    if s is None:
+        return "-"
+    return "%.1f" % s[0] if s[0] >= 10 else "%.3f" % s[0]
+
+
+def best(cfgs, bad):
+    """The NCCL configuration of lowest median time, not wrong anywhere."""
+    top = None
+    for cfg, recs in cfgs.items():
+        if cfg.startswith("braid") or (cfg in bad):
+            continue
+        s = stat(recs)
+        if s and (top is None or s[0] < top[1][0]):
+            top = (cfg, s)
+    return top
+
+
+def checked(cfgs):
+    v = [r.get("correct") for recs in cfgs.values() for r in recs]
+    if any(x is False for x in v):
+        return "WRONG"
+    if v and all(x is True for x in v):
+        return "ok"
+    return "-"
+
+
+def main():
+    d = sys.argv[1]
+    notes = sys.argv[2:]
+    cells, wrong, failed, rounds = load(d)
+    out = []
+    p = out.append
+    p("# Braid against NCCL on the same GPUs: %d round(s) (%s), each Braid then NCCL; every figure is the median over the rounds, [min-max] where more than one"
+      % (len(rounds), ",".join(map(str, rounds)) or "none"))
+    for n in notes:
+        p("# " + n)
+    p("# time: us per call, the slowest rank's; busbw: GB/s as nccl-tests; ratios: Braid / NCCL best (time: below 1 Braid is faster; busbw: above 1 Braid is faster)")
+    p("# braid: Braid's defaults (the planner's choice, algo named); braid-nvl: --host-share never (no data through host memory and PCIe; on 2 GPUs the default sends none either)")
+    p("# nccl best: the fastest NCCL_PROTO/registration per cell (default|LL|LL128|Simple / none|sym; sym = ncclMemAlloc + ncclCommWindowRegister symmetric), named; nccl dflt: default/none")
+    p("# check: ok = the last result of every timed loop of the cell was compared and right on every rank, on both sides; WRONG = some was not (see above)")
+    if wrong:
+        p("#")
+        p("# WRONG RESULTS (%d timed loops):" % len(wrong))
+        for (op, n, b, mode), cfg, rnd in sorted(set(wrong)):
+            p("#   %s n=%d %s %s %s round %d" % (op, n, size(b), mode, cfg, rnd))
+    if failed:
+        p("#")
+        p("# configurations that failed (left out; %d cells):" % len(failed))
+        seen = set()
+        for (op, n, b, mode), cfg, rnd, err in failed:
+            k = (op, cfg, mode, err[:80])
+            if k in seen:
+                continue
+            seen.add(k)
+            p("#   %s %s %s (from %s): %s" % (cfg, op, mode, size(b), err[:200]))
+    bad = {}
+    for key, cfg, _ in wrong:
+        bad.setdefault(key, set()).add(cfg)
+    keys = sorted(cells, key=lambda k: (k[1], ORDER.get(k[0], 9), k[0], k[2]))
+
+    def section(mode, title, bw):
+        rows = [k for k in keys if k[3] == mode]
+        if not rows:
+            return
+        p("")
+        p("## " + title)
+        hdr = "%-13s %2s %5s %-20s %-24s %-24s %-24s %-30s %-14s %7s" % ("collective", "n", "size", "braid algo", "braid", "braid-nvl", "nccl dflt",
+                                                                         "nccl best", "(best config)", "time x")
+        if bw:
+            hdr += " %9s %9s %6s" % ("braid bw", "nccl bw", "bw x")
+        hdr += " %6s" % "check"
+        p(hdr)
+        for k in rows:
+            cfgs = cells[k]
+            b = cfgs.get("braid")
+            bs = stat(b) if b else None
+            nv = stat(cfgs["braid-nvl"]) if "braid-nvl" in cfgs else None
+            dflt = stat(cfgs["default/none"]) if "default/none" in cfgs else None
+            top = best(cfgs, bad.get(k, set()))
+            algo = b[-1].get("algo", "") if b else ""
+            line = "%-13s %2d %5s %-20s %-24s %-24s %-24s %-30s %-14s %7s" % (
+                k[0], k[1], size(k[2]), algo[:20], fmt_t(bs), fmt_t(nv), fmt_t(dflt), fmt_t(top[1]) if top else "-", top[0] if top else "-",
+                "%.2f" % (bs[0] / top[1][0]) if bs and top else "-")
+            if bw:
+                bb = stat(b, "busbw_GBps") if b else None
+                nb = stat(cfgs[top[0]], "busbw_GBps") if top else None
+                line += " %9s %9s %6s" % (fmt_bw(bb), fmt_bw(nb),
+                                          "%.2f" % (bb[0] / nb[0]) if bb and nb and nb[0] > 0 else "-")
+            line += " %6s" % checked(cfgs)
+            p(line)
+
+    section("lat", "per-call latency: every call waited for before the next (Braid: synchronous calls, braid bench --modes sync; NCCL: stream synchronised after every call)", False)
+    section("b2b", "back to back: a loop of calls queued, one synchronisation at the end (Braid: stream-ordered calls; NCCL: its usual loop); time per call", True)
+    rows = [k for k in keys if k[3] == "graph"]
+    if rows:
+        p("")
+        p("## CUDA graph: NCCL's calls captured in one graph (torch.cuda.CUDAGraph), replayed back to back; time per call")
+        p("## Braid has no graph mode: its fused kernels take their sequence number and the wait's deadline as launch arguments that the")
+        p("## host advances call by call (gpu.fusedState.launch), so a replayed graph would rerun old sequence numbers, and its programs")
+        p("## wait for peers on the host (the worker thread polls notices and events), which a graph cannot hold. 'braid b2b' is Braid's")
+        p("## back-to-back time beside it, the closest it has; 'b2b / graph' = braid b2b / nccl best graph.")
+        p("%-13s %2s %5s %-24s %-30s %-14s %-24s %11s %6s" % ("collective", "n", "size", "nccl dflt graph", "nccl best graph", "(best config)",
+                                                                    "braid b2b", "b2b / graph", "check"))
+        for k in rows:
+            cfgs = cells[k]
+            dflt = stat(cfgs["default/none"]) if "default/none" in cfgs else None
+            top = best(cfgs, bad.get(k, set()))
+            bk = (k[0], k[1], k[2], "b2b")
+            bb = stat(cells.get(bk, {}).get("braid", [])) if cells.get(bk, {}).get("braid") else None
+            p("%-13s %2d %5s %-24s %-30s %-14s %-24s %11s %6s" % (k[0], k[1], size(k[2]), fmt_t(dflt), fmt_t(top[1]) if top else "-",
+                                                                        top[0] if top else "-", fmt_t(bb),
+                                                                        "%.2f" % (bb[0] / top[1][0]) if bb and top else "-", checked(cfgs)))
+    print("\n".join(out))
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
