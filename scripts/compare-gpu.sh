@@ -14,8 +14,9 @@
 #  - back to back ("b2b"): a loop of calls queued, one synchronisation: Braid's stream-ordered calls,
 #    NCCL's usual loop; time per call and busbw;
 #  - CUDA graph ("graph"): GRAPH_CALLS NCCL calls captured in a graph and replayed; sizes to GRAPH_MAX.
-#    Braid has no graph mode (its fused kernels take their sequence number as a launch argument that
-#    the host advances call by call; its programs wait for peers on the host): the table says so.
+#    Braid has no graph mode (its fused kernels take the call's sequence number as a launch argument
+#    that the host advances call by call, so a replay would rerun old numbers whose flags are already
+#    raised; its programs wait for peers on the host): the table says so.
 # Inputs change call by call (INPUTS buffers in turn, out of place, distinct values that change from
 # one timed loop to the next) and the last result of every timed loop is compared on every rank, on
 # both sides: a wrong one is printed as WRONG RESULT, marks its row and makes the script exit 1.
@@ -25,6 +26,12 @@
 # --host-share never ("braid-nvl": no data through host memory and PCIe; on 2 GPUs the default sends
 # none). REPS rounds, each Braid then NCCL; the table gives per cell the median over the rounds and
 # the spread (min-max), and is rewritten after every round, so that a cut-off run leaves one.
+#
+# Other variables: NGPUS, BRAID_EXTRA (Braid alone on more ranks, sharing the GPUs), COLLS, MIN, MAX
+# or SIZES, REPS, TRIALS, TARGET_MS, LAT_MAX, GRAPH_MAX, GRAPH_CALLS, INPUTS (at least 2), PROTOS,
+# REGS, BUDGET_S (no new round once spent; 0: none), BRAID_FLAGS (more braid bench flags, e.g.
+# --check; not --sync, the script times both modes), NCCL_FLAGS (more nccl_ctypes.py flags, e.g.
+# --envs 'ch32:NCCL_MIN_NCHANNELS=32' for one more NCCL configuration), T_BRAID, T_NCCL (timeouts).
 #
 # Output, all in DIR ($OUT/compare-gpu, or /tmp/compare-gpu without $OUT): table.txt (the table),
 # braid.rR.VARIANT.jsonl and nccl.rR.jsonl (every measurement of round R), *.log (the programs'
@@ -81,6 +88,10 @@ fi
 if [ "$gpus" -lt "$maxn" ]; then
 	echo "compare-gpu.sh: SKIP: NGPUS=\"$NGPUS\" needs $maxn GPUs, this machine has $gpus (SMOKE=1 runs on one)"
 	exit 0
+fi
+if [ "$INPUTS" -lt 2 ]; then
+	echo "compare-gpu.sh: INPUTS=$INPUTS: want 2 or more (the inputs change call by call)" >&2
+	exit 2
 fi
 if [ ! -x "$BRAID" ]; then
 	echo "compare-gpu.sh: no $BRAID: build it (CGO_ENABLED=0 go build -o bin/braid ./cmd/braid) and carry it" >&2
@@ -160,7 +171,7 @@ for r in $(seq 1 "$REPS"); do
 			--target-ms "$TARGET_MS" --trials "$TRIALS" --lat-max "$(tobytes "$LAT_MAX")" --graph-max "$(tobytes "$GRAPH_MAX")" \
 			--graph-calls "$GRAPH_CALLS" --inputs "$INPUTS" --protos "$PROTOS" --regs "$REGS" $NCCL_FLAGS >>"$DIR/nccl.log" 2>&1
 		rc=$?
-		grep -E 'nccl_ctypes: (NCCL|SKIP)' "$DIR/nccl.log" | sort -u | sed 's/^/   /' | head -3
+		sed -n "/^== round $r: nccl on $n GPUs\$/,\$p" "$DIR/nccl.log" | grep -E 'nccl_ctypes: (NCCL|SKIP)' | sed 's/^/   /' | head -3
 		if [ $rc -ne 0 ]; then
 			fails=$((fails + 1))
 			echo "compare-gpu.sh: FAILED: round $r nccl on $n GPUs: status $rc$(grep -q 'WRONG RESULT' "$DIR/nccl.log" && echo ', WRONG RESULTS (nccl.log)')"

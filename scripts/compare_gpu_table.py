@@ -62,6 +62,39 @@ def load(d):
     return cells, wrong, failed, sorted(rounds)
 
 
+NT_OPS = {"all_reduce": "allreduce", "broadcast": "bcast", "all_gather": "allgather", "reduce_scatter": "reducescatter"}
+
+
+def load_nccl_tests(d):
+    """nt[(op, n, bytes)][variant] = (oop time us, oop busbw, oop wrong, in-place time, in-place busbw, in-place wrong),
+    from scripts/nccl-tests.sh's DIR/nccl-tests.TEST.VARIANT.txt; and the files' problems."""
+    nt, problems = {}, []
+    for f in sorted(glob.glob(os.path.join(d, "nccl-tests.*.*.txt"))):
+        m = re.match(r"nccl-tests\.(\w+)\.(\w+)\.txt$", os.path.basename(f))
+        if not m or m.group(1) not in NT_OPS:
+            continue
+        op, variant = NT_OPS[m.group(1)], m.group(2)
+        n, rows, text = 0, 0, open(f, errors="replace").read()
+        for line in text.splitlines():
+            if re.match(r"#\s+Rank\s+\d+", line):
+                n += 1
+                continue
+            t = line.split()
+            if len(t) < 13 or not t[0].isdigit():
+                continue
+            try:
+                row = (float(t[5]), float(t[7]), t[8], float(t[9]), float(t[11]), t[12])
+            except ValueError:
+                continue
+            nt.setdefault((op, n, int(t[0])), {})[variant] = row
+            rows += 1
+            if row[2] not in ("0", "N/A") or row[5] not in ("0", "N/A"):
+                problems.append("%s %s n=%d %s: #wrong %s (out of place), %s (in place)" % (m.group(1), variant, n, size(int(t[0])), row[2], row[5]))
+        if rows == 0:
+            problems.append("%s: no results (%s)" % (os.path.basename(f), " ".join(text.split()[-12:])))
+    return nt, problems
+
+
 def stat(recs, field="time_us"):
     v = [r[field] for r in recs if field in r]
     if not v:
@@ -176,10 +209,11 @@ def main():
     if rows:
         p("")
         p("## CUDA graph: NCCL's calls captured in one graph (torch.cuda.CUDAGraph), replayed back to back; time per call")
-        p("## Braid has no graph mode: its fused kernels take their sequence number and the wait's deadline as launch arguments that the")
-        p("## host advances call by call (gpu.fusedState.launch), so a replayed graph would rerun old sequence numbers, and its programs")
-        p("## wait for peers on the host (the worker thread polls notices and events), which a graph cannot hold. 'braid b2b' is Braid's")
-        p("## back-to-back time beside it, the closest it has; 'b2b / graph' = braid b2b / nccl best graph.")
+        p("## Braid has no graph mode: its fused kernels take the call's sequence number as a launch argument that the host advances call")
+        p("## by call (gpu.fusedState.launch); a replayed graph would rerun the captured numbers, whose flags and low-latency lines the run")
+        p("## before already raised, so a peer would read stale data at once. Its programs wait for peers on the host (the worker thread")
+        p("## polls notices and IPC events between steps), which a graph cannot hold. 'braid b2b' is Braid's back-to-back time beside it,")
+        p("## the closest it has; 'b2b / graph' = braid b2b / nccl best graph.")
         p("%-13s %2s %5s %-24s %-30s %-14s %-24s %11s %6s" % ("collective", "n", "size", "nccl dflt graph", "nccl best graph", "(best config)",
                                                                     "braid b2b", "b2b / graph", "check"))
         for k in rows:
@@ -191,8 +225,40 @@ def main():
             p("%-13s %2d %5s %-24s %-30s %-14s %-24s %11s %6s" % (k[0], k[1], size(k[2]), fmt_t(dflt), fmt_t(top[1]) if top else "-",
                                                                         top[0] if top else "-", fmt_t(bb),
                                                                         "%.2f" % (bb[0] / top[1][0]) if bb and top else "-", checked(cfgs)))
+    nt, problems = load_nccl_tests(d)
+    if nt or problems:
+        p("")
+        p("## cross-check: NVIDIA's nccl-tests (scripts/nccl-tests.sh: C, one process driving the GPUs, no Python), out-of-place time in us per call")
+        p("## base: default buffers; sym: -R 2 (symmetric registration); graph: -G (its loop captured in a CUDA graph). ctypes: this script's NCCL,")
+        p("## b2b default/none, b2b default/sym, graph default/none; ctypes/nt = ctypes default/none b2b over nccl-tests base (Python's share)")
+        p("## braid / nt best = Braid's b2b time over the fastest of nccl-tests' three (below 1 Braid is faster); bw = the busbw of each")
+        for q in problems:
+            p("## PROBLEM: " + q)
+        p("%-13s %2s %5s %9s %9s %9s | %9s %9s %9s %10s | %9s %14s %9s %9s" % ("collective", "n", "size", "nt base", "nt sym", "nt graph", "ctypes", "c sym",
+                                                                               "c graph", "ctypes/nt", "braid", "braid / nt best", "braid bw", "nt bw"))
+
+        def med(key, cfg):
+            recs = cells.get(key, {}).get(cfg)
+            s = stat(recs) if recs else None
+            return s[0] if s else None
+
+        def f2(x):
+            return "-" if x is None else "%.2f" % x
+        for op, n, b in sorted(nt, key=lambda k: (k[1], ORDER.get(k[0], 9), k[2])):
+            v = nt[(op, n, b)]
+            base, sym, graph = (v[x][0] if x in v else None for x in ("base", "sym", "graph"))
+            c = med((op, n, b, "b2b"), "default/none")
+            cs = med((op, n, b, "b2b"), "default/sym")
+            cg = med((op, n, b, "graph"), "default/none")
+            br = med((op, n, b, "b2b"), "braid")
+            bests = [(x[0], x[1]) for x in v.values()]
+            top = min(bests) if bests else None
+            bb = stat(cells[(op, n, b, "b2b")]["braid"], "busbw_GBps") if br is not None else None
+            p("%-13s %2d %5s %9s %9s %9s | %9s %9s %9s %10s | %9s %14s %9s %9s" % (
+                op, n, size(b), f2(base), f2(sym), f2(graph), f2(c), f2(cs), f2(cg), f2(c / base) if c and base else "-",
+                f2(br), f2(br / top[0]) if br and top else "-", fmt_bw(bb), fmt_bw((top[1],)) if top else "-"))
     print("\n".join(out))
-    return 1 if wrong else 0
+    return 1 if wrong or problems else 0
 
 
 if __name__ == "__main__":

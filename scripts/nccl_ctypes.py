@@ -27,9 +27,11 @@ Modes, each a timed loop of enough calls to fill --target-ms, the slowest rank's
          the graph replayed back to back, one synchronisation; time per call; sizes to --graph-max.
 
 Configurations, one communicator each, made in turn: NCCL_PROTO in --protos ("default" leaves it
-unset) times --regs: "none" (buffers from PyTorch's allocator, not registered) and "sym" (buffers
-from ncclMemAlloc, registered with ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), NCCL 2.27
-and later; skipped with a line where the library lacks it).
+unset), and each --envs entry (LABEL:VAR=VALUE+VAR=VALUE, ';' between entries: other settings read
+when a communicator is made, such as NCCL_MIN_NCHANNELS), times --regs: "none" (buffers from
+PyTorch's allocator, not registered) and "sym" (buffers from ncclMemAlloc, registered with
+ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), NCCL 2.27 and later; skipped with a line where
+the library lacks it). A configuration is named LABEL/REG (LABEL: the protocol or the --envs label).
 """
 import os
 
@@ -128,6 +130,7 @@ def main():
     ap.add_argument("--inputs", type=int, default=4)
     ap.add_argument("--protos", default="default,LL,LL128,Simple")
     ap.add_argument("--regs", default="none,sym")
+    ap.add_argument("--envs", default="", help="more configurations: LABEL:VAR=VALUE+VAR=VALUE;LABEL2:...")
     ap.add_argument("--round", type=int, default=0)
     a = ap.parse_args()
     if a.inputs < 2 or a.graph_calls < 2:
@@ -209,13 +212,30 @@ def main():
 
     factor = {"allreduce": 2 * (n - 1) / n, "bcast": 1.0, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n}
     root = 0
+    # The configurations: (label, {variable: value or None to unset}).
+    configs = [(p, {"NCCL_PROTO": None if p == "default" else p}) for p in a.protos.split(",") if p]
+    for entry in a.envs.split(";"):
+        if entry.strip():
+            label, _, sets = entry.partition(":")
+            env = {"NCCL_PROTO": None}
+            for kv in sets.split("+"):
+                k, _, v = kv.partition("=")
+                env[k.strip()] = v.strip()
+            configs.append((label.strip(), env))
+    base_env = {k: os.environ.get(k) for _, env in configs for k in env}
     for reg in regs:
         slots, outb, raw = buffers(reg)
-        for proto in a.protos.split(","):
-            if proto == "default":
-                os.environ.pop("NCCL_PROTO", None)
-            else:
-                os.environ["NCCL_PROTO"] = proto
+        for proto, env in configs:
+            for k, v in base_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            for k, v in env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
             cfg = "%s/%s" % (proto, reg)
             t0 = time.perf_counter()
             comm = new_comm()
@@ -362,7 +382,10 @@ def main():
                                     right = check(last_of()) and right
                             del graph
                         except Exception as ex:  # a configuration NCCL refuses (a protocol it cannot run, a capture)
-                            torch.cuda.synchronize()
+                            try:
+                                torch.cuda.synchronize()
+                            except Exception as ex2:
+                                ex = RuntimeError("%s; then %s" % (ex, ex2))
                             rec["error"] = str(ex)[:300]
                             write(rec)
                             if rank == 0:
@@ -383,6 +406,7 @@ def main():
             ok(lib.ncclCommDestroy(comm), "ncclCommDestroy")
         del slots, outb
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()
         for p in raw:
             ok(lib.ncclMemFree(VP(p)), "ncclMemFree")
     dist.destroy_process_group()

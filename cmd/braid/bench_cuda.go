@@ -40,7 +40,8 @@ input buffers in turn, whose values differ from each other and from one
 timed loop to the next, into one output buffer (bcast: from the root's
 input buffer into the others' output buffer); after every timed loop the
 last call's result is compared with what it must hold (every element up
-to 64M, pieces of it above), and a wrong one fails the run.
+to 64M, pieces of it above), and a wrong one fails the run; --check's
+call then runs in place on the first input buffer.
 
 examples:
   braid bench --device cuda -n 2 allreduce --check
@@ -191,8 +192,6 @@ func benchDevice(dev string, args []string) error {
 		return usageError{fmt.Sprintf("bench: --inputs %d: want 1, or 2 and more", rotate)}
 	case rotate > 1 && (d != dtype.Float32 || (col.Reduces() && op != dtype.Sum)):
 		return usageError{"bench: --inputs: the checked values are float32 sums (--dtype float32 --op sum)"}
-	case rotate > 1 && *chk:
-		return usageError{"bench: --inputs checks every timed loop; --check checks one call before it: give one"}
 	}
 	if *groupsF != "" {
 		for _, f := range strings.Split(*groupsF, ",") {
@@ -365,7 +364,13 @@ func benchDevice(dev string, args []string) error {
 				continue
 			}
 			dc := comms[a+"/"+mode]
-			call := deviceBenchCall(ctx, dc, col, d, op, *root, count, nr, rank, bufA, bufB)
+			// --check's call: in place on A (with --inputs, the first slot).
+			checkA := bufA
+			if rotate > 1 {
+				checkA = slots[0]
+			}
+			call := deviceBenchCall(ctx, dc, col, d, op, *root, count, nr, rank, checkA, bufB)
+			checkCall := call
 			var hooks loopHooks
 			if rotate > 1 {
 				rot := newRotation(col, rotate, nr, rank, *root, count, slots, bufB)
@@ -379,12 +384,12 @@ func benchDevice(dev string, args []string) error {
 			if *chk && size <= checkMax {
 				correct = bench.Right
 				checked := func() error {
-					if err := call(); err != nil {
+					if err := checkCall(); err != nil {
 						return err
 					}
 					return sync()
 				}
-				if err := deviceBenchCheck(ctx, c, w, checked, col, d, op, *root, count, nr, rank, bufA, bufB); err != nil {
+				if err := deviceBenchCheck(ctx, c, w, checked, col, d, op, *root, count, nr, rank, checkA, bufB); err != nil {
 					correct = bench.Wrong
 					wrong++
 					fmt.Fprintf(os.Stderr, "rank %d: %v %d B %s: %v\n", rank, col, size, a, err)
@@ -393,7 +398,9 @@ func benchDevice(dev string, args []string) error {
 			issued := func() error { return dc.Worker().Do(ctx, func(*cuda.Ctx) error { return nil }) }
 			best, issue, iters, err := deviceBenchTime(ctx, c, call, issued, sync, *target, *trials, hooks)
 			if rotate > 1 {
-				correct = bench.Right
+				if correct != bench.Wrong {
+					correct = bench.Right
+				}
 				var wr *wrongResult
 				if errors.As(err, &wr) {
 					correct = bench.Wrong
