@@ -29,7 +29,7 @@
 #
 # Other variables: NGPUS, BRAID_EXTRA (Braid alone on more ranks, sharing the GPUs), COLLS, MIN, MAX
 # or SIZES, REPS, TRIALS, TARGET_MS, LAT_MAX, GRAPH_MAX, GRAPH_CALLS, INPUTS (at least 2), PROTOS,
-# REGS, BUDGET_S (no new round once spent; 0: none), BRAID_FLAGS (more braid bench flags, e.g.
+# REGS, BUDGET_S (no new round where the last round's time would take the run past it; 0: none), BRAID_FLAGS (more braid bench flags, e.g.
 # --check; not --sync, the script times both modes), NCCL_FLAGS (more nccl_ctypes.py flags, e.g.
 # --envs 'ch32:NCCL_MIN_NCHANNELS=32' for one more NCCL configuration), T_BRAID, T_NCCL (timeouts).
 #
@@ -45,7 +45,7 @@ if [ -n "${SMOKE:-}" ]; then
 	BRAID_EXTRA=${BRAID_EXTRA-2}
 	label="SMOKE"
 elif [ -n "${QUICK:-}" ]; then
-	SIZES=${SIZES:-8,256,4K,64K,256K,64M,1G} TARGET_MS=${TARGET_MS:-10} BUDGET_S=${BUDGET_S:-200}
+	SIZES=${SIZES:-8,256,4K,64K,256K,64M,1G} TARGET_MS=${TARGET_MS:-10} BUDGET_S=${BUDGET_S:-210}
 	label="QUICK"
 else
 	label="FULL"
@@ -135,12 +135,15 @@ table() {
 }
 start=$(date +%s)
 rounds=0
+last=0 # seconds the last round took
 for r in $(seq 1 "$REPS"); do
-	if [ "$BUDGET_S" -gt 0 ] && [ "$rounds" -ge 1 ] && [ $(($(date +%s) - start)) -ge "$BUDGET_S" ]; then
-		notes+=("stopped after $rounds of REPS=$REPS rounds: BUDGET_S=$BUDGET_S s spent ($(($(date +%s) - start)) s)")
-		echo "compare-gpu.sh: budget of $BUDGET_S s spent after $rounds round(s): no more rounds"
+	now=$(($(date +%s) - start))
+	if [ "$BUDGET_S" -gt 0 ] && [ "$rounds" -ge 1 ] && [ $((now + last)) -gt "$BUDGET_S" ]; then
+		notes+=("stopped after $rounds of REPS=$REPS rounds: another round of ${last} s would pass BUDGET_S=$BUDGET_S s (at $now s)")
+		echo "compare-gpu.sh: $rounds round(s) in $now s; another of ${last} s would pass BUDGET_S=$BUDGET_S: no more rounds"
 		break
 	fi
+	rstart=$(date +%s)
 	for n in $NGPUS $BRAID_EXTRA; do
 		# More Braid ranks than GPUs (BRAID_EXTRA) share them: rank r on GPU r mod the GPUs.
 		devs=$(seq -s, 0 $(($(( n < gpus ? n : gpus )) - 1)))
@@ -179,6 +182,7 @@ for r in $(seq 1 "$REPS"); do
 		fi
 	done
 	rounds=$r
+	last=$(($(date +%s) - rstart))
 	table
 done
 table

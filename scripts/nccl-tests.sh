@@ -96,21 +96,37 @@ mkdir -p "$BUILD/nccl/lib" "$BUILD/out"
 ln -sfn "$NCCL_DIR/include" "$BUILD/nccl/include"
 ln -sfn "$LIB" "$BUILD/nccl/lib/libnccl.so"
 ln -sfn "$LIB" "$BUILD/nccl/lib/libnccl.so.2"
-rm -rf "$BUILD/src" && cp -r "$SRC" "$BUILD/src"
 GENCODE=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}
 bins=""
 for t in $TESTS; do bins="$bins $BUILD/out/$t"; done
-echo "nccl-tests.sh: building$(for t in $TESTS; do printf ' %s' "$t"; done) with $NVCC ($("$NVCC" --version | grep -o 'release [0-9.]*')) against $LIB"
-start=$(date +%s)
-if ! make -C "$BUILD/src/src" -j"$(nproc)" BUILDDIR="$BUILD/out" CUDA_HOME="$CUDA_HOME" NVCC="$NVCC" NCCL_HOME="$BUILD/nccl" \
-	NVCC_GENCODE="$GENCODE" $bins >"$DIR/nccl-tests.build.log" 2>&1; then
-	tail -30 "$DIR/nccl-tests.build.log" >&2
-	echo "nccl-tests.sh: BUILD FAILED (log: $DIR/nccl-tests.build.log)" >&2
+# A build of the same source, library and targets is kept (a later call on the same machine).
+stamp="$LIB $GENCODE $NVCC $(find "$SRC" -type f | LC_ALL=C sort | xargs cat | md5sum | cut -c1-32)"
+built=1
+for b in $bins; do [ -x "$b" ] || built=0; done
+if [ $built = 1 ] && [ "$(cat "$BUILD/stamp" 2>/dev/null)" = "$stamp" ]; then
+	echo "nccl-tests.sh: the build in $BUILD/out is of this source and library: kept"
+else
+	rm -rf "$BUILD/src" "$BUILD/out" "$BUILD/stamp" && mkdir -p "$BUILD/out" && cp -r "$SRC" "$BUILD/src"
+	echo "nccl-tests.sh: building$(for t in $TESTS; do printf ' %s' "$t"; done) with $NVCC ($("$NVCC" --version | grep -o 'release [0-9.]*')) against $LIB"
+	start=$(date +%s)
+	if ! make -C "$BUILD/src/src" -j"$(nproc)" BUILDDIR="$BUILD/out" CUDA_HOME="$CUDA_HOME" NVCC="$NVCC" NCCL_HOME="$BUILD/nccl" \
+		NVCC_GENCODE="$GENCODE" $bins >"$DIR/nccl-tests.build.log" 2>&1; then
+		tail -30 "$DIR/nccl-tests.build.log" >&2
+		echo "nccl-tests.sh: BUILD FAILED (log: $DIR/nccl-tests.build.log)" >&2
+		exit 1
+	fi
+	echo "$stamp" >"$BUILD/stamp"
+	echo "nccl-tests.sh: built in $(($(date +%s) - start)) s"
+fi
+
+# The wheel's NCCL, and the toolkit's CUDA runtime that nccl-tests links.
+export LD_LIBRARY_PATH="$NCCL_DIR/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ! ldd "$BUILD/out/${TESTS%% *}" >"$DIR/nccl-tests.ldd.txt" 2>&1 || grep -q 'not found' "$DIR/nccl-tests.ldd.txt"; then
+	echo "nccl-tests.sh: the built tests miss libraries:" >&2
+	grep 'not found' "$DIR/nccl-tests.ldd.txt" >&2
 	exit 1
 fi
-echo "nccl-tests.sh: built in $(($(date +%s) - start)) s"
-
-export LD_LIBRARY_PATH="$NCCL_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+grep -E 'libnccl|libcudart' "$DIR/nccl-tests.ldd.txt" | sed 's/^[[:space:]]*/nccl-tests.sh: uses /'
 fail=0
 for v in $VARIANTS; do
 	case $v in
