@@ -42,10 +42,10 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 if [ -n "${SMOKE:-}" ]; then
 	NGPUS=${NGPUS:-1} SIZES=${SIZES:-8,4K,64K} REPS=${REPS:-1} TARGET_MS=${TARGET_MS:-5} GRAPH_CALLS=${GRAPH_CALLS:-4}
-	BRAID_EXTRA=${BRAID_EXTRA-2}
+	BRAID_EXTRA=${BRAID_EXTRA-2} T_BRAID=${T_BRAID:-90} T_NCCL=${T_NCCL:-240}
 	label="SMOKE"
 elif [ -n "${QUICK:-}" ]; then
-	SIZES=${SIZES:-8,256,4K,64K,256K,64M,1G} TARGET_MS=${TARGET_MS:-10} BUDGET_S=${BUDGET_S:-210}
+	SIZES=${SIZES:-8,256,4K,64K,256K,64M,1G} TARGET_MS=${TARGET_MS:-10} BUDGET_S=${BUDGET_S:-210} T_BRAID=${T_BRAID:-150} T_NCCL=${T_NCCL:-300}
 	label="QUICK"
 else
 	label="FULL"
@@ -126,7 +126,7 @@ fi
 	ls -l "$BRAID"
 } >"$DIR/env.txt" 2>&1
 
-[ -n "$BRAID_EXTRA" ] && notes0="Braid alone also on $BRAID_EXTRA ranks sharing the $gpus GPU(s) (BRAID_EXTRA; NCCL runs one rank a GPU); " || notes0=""
+[ -n "$BRAID_EXTRA" ] && notes0="Braid alone also on $BRAID_EXTRA ranks (BRAID_EXTRA; more ranks than the $gpus GPU(s) share them; NCCL runs one rank a GPU); " || notes0=""
 notes=("$notes0$label run: NGPUS=$NGPUS, sizes ${SIZES:-$MIN..$MAX}, $INPUTS input buffers in turn, loops of ${TARGET_MS} ms, $TRIALS loop(s) per cell per round; lat to $LAT_MAX, graph ($GRAPH_CALLS calls a graph) to $GRAPH_MAX")
 fails=0
 table() {
@@ -156,7 +156,7 @@ for r in $(seq 1 "$REPS"); do
 				echo "== round $r: braid $c on $n GPUs ($v) [$(($(date +%s) - start)) s]"
 				echo "== round $r: braid $c on $n GPUs ($v)" >>"$DIR/braid.log"
 				CUDA_VISIBLE_DEVICES=$devs timeout "$T_BRAID" "$BRAID" bench --device cuda -n "$n" "$c" "${bsizes[@]}" --inputs "$INPUTS" \
-					--modes ordered,sync --sync-max "$LAT_MAX" --trials "$TRIALS" --target "${TARGET_MS}ms" --format json "${vflags[@]}" $BRAID_FLAGS \
+					--modes ordered,sync --sync-max "$LAT_MAX" --trials "$TRIALS" --target "${TARGET_MS}ms" --format json ${vflags[@]+"${vflags[@]}"} $BRAID_FLAGS \
 					>>"$DIR/braid.r$r.$v.jsonl" 2>>"$DIR/braid.log"
 				rc=$?
 				if [ $rc -ne 0 ]; then
