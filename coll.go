@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,6 +232,8 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 			d = plan.Default{}.Plan(req, cand)
 		}
 		d.Reason += aggNote
+	} else {
+		d.Source = plan.FromForce
 	}
 	if d.Algo == aggAlgo {
 		pl := &planned{algo: aggAlgo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
@@ -291,7 +292,7 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	// model chose (not one that BRAID_ALGO or a tuning table fixed), when
 	// the call is long enough for segments to matter.
 	fixedSeg := forced && forcedSeg
-	if !forced && strings.HasPrefix(d.Reason, "tuning table") {
+	if d.Source == plan.FromTable {
 		e := c.w.table().Lookup(p.Coll, p.NRanks, p.Layout.NHosts(), plan.Size(p, es))
 		fixedSeg = e == nil || e.Choice.Segment > 0
 	}

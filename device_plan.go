@@ -206,13 +206,13 @@ func (dd *devDecider) decide(req plan.Request, cand []plan.Candidate) (plan.Deci
 				dd.forcedBy, dd.force, p.Coll, p.Count, p.NRanks, strings.Join(names, ", "))
 		}
 		x := cand[i]
-		return plan.Decision{Algo: x.Name, Params: x.Params, Fused: x.Fused, Reason: "forced by " + dd.forcedBy}, nil
+		return plan.Decision{Algo: x.Name, Params: x.Params, Fused: x.Fused, Reason: "forced by " + dd.forcedBy, Source: plan.FromForce}, nil
 	}
 	auto := slices.DeleteFunc(slices.Clone(cand), func(x plan.Candidate) bool { return dd.capped[x.Name] })
 	if bare := dd.bare; bare.Algo != "" {
 		if i := slices.IndexFunc(auto, func(x plan.Candidate) bool { return x.Name == bare.Algo }); i >= 0 {
 			x := auto[i]
-			return plan.Decision{Algo: x.Name, Params: bare.Apply(x.Params, es), Fused: x.Fused, Reason: "forced by BRAID_ALGO=" + bare.String()}, nil
+			return plan.Decision{Algo: x.Name, Params: bare.Apply(x.Params, es), Fused: x.Fused, Reason: "forced by BRAID_ALGO=" + bare.String(), Source: plan.FromForce}, nil
 		}
 	}
 	tabled := slices.DeleteFunc(slices.Clone(cand), func(x plan.Candidate) bool { return dd.set[x.Name] })

@@ -270,6 +270,12 @@ func TestDeviceDecide(t *testing.T) {
 		if c.seg > 0 && dec.Params.Segment != c.seg {
 			t.Errorf("%s: segment %d elements, want %d", c.name, dec.Params.Segment, c.seg)
 		}
+		src := map[string]plan.Source{"cost model": plan.FromModel, "forced by": plan.FromForce, "tuning table": plan.FromTable}
+		for prefix, want := range src {
+			if strings.HasPrefix(c.reason, prefix) && dec.Source != want {
+				t.Errorf("%s: source %v, want %v", c.name, dec.Source, want)
+			}
+		}
 	}
 	// A forced algorithm that the call has no candidate for.
 	dd := devDecider{force: plan.Choice{Algo: "chain"}, forcedBy: "DeviceOptions.Algo"}

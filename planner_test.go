@@ -106,6 +106,44 @@ func TestTuningTable(t *testing.T) {
 	}
 }
 
+// TestTableSegmentAndMIAD: a tuning table's entry that names a segment
+// fixes it, one that names none leaves MIAD to adapt it, as for the
+// model's choice (the planner's decision says it came from the table:
+// plan.FromTable).
+func TestTableSegmentAndMIAD(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		entry string
+		miad  bool
+	}{
+		{"allreduce ranks=2 hosts=1 size=0- segring:seg=256K", false},
+		{"allreduce ranks=2 hosts=1 size=0- segring", true},
+	} {
+		file := filepath.Join(dir, "t.txt")
+		if err := os.WriteFile(file, []byte(tc.entry+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		errs := onRanks(t, 2, &braid.Options{Tuning: file}, func(c *braid.Comm) error {
+			got, reason, err := c.Explain("allreduce", 4<<20, braid.Float32, 0)
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(got, "segring") || !strings.Contains(reason, "tuning table "+file) {
+				t.Errorf("%s: Explain = %q (%s), want the table's segring", tc.entry, got, reason)
+			}
+			if adapts := strings.Contains(reason, "MIAD adapts the segment"); adapts != tc.miad {
+				t.Errorf("%s: MIAD adapts: %v, want %v (%s)", tc.entry, adapts, tc.miad, reason)
+			}
+			return nil
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // TestMIAD runs a pipelined allreduce repeatedly: MIAD must settle on a
 // segment within its trial budget, every rank must agree on every move
 // (else the calls would fail with Mismatch), and every result must be

@@ -53,11 +53,45 @@ type Decision struct {
 	Algo   string
 	Params sched.Params // what to generate the schedule with
 	Reason string       // why, for BRAID_DEBUG=info
+	// Source says where the choice came from, for the caller to act on
+	// (Reason is for people): a tuning table's entry, for instance, fixes
+	// the segment that MIAD would otherwise adapt.
+	Source Source
 	// Fixed asks the communicator to keep this choice as it is: no
 	// adaptation at run time by arrival statistics (a benchmark that
 	// times one algorithm sets it).
 	Fixed bool
 	Fused *Fused // the chosen candidate's fused kernel, if it is one
+}
+
+// Source is where a Decision came from.
+type Source uint8
+
+// The sources of a decision. The zero value is a Planner's own choice
+// that does not say how it chose (a Planner outside this package).
+const (
+	FromPlanner Source = iota // a Planner that does not set Source
+	FromModel                 // the lowest cost under the model (Default)
+	FromTable                 // a tuning table's entry (Table.Choose)
+	FromRules                 // Rules' size thresholds, or the only or first candidate
+	FromForce                 // forced: BRAID_ALGO, DeviceOptions.Algo, or a Planner that times one algorithm
+)
+
+// String returns the source's name.
+func (s Source) String() string {
+	switch s {
+	case FromPlanner:
+		return "planner"
+	case FromModel:
+		return "model"
+	case FromTable:
+		return "table"
+	case FromRules:
+		return "rules"
+	case FromForce:
+		return "forced"
+	}
+	return fmt.Sprintf("Source(%d)", uint8(s))
 }
 
 // Planner picks one of the candidates (the algorithms that support the
@@ -121,7 +155,7 @@ func (d Default) Plan(r Request, cand []Candidate) Decision {
 		}
 		fmt.Fprintf(&sb, " %s", formatSeconds(c.Cost))
 	}
-	return Decision{Algo: best.Name, Params: best.Params, Reason: sb.String(), Fused: best.Fused}
+	return Decision{Algo: best.Name, Params: best.Params, Reason: sb.String(), Source: FromModel, Fused: best.Fused}
 }
 
 // paramString formats p's tuning parameters as a Choice writes them.
@@ -172,7 +206,7 @@ func (t *Table) Choose(r Request, hosts int, cand []Candidate) (Decision, bool) 
 	for _, c := range cand {
 		if c.Name == e.Choice.Algo {
 			p := e.Choice.Apply(c.Params, r.ElemSize)
-			return Decision{Algo: c.Name, Params: p, Reason: fmt.Sprintf("tuning table %s: %s", t.Source, e), Fused: c.Fused}, true
+			return Decision{Algo: c.Name, Params: p, Reason: fmt.Sprintf("tuning table %s: %s", t.Source, e), Source: FromTable, Fused: c.Fused}, true
 		}
 	}
 	return Decision{}, false

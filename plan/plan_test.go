@@ -29,8 +29,8 @@ func cands(r plan.Request, costs map[string]float64, names ...string) []plan.Can
 func TestDefaultPicksCheapest(t *testing.T) {
 	r := req(sched.Allreduce, 4, 1<<20)
 	d := plan.Default{}.Plan(r, cands(r, map[string]float64{"ring": 3e-4, "recdouble": 9e-4, "rabenseifner": 2e-4}, "recdouble", "ring", "rabenseifner"))
-	if d.Algo != "rabenseifner" {
-		t.Fatalf("chose %q (%s), want the cheapest", d.Algo, d.Reason)
+	if d.Algo != "rabenseifner" || d.Source != plan.FromModel {
+		t.Fatalf("chose %q (%s, from the %v), want the cheapest, from the model", d.Algo, d.Reason, d.Source)
 	}
 	if !strings.Contains(d.Reason, "rabenseifner 200µs < ring 300µs < recdouble 900µs") {
 		t.Errorf("reason %q does not list the alternatives in order", d.Reason)
@@ -40,8 +40,8 @@ func TestDefaultPicksCheapest(t *testing.T) {
 func TestDefaultFallsBackToRules(t *testing.T) {
 	r := req(sched.Allreduce, 4, 8)
 	d := plan.Default{}.Plan(r, cands(r, nil, "ring", "recdouble"))
-	if d.Algo != "recdouble" {
-		t.Fatalf("chose %q (%s), want the rules' recdouble", d.Algo, d.Reason)
+	if d.Algo != "recdouble" || d.Source != plan.FromRules {
+		t.Fatalf("chose %q (%s, from the %v), want the rules' recdouble", d.Algo, d.Reason, d.Source)
 	}
 	if d := (plan.Default{}).Plan(r, nil); d.Algo != "" {
 		t.Errorf("no candidates: chose %q", d.Algo)
@@ -59,7 +59,7 @@ allreduce ranks=* hosts=* size=0- segring:seg=128K
 	costs := map[string]float64{"ring": 3, "recdouble": 1, "segring": 2}
 	r := req(sched.Allreduce, 4, 8)
 	d := plan.Default{Table: tab}.Plan(r, cands(r, costs, "recdouble", "ring", "segring"))
-	if d.Algo != "ring" || !strings.Contains(d.Reason, "tuning table t: allreduce ranks=4") {
+	if d.Algo != "ring" || !strings.Contains(d.Reason, "tuning table t: allreduce ranks=4") || d.Source != plan.FromTable {
 		t.Errorf("8 B on 4 ranks: chose %q (%s), want the table's ring", d.Algo, d.Reason)
 	}
 	r = req(sched.Allreduce, 2, 8)
@@ -69,8 +69,8 @@ allreduce ranks=* hosts=* size=0- segring:seg=128K
 	}
 	// An entry whose algorithm cannot run the call gives way to the model.
 	d = plan.Default{Table: tab}.Plan(r, cands(r, costs, "recdouble", "ring"))
-	if d.Algo != "recdouble" {
-		t.Errorf("table algorithm unavailable: chose %q (%s), want the model's recdouble", d.Algo, d.Reason)
+	if d.Algo != "recdouble" || d.Source != plan.FromModel {
+		t.Errorf("table algorithm unavailable: chose %q (%s, from the %v), want the model's recdouble", d.Algo, d.Reason, d.Source)
 	}
 }
 

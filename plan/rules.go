@@ -32,7 +32,7 @@ func (Rules) Plan(r Request, cand []Candidate) Decision {
 		for _, n := range names {
 			for _, c := range cand {
 				if c.Name == n {
-					return Decision{Algo: n, Params: c.Params, Reason: reason, Fused: c.Fused}, true
+					return Decision{Algo: n, Params: c.Params, Reason: reason, Source: FromRules, Fused: c.Fused}, true
 				}
 			}
 		}
@@ -86,7 +86,7 @@ func (Rules) Plan(r Request, cand []Candidate) Decision {
 		if len(cand) == 0 {
 			return Decision{}
 		}
-		return Decision{Algo: cand[0].Name, Params: cand[0].Params, Reason: "the only or first available algorithm"}
+		return Decision{Algo: cand[0].Name, Params: cand[0].Params, Reason: "the only or first available algorithm", Source: FromRules}
 	}
 	return d
 }

@@ -103,7 +103,7 @@ func (f *Forcer) Plan(r plan.Request, cand []plan.Candidate) plan.Decision {
 	if ch.Algo != "" {
 		for _, c := range cand {
 			if c.Name == ch.Algo {
-				return plan.Decision{Algo: c.Name, Params: ch.Apply(c.Params, r.ElemSize), Reason: "chosen by braid bench: " + name, Fixed: true}
+				return plan.Decision{Algo: c.Name, Params: ch.Apply(c.Params, r.ElemSize), Reason: "chosen by braid bench: " + name, Source: plan.FromForce, Fixed: true}
 			}
 		}
 	}
