@@ -22,10 +22,10 @@ func TestImportRules(t *testing.T) {
 		"cost":      {"sched"},
 		"topo":      {"sched", "cost"},
 		"pack":      {"topo", "sched", "cost"},
-		"cuda":      {"internal/dtype"},
-		"gpu":       {"sched", "cuda", "gpu/fused", "internal/dtype"},
+		"cuda":      {"internal/dtype", "internal/wait"},
+		"gpu":       {"sched", "cuda", "gpu/fused", "internal/dtype", "internal/wait"},
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
-		"transport": {},
+		"transport": {"internal/wait"},
 		// The fused kernels' layout, argument lists and choice sit above
 		// the binding and below the executor: cuda knows no collective,
 		// and gpu runs the kernels gpu/fused shapes.
@@ -38,6 +38,9 @@ func TestImportRules(t *testing.T) {
 		"internal/size":     {},
 		"internal/textfile": {},
 		"internal/arrival":  {},
+		// The one wait policy: the executor (through transport), the
+		// transports, the GPU loops and the CUDA worker.
+		"internal/wait": {},
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imps, _ := strings.Cut(line, ":")

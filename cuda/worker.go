@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/braid-ccl/braid/internal/wait"
 )
 
 // Context is a handle to a CUDA context (CUcontext). A Worker owns its
@@ -33,6 +35,20 @@ const defaultSpin = 50 * time.Microsecond
 // waitYield is how long the worker yields its thread, rather than sleeping,
 // while events that callers wait for are pending.
 const waitYield = 20 * time.Millisecond
+
+// workerSleep is how long the worker sleeps between polls of pending
+// events once it has yielded for waitYield (a new closure wakes it
+// earlier).
+const workerSleep = 50 * time.Microsecond
+
+// backoff returns the worker's wait policy (internal/wait.Backoff, the
+// host executor's): spin for the worker's spin time (OverSpinPolls polls
+// where it is negative), then, while events are pending, yield the
+// goroutine for waitYield, then sleep workerSleep at a time; with no
+// event pending it blocks until a closure comes instead of sleeping.
+func (w *Worker) backoff() wait.Backoff {
+	return wait.Backoff{Spin: w.spin, Yield: waitYield, Sleep: workerSleep, Goroutines: true}
+}
 
 // Worker runs closures on one OS thread that holds one device's primary
 // context current. CUDA contexts are bound to OS threads, and Go moves
@@ -187,12 +203,9 @@ func (w *Worker) pop() *job {
 // sleeps. If ctx ends first and cancel succeeds, it returns ctx's error and
 // false; if cancel fails (the work has started), it keeps waiting.
 func (w *Worker) await(ctx context.Context, ch chan error, cancel func() bool) (error, bool) {
-	if w.spin > 0 && len(ch) == 0 {
-		start := time.Now()
-		for i := 1; len(ch) == 0; i++ {
-			if i%64 == 0 && time.Since(start) > w.spin {
-				break
-			}
+	if w.spin > 0 {
+		// The caller blocks on ch after the spin: no yield phase.
+		for bo := w.backoff(); len(ch) == 0 && bo.Step(false) == 0; {
 		}
 	}
 	select {
@@ -334,27 +347,22 @@ func (w *Worker) loop(ready chan<- error) {
 	ready <- nil
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	spin := max(w.spin, 0)
-	last := time.Now() // when work or a completed event was last seen
+	bo := w.backoff() // reset when work or a completed event is seen
 	for !w.stopping.Load() {
 		if j := w.pop(); j != nil {
 			w.run(j)
-			last = time.Now()
+			bo.Reset()
 			continue
 		}
 		if len(w.waits) > 0 && w.poll() {
-			last = time.Now()
+			bo.Reset()
 			continue
 		}
-		idle := time.Since(last)
-		if idle < spin {
-			continue
-		}
-		if len(w.waits) > 0 && idle < spin+waitYield {
-			// An event someone waits for is pending: yield rather than
-			// sleep, since a sleep of under a millisecond may last a
-			// millisecond, longer than many copies.
-			runtime.Gosched()
+		// While an event someone waits for is pending, the backoff yields
+		// after the spin rather than sleeping, since a sleep of under a
+		// millisecond may last a millisecond, longer than many copies.
+		d := bo.Step(len(w.waits) > 0)
+		if d == 0 {
 			continue
 		}
 		w.sleeping.Store(true)
@@ -363,7 +371,7 @@ func (w *Worker) loop(ready chan<- error) {
 			continue
 		}
 		if len(w.waits) > 0 {
-			timer.Reset(50 * time.Microsecond)
+			timer.Reset(d)
 			select {
 			case <-w.wake:
 			case <-timer.C:

@@ -3,12 +3,12 @@ package gpu
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/gpu/fused"
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/wait"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -24,16 +24,20 @@ const (
 	stDone
 )
 
-// Waiting for peers: poll without pause until spinFor has passed, then
-// yield the thread between rounds until yieldFor has passed, then sleep
-// sleepFor between rounds. The ranks of a collective arrive within
-// microseconds of each other when they are in step, so the spin covers
-// the common case; a rank that waits for a late peer gives the core away.
-const (
-	spinFor  = 100 * time.Microsecond
-	yieldFor = 2 * time.Millisecond
-	sleepFor = 50 * time.Microsecond
-)
+// waitPolicy is how the GPU executor's loops wait for their peers: the
+// host's policy (internal/wait.Backoff, transport.Backoff) with these
+// phases: spin 100µs, then yield the goroutine until 2 ms have passed
+// since the wait began, then sleep 50µs between polls. The ranks of a
+// collective arrive within microseconds of each other when they are in
+// step, so the spin covers the common case; a rank that waits for a late
+// peer gives the core away. Goroutines: the ranks of a DeviceComm may be
+// goroutines of one process, whose worker threads hold Go processors.
+var waitPolicy = wait.Backoff{
+	Spin:       100 * time.Microsecond,
+	Yield:      2*time.Millisecond - 100*time.Microsecond,
+	Sleep:      50 * time.Microsecond,
+	Goroutines: true,
+}
 
 // call is the state of one call while the worker issues it.
 type call struct {
@@ -186,6 +190,7 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 
 	first := 0 // steps before first are done
 	idle := 0
+	bo := waitPolicy
 	var idleSince time.Time
 	var t0 time.Time
 	if g.stats != nil {
@@ -228,21 +233,14 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 				g.stats.wait += time.Since(idleSince)
 			}
 			idle = 0
+			bo.Reset()
 			continue
 		}
 		idle++
-		if idle == 1 {
+		if idle == 1 && g.stats != nil {
 			idleSince = time.Now()
 		}
-		if idle%64 == 0 {
-			switch waited := time.Since(idleSince); {
-			case waited < spinFor:
-			case waited < yieldFor:
-				runtime.Gosched()
-			default:
-				time.Sleep(sleepFor)
-			}
-		}
+		bo.Idle(nil)
 		if idle%1024 == 0 {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("gpu: rank %d waited for its peers until the call's context ended (%d of %d steps done): %w",
@@ -339,7 +337,7 @@ func (g *Comm) rendezvous(ctx context.Context, seq uint32, tag int32) error {
 	got := make([]bool, g.n)
 	got[g.rank] = true
 	left := g.n - 1
-	var since time.Time
+	bo := waitPolicy
 	for idle := 0; left > 0 || g.pendingOut(); idle++ {
 		g.drain()
 		g.flush()
@@ -351,17 +349,11 @@ func (g *Comm) rendezvous(ctx context.Context, seq uint32, tag int32) error {
 				}
 			}
 		}
-		if idle == 0 {
-			since = time.Now()
+		if left == 0 && !g.pendingOut() {
+			break
 		}
+		bo.Idle(nil)
 		if idle%64 == 63 {
-			switch waited := time.Since(since); {
-			case waited < spinFor:
-			case waited < yieldFor:
-				runtime.Gosched()
-			default:
-				time.Sleep(sleepFor)
-			}
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("gpu: rank %d waited for its peers to reset the fused kernels' flags until the call's context ended: %w", g.rank, err)
 			}
