@@ -141,8 +141,9 @@
 // in a shared-memory file, one ring per ordered pair of ranks; the file is
 // created by rank 0 and its name is passed through the host communicator
 // once. The executor polls its rings while it has nothing to issue,
-// spinning briefly, then yielding, then sleeping in short intervals, and
-// gives up when the call's deadline passes. Waits are issued only for
+// spinning briefly, then yielding, then sleeping in short intervals (the
+// host's wait policy, internal/wait.Backoff, with the phases of
+// waitPolicy in run.go), and gives up when the call's deadline passes. Waits are issued only for
 // events whose record the peer has already issued, so the streams of the
 // ranks never wait in a cycle; an event is recorded again only in a later
 // call, after the peer has issued its wait on the earlier record (a
@@ -172,6 +173,65 @@
 // it and the caller goes on; Synchronize waits for the stream and reports
 // the first error. With Options.Stats each Comm prints, when closed,
 // where the time of its synchronous program calls went.
+//
+// # How a device call flows
+//
+// One allreduce on device buffers, from the API to the driver, by
+// function and file (package braid is the repository's root):
+//
+//  1. Comm.Allreduce (collectives.go) calls Comm.collective, which sees a
+//     braid.Device buffer and hands the call to Comm.deviceCall
+//     (device.go). A DeviceComm's own DeviceComm.Allreduce (device.go)
+//     starts at step 3.
+//  2. Comm.deviceCall takes the device communicator from Comm.deviceComm
+//     (device.go), which makes it on first use on the GPU that holds the
+//     buffer (cuda.PointerDevice, then Comm.NewDeviceComm).
+//  3. DeviceComm.collective (device.go) checks the buffers
+//     (deviceParams) and asks DeviceComm.plan (device_plan.go) for the
+//     call's plan, cached by collective, count, root, type and op.
+//  4. DeviceComm.plan makes the candidates: each fused kernel that can run
+//     the call, shaped by gpu.Comm.Shape (oneshot.go here), that is
+//     fused.Config.Shape (gpu/fused/choose.go), and costed by
+//     plan.DeviceModel.Cost (plan/device.go); and each schedule
+//     (package algo) that supports it, costed by its algo.Coster. Then
+//     devDecider.decide (device_plan.go) chooses: a forced candidate
+//     (DeviceOptions.Algo, BRAID_ALGO), else the device tuning table's
+//     (plan.Table.Choose, plan/plan.go), else the cheapest under the model
+//     (plan.Default.Plan, plan/plan.go); plan.Decision.Source says which.
+//     A schedule's program is generated here (Algorithm.Program).
+//  5. DeviceComm.collective fills a Call (comm.go here: the buffers, and
+//     the plan's Fused kernel or Prog) and runs it: Comm.Run (comm.go),
+//     or Comm.Enqueue where DeviceOptions.StreamOrdered is set.
+//  6. Comm.Run hands a closure to the device's worker, cuda.Worker.Do
+//     (cuda/worker.go), which runs it on the OS thread that holds the
+//     context current; the closure is Comm.run (run.go).
+//  7. Fused branch: Comm.run calls fusedState.launch (oneshot.go), which
+//     adds the sequence number, the deadline and the buffers (and stages
+//     unaligned low-latency calls through scratch, fusedState.staged),
+//     then fused.Launch (gpu/fused/launch.go) packs the kernel's typed
+//     arguments and calls cuda.Ctx.Launch (cuda/module.go), which calls
+//     cuLaunchKernel. Unless the call is stream-ordered, Comm.run then
+//     synchronizes the stream and reads the kernels' status
+//     (fusedState.failed).
+//  8. Schedule branch: Comm.run walks the program's steps while their
+//     dependencies are done, issuing each with Comm.step (run.go): copies
+//     with cuda.Ctx.Copy, offers and pushes through the notice rings
+//     (mailbox.go), reductions with Comm.reduce (run.go), which calls
+//     cuda.Ctx.Reduce (cuda/reduce.go), whose reduction kernel goes out
+//     through cuda.Ctx.Launch as well. Between polls it waits as
+//     waitPolicy says (run.go).
+//
+// Where the kernel choice lives: what a fused kernel would be for a call
+// (kind, grid, rounds, host share, ramp) is gpu/fused's choose.go
+// (Config.Shape and the defaults by kind and size) over layout.go (the
+// region's layout, the kinds, what fits the slots, the low-latency lines
+// and the host region); whether a call runs a fused kernel or a schedule,
+// and which, is package braid's device_plan.go (DeviceComm.plan,
+// devDecider, the caps of DeviceOptions), over plan.DeviceModel and the
+// device tuning table. Package cuda is the binding under both: the
+// driver, the worker, contexts, modules, the reduction kernel and NVML,
+// 2,596 lines in its 12 non-test .go files (wc -l cuda/*.go without the
+// tests), beside kernels/reduce.cu (1,333 lines).
 //
 // Limits: one rank per process (a process cannot open its own IPC
 // handles); several processes may share a GPU, which the driver
