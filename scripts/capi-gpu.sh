@@ -19,7 +19,7 @@ B=.carry/capi
 case "${1:-}" in
 bundle)
     set -e
-    mkdir -p $B
+    rm -rf $B && mkdir -p $B # only what travels: no unpacked library or binary of an earlier run
     go build -buildmode=c-shared -ldflags='-s -w' -o $B/libbraid.so ./capi
     rm -f $B/libbraid.h
     cc -Wall -Wextra -Werror -O1 -o $B/device capi/testdata/device.c -Icapi -L$B -lbraid -Wl,-rpath,'$ORIGIN' -ldl
