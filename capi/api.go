@@ -36,6 +36,8 @@ extern int braidgo_recv(braid_comm h, void *buf, size_t count, int dtype, int pe
 extern int braidgo_wait(braid_request h, braid_error *e);
 extern int braidgo_test(braid_request h, int *done, braid_error *e);
 extern int braidgo_noreq(char *name, braid_error *e);
+extern int braidgo_device(int coll, braid_comm h, void *send, void *recv, size_t count, int dtype, int op, int root, void *stream, braid_error *e);
+extern int braidgo_device_synchronize(braid_comm h, braid_error *e);
 
 static __thread braid_error braid_tls_error;
 
@@ -157,6 +159,33 @@ int braid_irecv(braid_comm c, void *b, size_t n, braid_dtype d, int peer, int ta
 	NEEDREQ("irecv");
 	return braidgo_recv(c, b, n, d, peer, tag, req, E);
 }
+// The device calls: the numbers of the collectives are device.go's.
+int braid_device_allreduce(braid_comm c, const void *s, void *r, size_t n, braid_dtype d, braid_op op, void *stream) {
+	return braidgo_device(0, c, (void *)s, r, n, d, op, 0, stream, E);
+}
+int braid_device_bcast(braid_comm c, void *b, size_t n, braid_dtype d, int root, void *stream) {
+	return braidgo_device(1, c, NULL, b, n, d, 0, root, stream, E);
+}
+int braid_device_reduce(braid_comm c, const void *s, void *r, size_t n, braid_dtype d, braid_op op, int root, void *stream) {
+	return braidgo_device(2, c, (void *)s, r, n, d, op, root, stream, E);
+}
+int braid_device_allgather(braid_comm c, const void *s, void *r, size_t n, braid_dtype d, void *stream) {
+	return braidgo_device(3, c, (void *)s, r, n, d, 0, 0, stream, E);
+}
+int braid_device_reduce_scatter(braid_comm c, const void *s, void *r, size_t n, braid_dtype d, braid_op op, void *stream) {
+	return braidgo_device(4, c, (void *)s, r, n, d, op, 0, stream, E);
+}
+int braid_device_gather(braid_comm c, const void *s, void *r, size_t n, braid_dtype d, int root, void *stream) {
+	return braidgo_device(5, c, (void *)s, r, n, d, 0, root, stream, E);
+}
+int braid_device_scatter(braid_comm c, const void *s, void *r, size_t n, braid_dtype d, int root, void *stream) {
+	return braidgo_device(6, c, (void *)s, r, n, d, 0, root, stream, E);
+}
+int braid_device_alltoall(braid_comm c, const void *s, void *r, size_t n, braid_dtype d, void *stream) {
+	return braidgo_device(7, c, (void *)s, r, n, d, 0, 0, stream, E);
+}
+int braid_device_synchronize(braid_comm c) { return braidgo_device_synchronize(c, E); }
+
 int braid_wait(braid_request req) { return braidgo_wait(req, E); }
 int braid_test(braid_request req, int *done) { return braidgo_test(req, done, E); }
 */

@@ -7,7 +7,8 @@
  * braid run, torchrun, Open MPI's mpirun, MPICH's mpiexec, srun) or
  * braid_init_rank (from a unique id that one rank made with
  * braid_get_unique_id and handed to the others, as with NCCL), then calls
- * collectives on host buffers:
+ * collectives on host buffers (and on GPU memory: braid_device_allreduce
+ * and the others, below):
  *
  *     braid_comm comm;
  *     if (braid_init(&comm) != BRAID_OK) {
@@ -236,6 +237,69 @@ int braid_wait(braid_request req);
  * completed (returning its result), else sets *done to 0 and returns
  * BRAID_OK. */
 int braid_test(braid_request req, int *done);
+
+/*
+ * Device buffers: the collectives on GPU memory, every rank on one host
+ * with a GPU of its own (ranks may share one, which the driver then
+ * time-slices). Pointers are CUDA device pointers (CUdeviceptr, a
+ * tensor's data_ptr()) of memory from cuMemAlloc or cudaMalloc, which
+ * PyTorch's caching allocator uses: peers map it with CUDA IPC, which
+ * cudaMallocAsync's pools and virtual memory allocations do not support.
+ * Counts, roots and the NULL buffers off the root are as in the host
+ * calls above; the buffers of a call, and of every device call on a
+ * communicator, are on one GPU (the communicator's first device call, on
+ * every rank, sets it up there: a collective step that loads Braid's
+ * kernels, which takes tens of seconds where the driver compiles them for
+ * a GPU that the library's binaries do not cover, and maps the peers'
+ * memory).
+ *
+ * stream is a CUstream or cudaStream_t of that GPU's primary context (the
+ * one the CUDA runtime and PyTorch use), or NULL:
+ *  - A stream: the call is ordered on it, as NCCL's are. It returns once
+ *    queued; the collective starts on the GPU once the work queued on
+ *    stream before the call has completed, and work queued on stream
+ *    after the call sees its result. The buffers must stay allocated
+ *    until then. An error of the call (a peer's death, a timeout) is
+ *    returned by a later device call or by braid_device_synchronize.
+ *    PyTorch's default stream is the legacy default stream, whose
+ *    handle 0 means "no stream" here: pass BRAID_STREAM_LEGACY for it.
+ *    cudaStreamPerThread is refused (BRAID_ERR_INVALID_ARGUMENT): it names
+ *    the default stream of the thread that uses it, and Braid issues its
+ *    work from a thread of its own.
+ *  - NULL: the call is blocking, like the host calls. The buffers must
+ *    be ready when it is made (the work that wrote them has completed,
+ *    e.g. after cudaStreamSynchronize), and it returns with the result
+ *    in place and every device call made before it completed.
+ *
+ * Without a CUDA driver or GPU, the device calls fail with
+ * BRAID_ERR_UNSUPPORTED (a call with count 0 succeeds: it moves
+ * nothing); a pointer that is not GPU memory (host memory, say) fails
+ * with BRAID_ERR_INVALID_ARGUMENT before any communication, as do buffers
+ * on another GPU than the communicator's device calls run on.
+ */
+#define BRAID_STREAM_LEGACY ((void *)0x1) /* CU_STREAM_LEGACY, cudaStreamLegacy */
+
+int braid_device_allreduce(braid_comm comm, const void *send, void *recv, size_t count,
+                           braid_dtype dtype, braid_op op, void *stream);
+int braid_device_bcast(braid_comm comm, void *buf, size_t count, braid_dtype dtype, int root,
+                       void *stream);
+int braid_device_reduce(braid_comm comm, const void *send, void *recv, size_t count,
+                        braid_dtype dtype, braid_op op, int root, void *stream);
+int braid_device_allgather(braid_comm comm, const void *send, void *recv, size_t sendcount,
+                           braid_dtype dtype, void *stream);
+int braid_device_reduce_scatter(braid_comm comm, const void *send, void *recv, size_t recvcount,
+                                braid_dtype dtype, braid_op op, void *stream);
+int braid_device_gather(braid_comm comm, const void *send, void *recv, size_t sendcount,
+                        braid_dtype dtype, int root, void *stream);
+int braid_device_scatter(braid_comm comm, const void *send, void *recv, size_t recvcount,
+                         braid_dtype dtype, int root, void *stream);
+int braid_device_alltoall(braid_comm comm, const void *send, void *recv, size_t blockcount,
+                          braid_dtype dtype, void *stream);
+/* braid_device_synchronize waits until every device call made on comm so
+ * far has completed on the GPU, and returns the first error of those
+ * calls; BRAID_OK at once if comm has made none. braid_comm_destroy does
+ * it too, then releases the communicator's GPU resources. */
+int braid_device_synchronize(braid_comm comm);
 
 #ifdef __cplusplus
 }

@@ -7,36 +7,41 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/internal/launch"
 )
 
 var built struct {
-	once       sync.Once
-	prog, skip string
-	err        error
+	once      sync.Once
+	dir, skip string
+	err       error
 }
 
-// buildC builds libbraid.so and the C program testdata/smoke.c against it,
-// once, in a temporary directory and returns the program's path. It skips
-// the test where cgo is off or there is no C compiler.
-func buildC(t *testing.T) string {
+// cPrograms are the C programs of testdata that buildC builds.
+var cPrograms = []string{"smoke", "device"}
+
+// buildC builds libbraid.so and the C programs of testdata against it,
+// once, in a temporary directory and returns the path of program name
+// there. It skips the test where cgo is off or there is no C compiler.
+func buildC(t *testing.T, name string) string {
 	t.Helper()
-	built.once.Do(func() { built.prog, built.skip, built.err = buildSmoke() })
+	built.once.Do(func() { built.dir, built.skip, built.err = buildPrograms() })
 	if built.skip != "" {
 		t.Skip(built.skip)
 	}
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
-	return built.prog
+	return filepath.Join(built.dir, name)
 }
 
-func buildSmoke() (prog, skip string, err error) {
+func buildPrograms() (dir, skip string, err error) {
 	if testing.Short() {
 		return "", "-short: building libbraid.so takes a while", nil
 	}
@@ -59,40 +64,41 @@ func buildSmoke() (prog, skip string, err error) {
 	if _, err := exec.LookPath(cc[0]); err != nil {
 		return "", fmt.Sprintf("no C compiler (%s): the C API is not tested", cc[0]), nil
 	}
-	dir, err := os.MkdirTemp("", "braid-capi-")
+	dir, err = os.MkdirTemp("", "braid-capi-")
 	if err != nil {
 		return "", "", err
 	}
 	build := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libbraid.so"), ".")
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("go build -buildmode=c-shared: %v\n%s", err, out)
+		return dir, "", fmt.Errorf("go build -buildmode=c-shared: %v\n%s", err, out)
 	}
-	prog = filepath.Join(dir, "smoke")
-	args := append(cc[1:], "-Wall", "-Wextra", "-Werror", "-O1", "-o", prog, filepath.Join("testdata", "smoke.c"),
-		"-I.", "-L"+dir, "-lbraid", "-Wl,-rpath,"+dir)
-	if out, err := exec.Command(cc[0], args...).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("%s %s: %v\n%s", cc[0], strings.Join(args, " "), err, out)
+	for _, name := range cPrograms {
+		args := append(cc[1:], "-Wall", "-Wextra", "-Werror", "-O1", "-o", filepath.Join(dir, name), filepath.Join("testdata", name+".c"),
+			"-I.", "-L"+dir, "-lbraid", "-Wl,-rpath,"+dir, "-ldl")
+		if out, err := exec.Command(cc[0], args...).CombinedOutput(); err != nil {
+			return dir, "", fmt.Errorf("%s %s: %v\n%s", cc[0], strings.Join(args, " "), err, out)
+		}
 	}
-	return prog, "", nil
+	return dir, "", nil
 }
 
 // runRanks runs prog on n ranks as braid run does and returns their
 // output, prefixed by rank.
-func runRanks(t *testing.T, n int, prog string, args ...string) (string, error) {
+func runRanks(t *testing.T, n int, env []string, prog string, args ...string) (string, error) {
 	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	err := launch.Run(ctx, launch.Config{N: n, Prog: prog, Args: args, Prefix: true,
-		Stdout: &out, Stderr: &out, Env: []string{"BRAID_TIMEOUT=20s"}, Logf: t.Logf})
+		Stdout: &out, Stderr: &out, Env: append([]string{"BRAID_TIMEOUT=20s"}, env...), Logf: t.Logf})
 	return out.String(), err
 }
 
 // TestCSmoke runs testdata/smoke.c, which calls every function of braid.h
 // and checks every result element, on 2 and 3 ranks.
 func TestCSmoke(t *testing.T) {
-	prog := buildC(t)
+	prog := buildC(t, "smoke")
 	for _, n := range []int{2, 3} {
-		out, err := runRanks(t, n, prog)
+		out, err := runRanks(t, n, nil, prog)
 		if err != nil || !strings.Contains(out, "ok: ") {
 			t.Errorf("%d ranks: %v\n%s", n, err, out)
 		}
@@ -102,8 +108,8 @@ func TestCSmoke(t *testing.T) {
 // TestCAbort checks that braid_abort on one rank fails the others' calls
 // with BRAID_ERR_ABORTED and the reason (testdata/smoke.c, mode "abort").
 func TestCAbort(t *testing.T) {
-	prog := buildC(t)
-	out, err := runRanks(t, 3, prog, "abort")
+	prog := buildC(t, "smoke")
+	out, err := runRanks(t, 3, nil, prog, "abort")
 	for r := 0; r < 2; r++ {
 		if !strings.Contains(out, "["+string(rune('0'+r))+"] rank ") {
 			t.Errorf("rank %d printed no aborted call", r)
@@ -114,10 +120,55 @@ func TestCAbort(t *testing.T) {
 	}
 }
 
+// TestCDeviceNoDriver runs testdata/device.c's "nodriver" mode on 2
+// ranks with BRAID_CUDA_LIB naming a library that does not exist, as on a
+// machine without a GPU (here and in CI, and on a GPU machine too): every
+// device call fails with BRAID_ERR_UNSUPPORTED and says that there is no
+// CUDA driver, and the host calls go on.
+func TestCDeviceNoDriver(t *testing.T) {
+	prog := buildC(t, "device")
+	out, err := runRanks(t, 2, []string{"BRAID_CUDA_LIB=" + filepath.Join(t.TempDir(), "no-libcuda.so.1")}, prog, "nodriver")
+	if err != nil || !strings.Contains(out, "ok: ") {
+		t.Errorf("%v\n%s", err, out)
+	}
+}
+
+// TestCDevice runs testdata/device.c on GPUs: every device call of
+// braid.h, blocking and ordered on a stream, checked element by element.
+// It runs one rank per GPU, or BRAID_TEST_GPUS ranks (up to 8), which
+// share the GPUs where they outnumber them (rank r on GPU r mod the
+// count), so that BRAID_TEST_GPUS=2 runs it on a machine with one GPU.
+// It skips without a CUDA driver and GPU (as here and in CI), and with
+// fewer than 2 ranks.
+func TestCDevice(t *testing.T) {
+	if !cuda.Available() {
+		t.Skip("no CUDA driver or GPU here: the device C test runs on a GPU machine (BRAID_TEST_GPUS=n runs n ranks, sharing the GPUs where n exceeds them)")
+	}
+	gpus, err := cuda.DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := gpus
+	if s := os.Getenv("BRAID_TEST_GPUS"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > 8 {
+			t.Fatalf("BRAID_TEST_GPUS=%q: want a count of ranks from 1 to 8", s)
+		}
+	}
+	if n < 2 {
+		t.Skipf("needs 2 ranks, have %d GPU(s): BRAID_TEST_GPUS=2 runs them sharing the GPU", gpus)
+	}
+	prog := buildC(t, "device")
+	out, err := runRanks(t, min(n, 8), []string{"BRAID_TIMEOUT=60s"}, prog, "gpu")
+	if err != nil || !strings.Contains(out, "ok: ") {
+		t.Errorf("%d ranks on %d GPU(s): %v\n%s", n, gpus, err, out)
+	}
+	t.Logf("%d ranks on %d GPU(s): %s", n, gpus, strings.TrimSpace(out))
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built.prog != "" {
-		os.RemoveAll(filepath.Dir(built.prog))
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
 	}
 	os.Exit(code)
 }

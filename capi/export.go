@@ -280,7 +280,11 @@ func braidgo_comm_destroy(h C.braid_comm, e *C.braid_error) (ret C.int) {
 	if err != nil {
 		return fail(e, err)
 	}
-	return fail(e, c.Close())
+	derr := closeDevice(uint64(h))
+	if err := c.Close(); err != nil {
+		return fail(e, err)
+	}
+	return fail(e, derr)
 }
 
 //export braidgo_allreduce

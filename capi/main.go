@@ -5,7 +5,8 @@
 // it is libbraid.so (and libbraid.h, which cgo writes beside it and C
 // programs do not need), whose functions braid.h declares: communicators
 // from the launcher's environment or from a unique id, the collectives on
-// host buffers, blocking and non-blocking, and errors that carry the
+// host buffers, blocking and non-blocking, and on GPU memory (device.go),
+// blocking or ordered on a CUDA stream, and errors that carry the
 // text, kind, rank, call and peer of Go's *braid.Error. A C program:
 //
 //	cc -o prog prog.c -I capi -L. -lbraid -Wl,-rpath,'$ORIGIN'

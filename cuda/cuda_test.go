@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/braid-ccl/braid/internal/dtype"
 )
@@ -35,6 +36,9 @@ func TestNoDriver(t *testing.T) {
 	}
 	if _, err := DriverVersion(); !errors.Is(err, ErrNoDriver) {
 		t.Errorf("DriverVersion error %v does not wrap ErrNoDriver", err)
+	}
+	if _, err := PointerMemoryType(0x1000); !errors.Is(err, ErrNoDriver) {
+		t.Errorf("PointerMemoryType error %v does not wrap ErrNoDriver", err)
 	}
 	if w, err := NewWorker(0, WorkerOptions{}); !errors.Is(err, ErrNoDriver) || w != nil {
 		t.Errorf("NewWorker = %v, %v; want nil and an error wrapping ErrNoDriver", w, err)
@@ -430,4 +434,28 @@ func TestStreamsAndEvents(t *testing.T) {
 		t.Error(err)
 	}
 	do(t, w, func(c *Ctx) error { return c.DestroyEvent(blocker) })
+}
+
+// TestPointerMemoryType checks what the C API's device calls tell device
+// memory from host memory by: memory of cuMemAlloc is MemoryDevice on
+// its GPU, pinned host memory MemoryHost, and Go's heap (malloc's, to
+// CUDA) an error or another type.
+func TestPointerMemoryType(t *testing.T) {
+	needDevices(t, 1)
+	w := newWorker(t, 0)
+	p := alloc(t, w, 4096)
+	if mt, err := PointerMemoryType(p); err != nil || mt != MemoryDevice {
+		t.Errorf("PointerMemoryType(cuMemAlloc's) = %v, %v; want %v", mt, err, MemoryDevice)
+	}
+	if d, err := PointerDevice(p.Add(100)); err != nil || d != 0 {
+		t.Errorf("PointerDevice(cuMemAlloc's + 100) = %v, %v; want 0", d, err)
+	}
+	h := hostAlloc(t, w, 4096)
+	if mt, err := PointerMemoryType(h.Ptr()); err != nil || mt != MemoryHost {
+		t.Errorf("PointerMemoryType(pinned host memory) = %v, %v; want %v", mt, err, MemoryHost)
+	}
+	b := make([]byte, 4096)
+	if mt, err := PointerMemoryType(DevicePtr(uintptr(unsafe.Pointer(&b[0])))); err == nil && mt == MemoryDevice {
+		t.Error("PointerMemoryType(Go's heap) = MemoryDevice")
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 // Pointer attributes (CUpointer_attribute).
 const (
+	attrMemoryType    = 2
 	attrBufferID      = 7
 	attrDeviceOrdinal = 9
 )
@@ -50,4 +51,29 @@ func PointerDevice(p DevicePtr) (Device, error) {
 		return 0, fmt.Errorf("cuda: device of pointer %#x: %w", uint64(p), err)
 	}
 	return Device(d), nil
+}
+
+// MemoryType is where the memory that a pointer points into lives
+// (CUmemorytype).
+type MemoryType uint32
+
+// Memory types.
+const (
+	MemoryHost   MemoryType = 1 // page-locked host memory known to CUDA
+	MemoryDevice MemoryType = 2 // GPU memory (cuMemAlloc, cudaMalloc, managed memory)
+	MemoryArray  MemoryType = 3
+)
+
+// PointerMemoryType returns the type of the memory p points into. Host
+// memory that CUDA does not know (malloc's) is an error or, on some
+// drivers, type 0.
+func PointerMemoryType(p DevicePtr) (MemoryType, error) {
+	if err := Init(); err != nil {
+		return 0, err
+	}
+	var t uint32
+	if err := check("cuPointerGetAttribute", Result(ccall(api.cuPointerGetAttribute, uintptr(unsafe.Pointer(&t)), attrMemoryType, uintptr(p)))); err != nil {
+		return 0, fmt.Errorf("cuda: memory type of %#x: %w", uint64(p), err)
+	}
+	return MemoryType(t), nil
 }

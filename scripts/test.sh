@@ -46,6 +46,8 @@ bad=$(gofmt -l . | grep -v '^vendor/' || true)
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 echo "== go vet"
 go vet ./...
+echo "== without cgo: CGO_ENABLED=0 go build and go vet (the pure-Go core; capi builds as an empty program)"
+CGO_ENABLED=0 go build ./... && CGO_ENABLED=0 go vet ./...
 echo "== staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 echo "== go mod tidy check"
@@ -56,7 +58,7 @@ if ! cmp -s go.mod /tmp/braid-go.mod.bak || ! cmp -s go.sum /tmp/braid-go.sum.ba
 fi
 echo "== go test -race"
 go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
-echo "== the C API: libbraid.so built and run from C on 2 and 3 ranks (skips without cgo or a C compiler)"
+echo "== the C API: libbraid.so built and run from C on 2 and 3 ranks, its device calls without a driver (skips without cgo or a C compiler; TestCDevice runs on GPUs only)"
 go test -count=1 -v -run 'TestC' ./capi 2>&1 | grep -E '^(---|ok|FAIL)|capi_test.go' | tee -a /tmp/braid-test.log
 echo "== the PyTorch backend: 2-rank smoke test under braid run, torchrun and mpirun (scripts/torch-smoke.sh)"
 scripts/torch-smoke.sh 2>&1 | tee -a /tmp/braid-test.log
