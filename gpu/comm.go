@@ -82,6 +82,15 @@ type Comm struct {
 	nsend   []int
 	nrecv   []int
 	stats   *stats // Options.Stats: where the time of calls goes
+
+	// Diagnosis of issue s10-mix (a reduce that read a peer's chunk of the
+	// call before), read once from the environment by New; both off by
+	// default. debugSync (BRAID_GPU_DEBUG_PUSH_SYNC=1): a push's sender
+	// synchronizes its copy stream before it posts "written", so that the
+	// receiver's data is in place whatever the interprocess event does.
+	// freshEvents (BRAID_GPU_DEBUG_FRESH_EVENTS=1): no interprocess event
+	// is recorded twice (the pools grow by every message of every call).
+	debugSync, freshEvents bool
 }
 
 // stats accumulates where the time of calls goes, for Options.Stats.
@@ -251,6 +260,9 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		landing: map[*sched.Program]landing{},
 		needs:   map[*sched.Program][]bool{},
 		pushMax: opts.PushMax,
+		// Diagnosis knobs: see Comm.debugSync.
+		debugSync:   os.Getenv("BRAID_GPU_DEBUG_PUSH_SYNC") == "1",
+		freshEvents: os.Getenv("BRAID_GPU_DEBUG_FRESH_EVENTS") == "1",
 	}
 	if g.pushMax == 0 {
 		g.pushMax = DefaultPushMax

@@ -146,8 +146,10 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 	kc.state = g.state[:len(steps)]
 	state := kc.state
 	clear(state)
-	clear(g.nsend)
-	clear(g.nrecv)
+	if !g.freshEvents {
+		clear(g.nsend)
+		clear(g.nrecv)
+	}
 	g.nlev = 0
 	if kc.push {
 		if cap(g.copied) < len(steps) {
@@ -548,6 +550,11 @@ func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
 		}
 		g.copied[i] = g.nlev - 1
 		g.usedS[peer] = true
+		if g.debugSync {
+			if err := c.StreamSynchronize(cs); err != nil {
+				return false, err
+			}
+		}
 	}
 	g.send(peer, w)
 	k.state[i] = stDone
