@@ -148,7 +148,7 @@ func (s *devState) comm(ctx context.Context, c *braid.Comm, call string, dev cud
 		}
 		return s.d, nil
 	}
-	d, err := c.NewDeviceComm(ctx, dev, &braid.DeviceOptions{StreamOrdered: true})
+	d, err := c.NewDeviceComm(ctx, dev, &braid.DeviceOptions{StreamOrdered: true, SyncPush: true})
 	if err != nil {
 		return nil, err
 	}

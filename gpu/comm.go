@@ -85,7 +85,8 @@ type Comm struct {
 
 	// Diagnosis of issue s10-mix (a reduce that read a peer's chunk of the
 	// call before), read once from the environment by New; both off by
-	// default. debugSync (BRAID_GPU_DEBUG_PUSH_SYNC=1): a push's sender
+	// default. debugSync (Options.SyncPush, which the C API sets, or
+	// BRAID_GPU_DEBUG_PUSH_SYNC=1): a push's sender
 	// synchronizes its copy stream before it posts "written", so that the
 	// receiver's data is in place whatever the interprocess event does.
 	// freshEvents (BRAID_GPU_DEBUG_FRESH_EVENTS=1): no interprocess event
@@ -184,6 +185,9 @@ type Options struct {
 	PushMax int
 	// Pull moves every program's data by pull (PushMax negative).
 	Pull bool
+	// SyncPush: a push's sender waits for its copy on the host before it
+	// posts "written" (braid.DeviceOptions.SyncPush).
+	SyncPush bool
 	// LL2Bytes is the largest one-shot allreduce, in bytes, that runs as
 	// a two-shot in low-latency lines (fused.TwoShotLL) once it is
 	// above LLBytes; 0 means fused.DefaultLL2Bytes(n), negative none. At
@@ -261,7 +265,7 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 		needs:   map[*sched.Program][]bool{},
 		pushMax: opts.PushMax,
 		// Diagnosis knobs: see Comm.debugSync.
-		debugSync:   os.Getenv("BRAID_GPU_DEBUG_PUSH_SYNC") == "1",
+		debugSync:   opts.SyncPush || os.Getenv("BRAID_GPU_DEBUG_PUSH_SYNC") == "1",
 		freshEvents: os.Getenv("BRAID_GPU_DEBUG_FRESH_EVENTS") == "1",
 	}
 	if g.pushMax == 0 {
