@@ -22,7 +22,7 @@ import (
 //   - area: rank 1 waits in the shared area (whose waits neither probed
 //     nor answered probes, and held their timeout a fixed 1 s past it
 //     whatever the rank waited for), from the start or after being
-//     probed between calls;
+//     probed between calls; or rank 0 waits in the area for rank 1;
 //   - confirmation: rank 0 waits for the lagged confirmation of an earlier
 //     call (whose call was no longer active when its timeout decided on
 //     the hold), and its probe reaches rank 1 between calls.
@@ -76,6 +76,20 @@ func TestWaitChainNamesAbsentRank(t *testing.T) {
 			},
 			one: func(ctx context.Context, c *Comm, b []float32) error {
 				return c.Reduce(ctx, b, b, Sum, 1)
+			},
+		},
+		{
+			// The other way round: rank 0 waits in the area (which held
+			// a fixed 1 s past its timeout, less than rank 1's lateness).
+			name: "area holds", algo: "bcast=shm,reduce=linear", late: 1500 * time.Millisecond,
+			zero: func(ctx context.Context, c *Comm, b []float32) error {
+				if err := c.Reduce(ctx, b, b, Sum, 1); err != nil {
+					return err
+				}
+				return c.Bcast(ctx, b, 1) // waits in the area for rank 1
+			},
+			one: func(ctx context.Context, c *Comm, b []float32) error {
+				return c.Reduce(ctx, b, b, Sum, 1) // waits for rank 2's input
 			},
 		},
 		{
