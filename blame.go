@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // Timeouts name the rank that was waited for.
@@ -23,10 +24,19 @@ import (
 // end of the chain: the one that waited for a rank that said nothing
 // (stopped, busy outside Braid, or gone). Every rank then reports that
 // abort, which names the silent rank.
+//
+// Every wait takes part: the schedules' steps (exec's Stall), the shared
+// area's waits (shmcoll's Call.Stall) and the lagged confirmations, whose
+// call is active again while they wait and until their failure is
+// recorded. A probe that comes while no call here has stalled (this rank
+// is between calls, or its call has not waited long yet) is answered by
+// the first call that stalls, whichever it is, so that each hop of a
+// chain A waits for B waits for C holds, however the calls of the hops
+// line up.
 
 // holdMost bounds how long a timed-out rank waits for the timeout of the
-// rank its peer waits for.
-const holdMost = 2 * time.Second
+// rank its peer waits for (a variable for tests).
+var holdMost = 2 * time.Second
 
 // timedOut handles an abort caused by a timeout: world rank from says that
 // it waited for world rank p.
@@ -48,12 +58,17 @@ var waitedRE = regexp.MustCompile(`waited for rank \d+ \(call (\d+), step (\d+)\
 func (c *Comm) waitedFor(err error) string {
 	s := fmt.Sprintf("no progress within the timeout (%v; set BRAID_TIMEOUT or a context deadline)", c.w.opts.Timeout)
 	var se *exec.StepError
-	if errors.As(err, &se) {
+	var we *shmcoll.WaitError
+	switch {
+	case errors.As(err, &se):
 		switch se.Step.Kind {
 		case 1, 2, 3: // send, recv, recvreduce
 			c.hold(se.Seq, c.members[se.Step.Peer])
 			s += fmt.Sprintf(": waited for rank %d (call %d, step %d)", se.Step.Peer, se.Seq, se.Index)
 		}
+	case errors.As(err, &we) && we.Peer >= 0 && we.Peer < len(c.members):
+		// The shared area's wait names its rank and call itself.
+		c.hold(we.Seq, c.members[we.Peer])
 	}
 	return s + ": "
 }

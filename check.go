@@ -70,7 +70,8 @@ type commCheck struct {
 	// chained signature (low half), updated together.
 	state atomic.Uint64
 
-	stallFn func(i int, s *sched.Step, tag transport.Tag) // c.stall, made once
+	stallFn     func(i int, s *sched.Step, tag transport.Tag) // c.stall, made once
+	nodeStallFn func(seq uint32, q int, what string)          // c.nodeStall, made once
 
 	strictOnce sync.Once
 	strictProg *sched.Program
@@ -189,6 +190,15 @@ type sigTable struct {
 	ndone  int
 	drain  []drainEntry // probes to consume
 
+	// probers are the probes that came while no call here had stalled,
+	// the latest per peer: the first call of this rank that stalls
+	// answers them with a notice (blame.go), whichever call it is and
+	// whenever it stalls, for the prober may still wait for this rank
+	// then (it probed before this rank began its call, or while it was
+	// between calls, or in a call that ended well before the one that
+	// waits).
+	probers []drainEntry
+
 	flight  [flightLen]flightEntry // the flight recorder (flight.go)
 	nflight uint64                 // calls written to it
 }
@@ -205,11 +215,10 @@ type sigEntry struct {
 	algo           string // active, done: its algorithm (nodeAlgo: the shared area)
 
 	// active: the world rank the call waited for when it stalled, or -1
-	// before; the world ranks it probed, that probed it, and that said
-	// (a notice) that they wait too.
+	// before; the world ranks it probed, and that said (a notice) that
+	// they wait too.
 	waitPeer int
 	probed   []int
-	probers  []drainEntry // the probes to answer with a notice once stalled
 	noticed  []int
 }
 
@@ -363,20 +372,12 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 	} else if ctl != noticeStep && find(t.seen, tag.Comm, tag.Seq) < 0 {
 		t.seen = append(t.seen, sigEntry{comm: tag.Comm, seq: tag.Seq, sig: tag.Sig, peer: peer})
 	}
-	if ctl == probeStep && len(t.active) > 0 {
+	if ctl == probeStep {
 		// The prober waits for this rank: if a call here waits too (for
-		// this call or an earlier one), say so now or once it stalls.
-		a := &t.active[0]
-		if i := find(t.active, tag.Comm, tag.Seq); i >= 0 {
-			a = &t.active[i]
-		}
-		for j := range t.active {
-			if t.active[j].waitPeer >= 0 {
-				a = &t.active[j]
-			}
-		}
-		if notify = a.waitPeer >= 0; !notify {
-			a.probers = append(a.probers, drainEntry{peer, tag})
+		// this call or another), say so now, else once one stalls.
+		notify = slices.ContainsFunc(t.active, func(a sigEntry) bool { return a.waitPeer >= 0 })
+		if !notify {
+			t.addProber(drainEntry{peer, tag})
 		}
 	}
 	if ctl == probeStep || ctl == noticeStep {
@@ -392,6 +393,18 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 		// sending needs.
 		go w.control(peer, noticeFor(tag))
 	}
+}
+
+// addProber records probe p to answer once a call here stalls, in place
+// of an earlier probe of the same peer; called with t.mu held.
+func (t *sigTable) addProber(p drainEntry) {
+	for i := range t.probers {
+		if t.probers[i].peer == p.peer {
+			t.probers[i] = p
+			return
+		}
+	}
+	t.probers = append(t.probers, p)
 }
 
 // noticeFor returns the notice that answers probe.
@@ -479,15 +492,30 @@ func (c *Comm) commRank(wr int) int {
 }
 
 // stall is exec's Env.Stall: the call (tag.Comm, tag.Seq) has waited
-// stallAfter for the peer of step s. It records that the call stalled,
-// probes that peer with the call's chained signature, and tells the ranks
-// that probed this call that it waits too (blame.go).
+// stallAfter for the peer of step s.
 func (c *Comm) stall(index int, s *sched.Step, tag transport.Tag) {
+	c.stallOn(tag.Seq, s.Peer, func() string { return fmt.Sprintf("step %d: %v", index, s) })
+}
+
+// nodeStall is the shared area's Call.Stall: call seq has waited
+// stallAfter for communicator rank q, for what.
+func (c *Comm) nodeStall(seq uint32, q int, what string) {
+	c.stallOn(seq, q, func() string { return what + ", through the shared area" })
+}
+
+// stallOn records that call seq of this communicator has waited
+// stallAfter for communicator rank q (what says for what, for the log),
+// probes q with the call's chained signature, and tells the ranks that
+// probed this rank that it waits too (blame.go).
+func (c *Comm) stallOn(seq uint32, q int, what func() string) {
 	w := c.w
-	wp := c.members[s.Peer]
+	if q < 0 || q >= len(c.members) {
+		return
+	}
+	wp := c.members[q]
 	t := &w.sigs
 	t.mu.Lock()
-	i := find(t.active, tag.Comm, tag.Seq)
+	i := find(t.active, c.id, seq)
 	if i < 0 {
 		t.mu.Unlock()
 		return
@@ -495,19 +523,21 @@ func (c *Comm) stall(index int, s *sched.Step, tag transport.Tag) {
 	a := &t.active[i]
 	probe := !slices.Contains(a.probed, wp)
 	a.probed = append(a.probed, wp)
-	var notify []drainEntry
 	if a.waitPeer < 0 {
 		a.waitPeer = wp
-		notify, a.probers = a.probers, nil
 	}
+	notify := t.probers
+	t.probers = nil
 	sig := a.sig // the strict check's messages carry strictSig
 	t.mu.Unlock()
 	for _, p := range notify {
 		w.control(p.peer, noticeFor(p.tag))
 	}
 	if probe {
-		w.debugf("info", "call %d of comm %08x: waited %v for rank %d (step %d: %v); probing it", tag.Seq, tag.Comm, w.stallAfter(), s.Peer, index, s)
-		w.control(wp, transport.Tag{Comm: tag.Comm, Seq: tag.Seq, Step: probeStep, Sig: sig})
+		if w.opts.Debug != "" {
+			w.debugf("info", "call %d of comm %08x: waited %v for rank %d (%s); probing it", seq, c.id, w.stallAfter(), q, what())
+		}
+		w.control(wp, transport.Tag{Comm: c.id, Seq: seq, Step: probeStep, Sig: sig})
 	}
 }
 

@@ -273,6 +273,7 @@ func newComm(w *world, id uint32, rank int, members []int) *Comm {
 	c.force, _ = parseAlgo(w.opts.Algo)
 	c.connFn, c.errFn = c.conn, w.err
 	c.chk.stallFn = c.stall
+	c.chk.nodeStallFn = c.nodeStall
 	me := w.hosts[members[rank]]
 	hosts := map[string]bool{}
 	for i, wr := range members {

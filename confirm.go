@@ -255,23 +255,40 @@ func (c *Comm) settleAtClose(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	for _, e := range due {
-		err := c.confirmRaw(ctx, e, e.prog != nil)
-		if err != nil && ctx.Err() != nil && c.w.failure.Load() == nil {
-			c.w.debugf("info", "close: comm %08x: the confirmation of call %d (%s) did not come within %v (not every rank closed): %v", c.id, e.seq, e.name, d, err)
-			return nil
-		}
-		if err != nil {
-			return c.failWith("close", err)
+		if err := c.closeConfirm(ctx, e, d); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// runConfirm runs the confirmation program of e; register makes e's call
-// active again while it waits, so that a stalled wait probes its peer
-// (check.go). name is the call that reports a failure.
+// closeConfirm runs e's confirmation for settleAtClose.
+func (c *Comm) closeConfirm(ctx context.Context, e confirmEntry, d time.Duration) error {
+	c.w.reactivate(c.id, e.seq, e.sig, e.name, e.algo)
+	defer c.w.end(c.id, e.seq, false, nil, nil, 0)
+	err := c.confirmRaw(ctx, e)
+	if err != nil && ctx.Err() != nil && c.w.failure.Load() == nil {
+		c.w.debugf("info", "close: comm %08x: the confirmation of call %d (%s) did not come within %v (not every rank closed): %v", c.id, e.seq, e.name, d, err)
+		return nil
+	}
+	if err != nil {
+		return c.failWith("close", err)
+	}
+	return nil
+}
+
+// runConfirm runs the confirmation of e; register makes e's call active
+// again while it waits, so that a stalled wait probes its peer and
+// answers the ranks that probed this one (check.go), and until its
+// failure is recorded, so that a timeout holds back while the peer it
+// waited for said it waits too (blame.go). name is the call that reports
+// a failure.
 func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, register bool) error {
-	if err := c.confirmRaw(ctx, e, register); err != nil {
+	if register {
+		c.w.reactivate(c.id, e.seq, e.sig, e.name, e.algo)
+		defer c.w.end(c.id, e.seq, false, nil, nil, 0)
+	}
+	if err := c.confirmRaw(ctx, e); err != nil {
 		return c.failWith(name, err)
 	}
 	return nil
@@ -279,19 +296,15 @@ func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, regi
 
 // confirmRaw runs e's confirmation and returns its error as the executor
 // or the shared area gives it, without recording a failure.
-func (c *Comm) confirmRaw(ctx context.Context, e confirmEntry, register bool) error {
+func (c *Comm) confirmRaw(ctx context.Context, e confirmEntry) error {
 	seq, sig, prog := e.seq, e.sig, e.prog
 	if prog == nil {
-		cl := shmcoll.Call{Ctx: ctx, Fail: c.errFn, Spin: c.w.spin, Name: e.name, Seq: e.seq}
+		cl := shmcoll.Call{Ctx: ctx, Fail: c.errFn, Spin: c.w.spin, Name: e.name, Seq: e.seq,
+			Stall: c.chk.nodeStallFn, StallAfter: c.w.stallAfter()}
 		if _, ok := ctx.Deadline(); !ok {
 			cl.Timeout = c.w.opts.Timeout
-			cl.Hold = min(time.Second, c.w.opts.Timeout/3)
 		}
 		return c.node.Confirm(&cl, e.chunk)
-	}
-	if register {
-		c.w.reactivate(c.id, seq, sig, e.name, e.algo)
-		defer c.w.end(c.id, seq, false, nil, nil, 0)
 	}
 	env := exec.Env{
 		Conn:       c.connFn,

@@ -6,7 +6,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/choice"
@@ -159,19 +158,19 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		return err
 	}
 	stamps := getStamps(c.Size())
+	// A wait that stalls probes the rank it waits for and answers the
+	// ranks that probed this one, as the schedules' calls do, so that a
+	// timeout holds back while the rank it waited for waits too
+	// (blame.go).
 	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq,
-		Arrive: uint64(k.arrive), Arrivals: *stamps, Confirmed: c.confirms(k)}
+		Arrive: uint64(k.arrive), Arrivals: *stamps, Confirmed: c.confirms(k),
+		Stall: c.chk.nodeStallFn, StallAfter: c.w.stallAfter()}
 	defer func() {
 		c.endCall(k, r.seq, rerr != nil, *stamps)
 		stampPool.Put(stamps)
 	}()
 	if _, ok := ctx.Deadline(); !ok {
-		// As the schedules' calls hold their timeout for a peer that
-		// waits too (blame.go), a call through the area waits a little
-		// past its own for the failure the rank at the end of the chain
-		// reports.
 		cl.Timeout = c.w.opts.Timeout
-		cl.Hold = min(time.Second, c.w.opts.Timeout/3)
 	}
 	if c.w.opts.Debug == "trace" {
 		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, k.algo)

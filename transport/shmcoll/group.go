@@ -140,11 +140,15 @@ type Call struct {
 	// elsewhere; a waiting call ends with it.
 	Fail func() error
 	// Timeout, if not zero, ends a call that has waited this long without
-	// progress. Hold then keeps waiting that much longer for a failure
-	// reported elsewhere (Fail): the rank waited for may itself wait for
-	// the one that is really stuck, which its own timeout will name.
+	// progress.
 	Timeout time.Duration
-	Hold    time.Duration
+	// Stall, if not nil, is called from the waiting goroutine when a wait
+	// for rank q has lasted StallAfter without progress (what says what
+	// was awaited): once for each rank the call waits for in turn, so
+	// that the caller can ask q whether it waits too, and tell the ranks
+	// that wait for this one that it does.
+	Stall      func(seq uint32, q int, what string)
+	StallAfter time.Duration
 	// Spin is how long a waiter polls before yielding (transport.Backoff).
 	Spin time.Duration
 	// Name names the call in errors ("allreduce"), and Seq numbers it (the
@@ -179,7 +183,7 @@ type Call struct {
 	timer   *time.Timer
 	polls   int
 	since   time.Time // when the current slow wait began
-	held    time.Time // when Timeout passed and Hold began
+	stalled int       // 1 + the rank Stall was last called for; 0: none
 	chunk0  uint64
 }
 
@@ -355,16 +359,16 @@ func (c *Call) idle(q int, what string, chunk uint64) error {
 		if err = c.Ctx.Err(); err == nil && c.Fail != nil {
 			err = c.Fail()
 		}
-		if err == nil && c.Timeout > 0 {
+		if err == nil && (c.Timeout > 0 || c.Stall != nil && c.stalled != q+1) {
 			now := time.Now()
 			switch {
 			case c.since.IsZero():
 				c.since = now
-			case now.Sub(c.since) <= c.Timeout:
-			case c.Hold > 0 && c.held.IsZero():
-				c.held = now
-			case c.Hold <= 0 || now.Sub(c.held) > c.Hold:
+			case c.Timeout > 0 && now.Sub(c.since) > c.Timeout:
 				err = context.DeadlineExceeded
+			case c.Stall != nil && c.stalled != q+1 && now.Sub(c.since) >= c.StallAfter:
+				c.stalled = q + 1
+				c.Stall(c.Seq, q, what)
 			}
 		}
 		if err != nil {
@@ -405,7 +409,7 @@ func (c *Call) arrived() {
 	if c.polls != 0 {
 		c.bo.Reset()
 		c.polls = 0
-		c.since, c.held = time.Time{}, time.Time{}
+		c.since = time.Time{}
 	}
 }
 
@@ -938,8 +942,8 @@ func (g *Group) histWord(q int, f uint64) *uint64 {
 // that did not read every rank's input: the communicator calls it when its
 // next call has ended, so that a broadcast's ranks, or a reduce's that
 // are not the root, learn of a disagreement by then. Only c's Ctx, Fail,
-// Timeout, Hold, Spin, Name and Seq are read. It may run beside this
-// rank's next calls in the area.
+// Timeout, Stall, StallAfter, Spin, Name and Seq are read. It may run
+// beside this rank's next calls in the area.
 func (g *Group) Confirm(c *Call, f uint64) error {
 	c.wake = g.wake
 	c.chunk0 = f

@@ -265,6 +265,40 @@ func TestTimeoutNamesPeer(t *testing.T) {
 	}
 }
 
+// TestStall: a wait for a rank that never arrives calls Call.Stall for it,
+// with the call's number, before the call times out.
+func TestStall(t *testing.T) {
+	gs, _ := NewLocal(3, Options{})
+	type stall struct {
+		seq  uint32
+		q    int
+		what string
+	}
+	stalls := make([][]stall, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Seq: 7, Timeout: 2 * time.Second,
+				StallAfter: 10 * time.Millisecond, Stall: func(seq uint32, q int, what string) {
+					stalls[r] = append(stalls[r], stall{seq, q, what})
+				}}
+			errs[r] = gs[r].Allreduce(c, make([]byte, 64), make([]byte, 64), sumF64())
+		})
+	}
+	wg.Wait()
+	for r, e := range errs {
+		var w *WaitError
+		if !errors.As(e, &w) || w.Peer != 2 {
+			t.Errorf("rank %d: %v, want a timeout waiting for rank 2", r, e)
+		}
+		// A slow start of the other rank may stall the call on it first.
+		if n := len(stalls[r]); n == 0 || stalls[r][n-1].q != 2 || stalls[r][n-1].seq != 7 || stalls[r][n-1].what == "" {
+			t.Errorf("rank %d: stalls %+v, want the last for rank 2 in call 7", r, stalls[r])
+		}
+	}
+}
+
 // TestTicketOrder: calls entered from several goroutines run in ticket
 // order on every rank.
 func TestTicketOrder(t *testing.T) {

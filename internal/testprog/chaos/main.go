@@ -84,13 +84,14 @@ type config struct {
 	report            string
 	verbose, keepDirs bool
 	faultAt           time.Duration // if ≥ 0, every fault's moment
+	only              map[int]bool  // if not empty, the only jobs to run
 }
 
 var allKinds = []string{"killrank", "stoprank", "killlauncher", "closesocket", "fullshm"}
 
 func main() {
 	var cfg config
-	var kinds string
+	var kinds, only string
 	flag.StringVar(&cfg.braid, "braid", "", "the braid binary")
 	flag.StringVar(&cfg.mix, "mix", "", "the internal/testprog/mix binary")
 	flag.StringVar(&cfg.work, "work", "", "directory for the jobs' files (not under /tmp, which each job mounts over)")
@@ -108,6 +109,7 @@ func main() {
 	flag.BoolVar(&cfg.softNaming, "soft-naming", false, "chaos: exit 0 when the only failures are errors that name another rank than the faulty one (they are still counted and printed); hangs, slow ends, wrong results, files left and failures without a fault still fail")
 	flag.BoolVar(&cfg.keepDirs, "keep", false, "keep the jobs' directories")
 	flag.DurationVar(&cfg.faultAt, "fault-at", -1, "inject every fault this long after braid run starts (default: at random within 1.5 s)")
+	flag.StringVar(&only, "only", "", "chaos: run only these jobs of the -jobs (comma-separated numbers), with the same draws as in the whole run")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		die("unexpected arguments %q", flag.Args())
@@ -133,6 +135,16 @@ func main() {
 			die("-kinds: unknown fault kind %q (kinds: %s)", k, strings.Join(allKinds, ", "))
 		}
 		cfg.kinds = append(cfg.kinds, k)
+	}
+	if only != "" {
+		cfg.only = map[int]bool{}
+		for _, f := range strings.Split(only, ",") {
+			i, err := strconv.Atoi(f)
+			if err != nil || i < 0 || i >= cfg.jobs {
+				die("-only: %q is not a job number below -jobs %d", f, cfg.jobs)
+			}
+			cfg.only[i] = true
+		}
 	}
 	if err := os.MkdirAll(cfg.work, 0o755); err != nil {
 		die("%v", err)
@@ -461,8 +473,12 @@ func chaos(cfg config, rep io.Writer) bool {
 		tallies[k] = &tally{reasons: map[string]int{}}
 	}
 	t0 := time.Now()
-	ok := true
+	ok, ran := true, 0
 	for i := 0; i < cfg.jobs; i++ {
+		if len(cfg.only) > 0 && !cfg.only[i] {
+			continue
+		}
+		ran++
 		kind := cfg.kinds[i%len(cfg.kinds)]
 		r := rand.New(rand.NewPCG(cfg.seed, uint64(i)))
 		rec := chaosJob(cfg, i, kind, r)
@@ -499,7 +515,7 @@ func chaos(cfg config, rep io.Writer) bool {
 				i, kind, rec.Ranks, rec.Transport, rec.Algo, rec.FaultAtMS, rec.Fault, rec.EndMS, rec.Completed, rec.Named, rec.Stopped, verdict)
 		}
 	}
-	fmt.Printf("\nchaos: %d jobs in %v, BRAID_TIMEOUT=%v, seed %d\n", cfg.jobs, time.Since(t0).Round(time.Second), cfg.timeout, cfg.seed)
+	fmt.Printf("\nchaos: %d jobs in %v, BRAID_TIMEOUT=%v, seed %d\n", ran, time.Since(t0).Round(time.Second), cfg.timeout, cfg.seed)
 	fmt.Printf("%-13s %5s %9s %7s %7s  %s\n", "fault", "jobs", "injected", "passed", "maxend", "jobs failed, by reason (a job may have several)")
 	for _, k := range cfg.kinds {
 		t := tallies[k]
