@@ -59,6 +59,29 @@ type lastPlan struct {
 	pl  *planned
 }
 
+// lastSig caches the signature (callSig) of the last call through the
+// shared area: a loop of one small call then skips hashing its arguments.
+// A plan is one per (collective, count, root, element size) and runs one
+// algorithm, so (pl, dtype, op) determine the signature.
+type lastSig struct {
+	pl  *planned
+	d   DType
+	op  Op
+	sig uint32
+}
+
+// nodeSig returns callSig(k, pl.algo, 0, 0, 0) for a call through the
+// shared area, from the cache when the last such call had the same plan,
+// dtype and op.
+func (c *Comm) nodeSig(k *call, pl *planned) uint32 {
+	if ls := c.lastSig.Load(); ls != nil && ls.pl == pl && ls.d == k.d && ls.op == k.op {
+		return ls.sig
+	}
+	sig := c.callSig(k, pl.algo, 0, 0, 0)
+	c.lastSig.Store(&lastSig{pl: pl, d: k.d, op: k.op, sig: sig})
+	return sig
+}
+
 type planned struct {
 	algo   string
 	reason string
@@ -368,9 +391,10 @@ func (c *Comm) issue(k *call) (run, error) {
 	if choice.IsShared(k.p.Coll, pl.algo) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
+		sig := c.nodeSig(k, pl)
 		c.nodeMu.Lock()
-		seq, sig := c.chk.next(c.callSig(k, pl.algo, 0, 0, 0))
-		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
+		seq, chained := c.chk.next(sig)
+		r := run{pl: pl, seq: seq, sig: chained, ticket: c.node.Ticket()}
 		c.nodeMu.Unlock()
 		return r, nil
 	}

@@ -233,10 +233,11 @@ type Comm struct {
 	chk    commCheck // sequence numbers and signatures (check.go)
 	splits atomic.Uint32
 
-	mu    sync.Mutex
-	plans map[planKey]*planned
-	last  atomic.Pointer[lastPlan]
-	packs treeCache // spanning trees packed for tree-packing plans (topology.go)
+	mu      sync.Mutex
+	plans   map[planKey]*planned
+	last    atomic.Pointer[lastPlan]
+	lastSig atomic.Pointer[lastSig] // the shared area's (coll.go)
+	packs   treeCache               // spanning trees packed for tree-packing plans (topology.go)
 
 	agreeOnce sync.Once
 	agree     *sched.Program // MIAD's agreement allreduce
