@@ -185,7 +185,7 @@ type sigTable struct {
 	mu     sync.Mutex
 	active []sigEntry // this rank's calls in flight (usually one)
 	seen   []sigEntry // unexpected messages for calls not begun yet
-	done   [recentCalls]sigEntry
+	done   [recentCalls]doneEntry
 	ndone  int
 	drain  []drainEntry // probes to consume
 
@@ -200,17 +200,38 @@ const recentCalls = 64
 type sigEntry struct {
 	comm, seq, sig uint32
 	peer           int    // seen: the sender's world rank
-	name           string // active, done: the call's name
+	name           string // active: the call's name
 	fl             uint64 // active: 1 + the call's place in the flight recorder
-	algo           string // active, done: its algorithm (nodeAlgo: the shared area)
+	algo           string // active: its algorithm (nodeAlgo: the shared area)
 
 	// active: the world rank the call waited for when it stalled, or -1
-	// before; the world ranks it probed, that probed it, and that said
-	// (a notice) that they wait too.
+	// before, and what the call knows of the stall probes (nil until the
+	// first): begin and end copy entries, and most calls never stall.
 	waitPeer int
-	probed   []int
-	probers  []drainEntry // the probes to answer with a notice once stalled
-	noticed  []int
+	st       *stallState
+}
+
+// stallState is what an active call knows of the stall probes: the world
+// ranks it probed, that probed it, and that said (a notice) that they wait
+// too.
+type stallState struct {
+	probed  []int
+	probers []drainEntry // the probes to answer with a notice once stalled
+	noticed []int
+}
+
+// stall returns e's stallState, made on first use.
+func (e *sigEntry) stall() *stallState {
+	if e.st == nil {
+		e.st = &stallState{}
+	}
+	return e.st
+}
+
+// doneEntry is an ended call that sigTable remembers.
+type doneEntry struct {
+	comm, seq, sig uint32
+	name, algo     string
 }
 
 type drainEntry struct {
@@ -295,7 +316,7 @@ func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSit
 		if !failed && p != nil && sites != nil {
 			sites.record(coll, p)
 		}
-		t.done[t.ndone%recentCalls] = sigEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name, algo: e.algo}
+		t.done[t.ndone%recentCalls] = doneEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name, algo: e.algo}
 		t.ndone++
 		t.active = remove(t.active, i)
 	}
@@ -356,7 +377,8 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 		a := &t.active[i]
 		want, name, algo, known = a.sig, a.name, a.algo, ctl != noticeStep
 		if ctl == noticeStep {
-			a.noticed = append(a.noticed, peer)
+			st := a.stall()
+			st.noticed = append(st.noticed, peer)
 		}
 	} else if i := t.findDone(tag.Comm, tag.Seq); i >= 0 {
 		want, name, algo, known = t.done[i].sig, t.done[i].name, t.done[i].algo, ctl != noticeStep
@@ -376,7 +398,8 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 			}
 		}
 		if notify = a.waitPeer >= 0; !notify {
-			a.probers = append(a.probers, drainEntry{peer, tag})
+			st := a.stall()
+			st.probers = append(st.probers, drainEntry{peer, tag})
 		}
 	}
 	if ctl == probeStep || ctl == noticeStep {
@@ -493,12 +516,13 @@ func (c *Comm) stall(index int, s *sched.Step, tag transport.Tag) {
 		return
 	}
 	a := &t.active[i]
-	probe := !slices.Contains(a.probed, wp)
-	a.probed = append(a.probed, wp)
+	st := a.stall()
+	probe := !slices.Contains(st.probed, wp)
+	st.probed = append(st.probed, wp)
 	var notify []drainEntry
 	if a.waitPeer < 0 {
 		a.waitPeer = wp
-		notify, a.probers = a.probers, nil
+		notify, st.probers = st.probers, nil
 	}
 	sig := a.sig // the strict check's messages carry strictSig
 	t.mu.Unlock()

@@ -264,8 +264,7 @@ type Comm struct {
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
 	errFn  func() error             // c.w.err, likewise
 
-	arrivals arrivalSites  // what this rank knows of its calls' arrival patterns (arrival.go)
-	ends     atomic.Uint64 // calls ended, for the sample of small calls that read the clock (endCall)
+	arrivals arrivalSites // what this rank knows of its calls' arrival patterns (arrival.go)
 }
 
 func newComm(w *world, id uint32, rank int, members []int) *Comm {
