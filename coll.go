@@ -611,21 +611,24 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 // prepare checks the arguments of a collective and builds the call. It
 // reports invalid arguments as InvalidArgument and aborts the communicator
 // (peers cannot go on without this rank).
-func (c *Comm) prepare(name string, coll sched.Collective, send, recv any, op Op, root int) (call, error) {
-	k, err := c.check(name, coll, send, recv, op, root)
-	if err != nil {
+// It fills k (a zero call) in place: a call is a few hundred bytes, which
+// a return by value would copy at every level.
+func (c *Comm) prepare(k *call, name string, coll sched.Collective, send, recv any, op Op, root int) error {
+	if err := c.check(k, name, coll, send, recv, op, root); err != nil {
 		// The argument error is this rank's own news, even if the
 		// communicator failed already.
 		c.w.fail(err)
-		return call{}, err
+		return err
 	}
-	return k, nil
+	return nil
 }
 
-func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, root int) (call, *Error) {
+// check fills k, a zero call, from the arguments, or returns why they are
+// invalid (k is then left as it was).
+func (c *Comm) check(k *call, name string, coll sched.Collective, send, recv any, op Op, root int) *Error {
 	n := c.Size()
-	bad := func(format string, args ...any) (call, *Error) {
-		return call{}, argError(c.rank, name, format, args...)
+	bad := func(format string, args ...any) *Error {
+		return argError(c.rank, name, format, args...)
 	}
 	if coll.Rooted() && (root < 0 || root >= n) {
 		return bad("root %d out of range [0, %d)", root, n)
@@ -722,7 +725,8 @@ func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, 
 		// In and Out are the same buffer by definition.
 		in = out
 	}
-	return call{name: name, p: p, in: in, out: out, d: d, op: op}, nil
+	k.name, k.p, k.in, k.out, k.d, k.op = name, p, in, out, d, op
+	return nil
 }
 
 // checkAlias accepts disjoint buffers or exactly the in-place layout of the
