@@ -282,9 +282,19 @@ func (w *world) begin(comm, seq uint32, k *call, algo string) (peer int, other u
 	sig := k.sig
 	t.mu.Lock()
 	t.nflight++
-	t.flight[(t.nflight-1)%flightLen] = flightEntry{comm: comm, seq: seq, name: k.name, algo: algo,
-		bytes: callBytes(k), state: flightRunning, arrive: k.arrive, waitPeer: -1}
-	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: k.name, algo: algo, waitPeer: -1, fl: t.nflight})
+	// Field by field: a composite literal of a struct with pointers is
+	// built aside and copied with the garbage collector's bulk barrier.
+	f := &t.flight[(t.nflight-1)%flightLen]
+	f.comm, f.seq, f.name, f.algo = comm, seq, k.name, algo
+	f.bytes, f.state, f.arrive, f.end, f.waitPeer = callBytes(k), flightRunning, k.arrive, 0, -1
+	f.pat = pattern{}
+	if n := len(t.active); n < cap(t.active) {
+		t.active = t.active[:n+1]
+	} else {
+		t.active = append(t.active, sigEntry{})
+	}
+	a := &t.active[len(t.active)-1]
+	a.comm, a.seq, a.sig, a.peer, a.name, a.fl, a.algo, a.waitPeer, a.st = comm, seq, sig, 0, k.name, t.nflight, algo, -1, nil
 	drain := t.takeDrain()
 	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
 		peer, other, bad = t.seen[i].peer, t.seen[i].sig, true
@@ -301,7 +311,7 @@ func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSit
 	t := &w.sigs
 	t.mu.Lock()
 	if i := find(t.active, comm, seq); i >= 0 {
-		e := t.active[i]
+		e := &t.active[i]
 		if f := &t.flight[(e.fl-1)%flightLen]; e.fl > 0 && f.comm == comm && f.seq == seq {
 			f.state, f.waitPeer = flightDone, e.waitPeer
 			if failed {
@@ -316,7 +326,8 @@ func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSit
 		if !failed && p != nil && sites != nil {
 			sites.record(coll, p)
 		}
-		t.done[t.ndone%recentCalls] = doneEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name, algo: e.algo}
+		d := &t.done[t.ndone%recentCalls]
+		d.comm, d.seq, d.sig, d.name, d.algo = e.comm, e.seq, e.sig, e.name, e.algo
 		t.ndone++
 		t.active = remove(t.active, i)
 	}
