@@ -501,6 +501,13 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 		}
 		return c.confirm(ctx, k, r.seq)
 	}
+	return c.runTrial(ctx, k, r)
+}
+
+// runTrial executes an issued call that ends a MIAD trial, and the trial's
+// agreement. (Apart from runIssued, whose every return would otherwise run
+// the runtime's deferreturn: these defers are not open-coded.)
+func (c *Comm) runTrial(ctx context.Context, k *call, r run) error {
 	pl := r.pl
 	defer func() {
 		pl.mu.Lock()
