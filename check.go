@@ -197,6 +197,9 @@ type sigTable struct {
 // messages that arrive after their call ended here.
 const recentCalls = 64
 
+// sigEntry is a call in sigTable's active or seen list. world.begin writes
+// every field of an active one, one by one: a field added here must be
+// added there.
 type sigEntry struct {
 	comm, seq, sig uint32
 	peer           int    // seen: the sender's world rank
