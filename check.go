@@ -282,8 +282,17 @@ func (w *world) reactivate(comm, seq, sig uint32, name, algo string) {
 // another signature.
 func (w *world) begin(comm, seq uint32, k *call, algo string) (peer int, other uint32, bad bool) {
 	t := &w.sigs
-	sig := k.sig
 	t.mu.Lock()
+	peer, other, bad, drain := t.begin(comm, seq, k, algo)
+	t.mu.Unlock()
+	w.drainProbes(drain)
+	return peer, other, bad
+}
+
+// begin is world.begin with t.mu held: it returns, besides, the probes to
+// consume (world.drainProbes) once t.mu is released.
+func (t *sigTable) begin(comm, seq uint32, k *call, algo string) (peer int, other uint32, bad bool, drain []drainEntry) {
+	sig := k.sig
 	t.nflight++
 	// Field by field: a composite literal of a struct with pointers is
 	// built aside and copied with the garbage collector's bulk barrier.
@@ -298,13 +307,11 @@ func (w *world) begin(comm, seq uint32, k *call, algo string) (peer int, other u
 	}
 	a := &t.active[len(t.active)-1]
 	a.comm, a.seq, a.sig, a.peer, a.name, a.fl, a.algo, a.waitPeer, a.st = comm, seq, sig, 0, k.name, t.nflight, algo, -1, nil
-	drain := t.takeDrain()
+	drain = t.takeDrain()
 	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
 		peer, other, bad = t.seen[i].peer, t.seen[i].sig, true
 	}
-	t.mu.Unlock()
-	w.drainProbes(drain)
-	return peer, other, bad
+	return peer, other, bad, drain
 }
 
 // end records the end of this rank's call in the check's table and the
@@ -496,7 +503,14 @@ func (w *world) failAsync(e *Error, worldPeer int) {
 // mode, agrees on it with every rank. On error the call is over (end was
 // called) and the communicator has failed.
 func (c *Comm) beginCall(ctx context.Context, k *call, algoName string, seq uint32) error {
-	if peer, other, bad := c.w.begin(c.id, seq, k, algoName); bad {
+	peer, other, bad := c.w.begin(c.id, seq, k, algoName)
+	return c.begun(ctx, k, algoName, seq, peer, other, bad)
+}
+
+// begun is the rest of beginCall once the call is registered (world.begin,
+// whose results it takes).
+func (c *Comm) begun(ctx context.Context, k *call, algoName string, seq uint32, peer int, other uint32, bad bool) error {
+	if bad {
 		c.w.end(c.id, seq, true, nil, nil, 0)
 		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name, algoName)
 		return &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: c.commRank(peer), Err: e.Err}

@@ -43,6 +43,14 @@ type call struct {
 	// when it ends well (for its confirmation, confirm.go).
 	chunk uint64
 
+	// begun: a call through the area that was registered as it was
+	// issued (issue), and what world.begin found.
+	begun struct {
+		done, bad bool
+		peer      int
+		other     uint32
+	}
+
 	arrive int64   // when the call entered Braid, on the job's clock (arrival.go)
 	pat    pattern // what this rank knew of its arrival pattern, set as it ends
 }
@@ -377,7 +385,12 @@ func choiceString(name string, p sched.Params, es int) string {
 // that ends a trial also takes the next number for the trial's agreement,
 // and the next call waits for that agreement, so that every rank runs
 // every call with the same segment.
-func (c *Comm) issue(k *call) (run, error) {
+//
+// A call through the shared area that runs at once on this goroutine
+// (begin set: a blocking call) is registered in the check's table
+// (world.begin) under the same lock that orders its sequence number and
+// ticket: one lock for both (runNode then skips its own registration).
+func (c *Comm) issue(k *call, begin bool) (run, error) {
 	pl, err := c.plan(k.p, k.d.Size())
 	if err != nil {
 		return run{}, err
@@ -392,10 +405,19 @@ func (c *Comm) issue(k *call) (run, error) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
 		sig := c.nodeSig(k, pl)
-		c.nodeMu.Lock()
+		t := &c.w.sigs
+		t.mu.Lock()
 		seq, chained := c.chk.next(sig)
 		r := run{pl: pl, seq: seq, sig: chained, ticket: c.node.Ticket()}
-		c.nodeMu.Unlock()
+		var drain []drainEntry
+		if begin {
+			k.sig, k.algo = chained, pl.algo
+			b := &k.begun
+			b.done = true
+			b.peer, b.other, b.bad, drain = t.begin(c.id, seq, k, pl.algo)
+		}
+		t.mu.Unlock()
+		c.w.drainProbes(drain)
 		return r, nil
 	}
 	if !pl.adapting.Load() {
@@ -466,7 +488,7 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 			return err
 		}
 	}
-	r, err := c.issue(k)
+	r, err := c.issue(k, true)
 	if err != nil {
 		e := err.(*Error)
 		c.w.fail(e)

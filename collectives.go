@@ -178,7 +178,7 @@ func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collecti
 	}
 	// The sequence number and program are taken here, in call order, so
 	// that several outstanding calls match up across ranks.
-	run, err := c.issue(&k)
+	run, err := c.issue(&k, false)
 	if err != nil {
 		e := err.(*Error)
 		c.w.fail(e)

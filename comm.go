@@ -251,8 +251,10 @@ type Comm struct {
 
 	root bool // owns the world (created by Init or NewLocal)
 
-	node   *shmcoll.Group // the host's shared area, when every rank is on this host
-	nodeMu sync.Mutex     // orders sequence numbers and the area's tickets
+	// node is the host's shared area, when every rank is on this host.
+	// Its calls take their sequence numbers and tickets under w.sigs.mu
+	// (issue), which orders them.
+	node *shmcoll.Group
 
 	dev struct { // the device communicator of Comm's calls on Device buffers (device.go)
 		mu     sync.Mutex
