@@ -357,7 +357,9 @@ func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64) {
 	// only in a sample (the same calls on every rank of a program whose
 	// ranks make the same calls), after the first endAll of the
 	// communicator.
-	if n := c.ends.Add(1); failed || n <= endAll || n%endEvery == 0 || p.bytes >= endBelow {
+	// The call's sequence number counts the communicator's calls, and is
+	// the same on every rank: no counter of its own to update.
+	if n := seq; failed || n <= endAll || n%endEvery == 0 || p.bytes >= endBelow {
 		p.end = c.w.clock.now()
 	}
 	if len(stamps) == c.Size() && len(stamps) > 0 && !slices.Contains(stamps, 0) {

@@ -170,8 +170,9 @@ func (c *Comm) issueWatched(k *call, pl *planned) run {
 		r.algo = papAlgo
 	}
 	if choice.IsShared(k.p.Coll, r.algo) {
-		c.nodeMu.Lock()
-		defer c.nodeMu.Unlock()
+		// The lock that orders the area's calls (issue).
+		c.w.sigs.mu.Lock()
+		defer c.w.sigs.mu.Unlock()
 		r.ticket = c.node.Ticket()
 	} else {
 		r.prog, r.seg, r.radix = pl.prog.Load(), pl.p.Segment, pl.p.Radix

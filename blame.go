@@ -80,7 +80,7 @@ func (c *Comm) hold(seq uint32, peer int) {
 	t := &w.sigs
 	t.mu.Lock()
 	i := find(t.active, c.id, seq)
-	waits := i >= 0 && slices.Contains(t.active[i].noticed, peer)
+	waits := i >= 0 && t.active[i].st != nil && slices.Contains(t.active[i].st.noticed, peer)
 	t.mu.Unlock()
 	if !waits {
 		return

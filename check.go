@@ -186,7 +186,7 @@ type sigTable struct {
 	mu     sync.Mutex
 	active []sigEntry // this rank's calls in flight (usually one)
 	seen   []sigEntry // unexpected messages for calls not begun yet
-	done   [recentCalls]sigEntry
+	done   [recentCalls]doneEntry
 	ndone  int
 	drain  []drainEntry // probes to consume
 
@@ -207,19 +207,43 @@ type sigTable struct {
 // messages that arrive after their call ended here.
 const recentCalls = 64
 
+// sigEntry is a call in sigTable's active or seen list. world.begin writes
+// every field of an active one, one by one: a field added here must be
+// added there.
 type sigEntry struct {
 	comm, seq, sig uint32
 	peer           int    // seen: the sender's world rank
-	name           string // active, done: the call's name
+	name           string // active: the call's name
 	fl             uint64 // active: 1 + the call's place in the flight recorder
-	algo           string // active, done: its algorithm (nodeAlgo: the shared area)
+	algo           string // active: its algorithm (nodeAlgo: the shared area)
 
 	// active: the world rank the call waited for when it stalled, or -1
-	// before; the world ranks it probed, and that said (a notice) that
-	// they wait too.
+	// before, and what the call knows of the stall probes (nil until the
+	// first): begin and end copy entries, and most calls never stall.
 	waitPeer int
-	probed   []int
-	noticed  []int
+	st       *stallState
+}
+
+// stallState is what an active call knows of the stall probes: the world
+// ranks it probed, and that said (a notice) that they wait too. Probes
+// to answer once a call stalls are the table's (sigTable.probers).
+type stallState struct {
+	probed  []int
+	noticed []int
+}
+
+// stall returns e's stallState, made on first use.
+func (e *sigEntry) stall() *stallState {
+	if e.st == nil {
+		e.st = &stallState{}
+	}
+	return e.st
+}
+
+// doneEntry is an ended call that sigTable remembers.
+type doneEntry struct {
+	comm, seq, sig uint32
+	name, algo     string
 }
 
 type drainEntry struct {
@@ -267,19 +291,36 @@ func (w *world) reactivate(comm, seq, sig uint32, name, algo string) {
 // another signature.
 func (w *world) begin(comm, seq uint32, k *call, algo string) (peer int, other uint32, bad bool) {
 	t := &w.sigs
-	sig := k.sig
 	t.mu.Lock()
-	t.nflight++
-	t.flight[(t.nflight-1)%flightLen] = flightEntry{comm: comm, seq: seq, name: k.name, algo: algo,
-		bytes: callBytes(k), state: flightRunning, arrive: k.arrive, waitPeer: -1}
-	t.active = append(t.active, sigEntry{comm: comm, seq: seq, sig: sig, name: k.name, algo: algo, waitPeer: -1, fl: t.nflight})
-	drain := t.takeDrain()
-	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
-		peer, other, bad = t.seen[i].peer, t.seen[i].sig, true
-	}
+	peer, other, bad, drain := t.begin(comm, seq, k, algo)
 	t.mu.Unlock()
 	w.drainProbes(drain)
 	return peer, other, bad
+}
+
+// begin is world.begin with t.mu held: it returns, besides, the probes to
+// consume (world.drainProbes) once t.mu is released.
+func (t *sigTable) begin(comm, seq uint32, k *call, algo string) (peer int, other uint32, bad bool, drain []drainEntry) {
+	sig := k.sig
+	t.nflight++
+	// Field by field: a composite literal of a struct with pointers is
+	// built aside and copied with the garbage collector's bulk barrier.
+	f := &t.flight[(t.nflight-1)%flightLen]
+	f.comm, f.seq, f.name, f.algo = comm, seq, k.name, algo
+	f.bytes, f.state, f.arrive, f.end, f.waitPeer = callBytes(k), flightRunning, k.arrive, 0, -1
+	f.pat = pattern{}
+	if n := len(t.active); n < cap(t.active) {
+		t.active = t.active[:n+1]
+	} else {
+		t.active = append(t.active, sigEntry{})
+	}
+	a := &t.active[len(t.active)-1]
+	a.comm, a.seq, a.sig, a.peer, a.name, a.fl, a.algo, a.waitPeer, a.st = comm, seq, sig, 0, k.name, t.nflight, algo, -1, nil
+	drain = t.takeDrain()
+	if i := find(t.seen, comm, seq); i >= 0 && t.seen[i].sig != sig {
+		peer, other, bad = t.seen[i].peer, t.seen[i].sig, true
+	}
+	return peer, other, bad, drain
 }
 
 // end records the end of this rank's call in the check's table and the
@@ -289,7 +330,7 @@ func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSit
 	t := &w.sigs
 	t.mu.Lock()
 	if i := find(t.active, comm, seq); i >= 0 {
-		e := t.active[i]
+		e := &t.active[i]
 		if f := &t.flight[(e.fl-1)%flightLen]; e.fl > 0 && f.comm == comm && f.seq == seq {
 			f.state, f.waitPeer = flightDone, e.waitPeer
 			if failed {
@@ -304,7 +345,8 @@ func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSit
 		if !failed && p != nil && sites != nil {
 			sites.record(coll, p)
 		}
-		t.done[t.ndone%recentCalls] = sigEntry{comm: e.comm, seq: e.seq, sig: e.sig, name: e.name, algo: e.algo}
+		d := &t.done[t.ndone%recentCalls]
+		d.comm, d.seq, d.sig, d.name, d.algo = e.comm, e.seq, e.sig, e.name, e.algo
 		t.ndone++
 		t.active = remove(t.active, i)
 	}
@@ -365,7 +407,8 @@ func (w *world) unexpected(peer int, tag transport.Tag) {
 		a := &t.active[i]
 		want, name, algo, known = a.sig, a.name, a.algo, ctl != noticeStep
 		if ctl == noticeStep {
-			a.noticed = append(a.noticed, peer)
+			st := a.stall()
+			st.noticed = append(st.noticed, peer)
 		}
 	} else if i := t.findDone(tag.Comm, tag.Seq); i >= 0 {
 		want, name, algo, known = t.done[i].sig, t.done[i].name, t.done[i].algo, ctl != noticeStep
@@ -472,7 +515,14 @@ func (w *world) failAsync(e *Error, worldPeer int) {
 // mode, agrees on it with every rank. On error the call is over (end was
 // called) and the communicator has failed.
 func (c *Comm) beginCall(ctx context.Context, k *call, algoName string, seq uint32) error {
-	if peer, other, bad := c.w.begin(c.id, seq, k, algoName); bad {
+	peer, other, bad := c.w.begin(c.id, seq, k, algoName)
+	return c.begun(ctx, k, algoName, seq, peer, other, bad)
+}
+
+// begun is the rest of beginCall once the call is registered (world.begin,
+// whose results it takes).
+func (c *Comm) begun(ctx context.Context, k *call, algoName string, seq uint32, peer int, other uint32, bad bool) error {
+	if bad {
 		c.w.end(c.id, seq, true, nil, nil, 0)
 		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name, algoName)
 		return &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: c.commRank(peer), Err: e.Err}
@@ -521,8 +571,9 @@ func (c *Comm) stallOn(seq uint32, q int, what func() string) {
 		return
 	}
 	a := &t.active[i]
-	probe := !slices.Contains(a.probed, wp)
-	a.probed = append(a.probed, wp)
+	st := a.stall()
+	probe := !slices.Contains(st.probed, wp)
+	st.probed = append(st.probed, wp)
 	if a.waitPeer < 0 {
 		a.waitPeer = wp
 	}

@@ -42,6 +42,14 @@ type call struct {
 	// when it ends well (for its confirmation, confirm.go).
 	chunk uint64
 
+	// begun: a call through the area that was registered as it was
+	// issued (issue), and what world.begin found.
+	begun struct {
+		done, bad bool
+		peer      int
+		other     uint32
+	}
+
 	arrive int64   // when the call entered Braid, on the job's clock (arrival.go)
 	pat    pattern // what this rank knew of its arrival pattern, set as it ends
 }
@@ -56,6 +64,29 @@ type planKey struct {
 type lastPlan struct {
 	key planKey
 	pl  *planned
+}
+
+// lastSig caches the signature (callSig) of the last call through the
+// shared area: a loop of one small call then skips hashing its arguments.
+// A plan is one per (collective, count, root, element size) and runs one
+// algorithm, so (pl, dtype, op) determine the signature.
+type lastSig struct {
+	pl  *planned
+	d   DType
+	op  Op
+	sig uint32
+}
+
+// nodeSig returns callSig(k, pl.algo, 0, 0, 0) for a call through the
+// shared area, from the cache when the last such call had the same plan,
+// dtype and op.
+func (c *Comm) nodeSig(k *call, pl *planned) uint32 {
+	if ls := c.lastSig.Load(); ls != nil && ls.pl == pl && ls.d == k.d && ls.op == k.op {
+		return ls.sig
+	}
+	sig := c.callSig(k, pl.algo, 0, 0, 0)
+	c.lastSig.Store(&lastSig{pl: pl, d: k.d, op: k.op, sig: sig})
+	return sig
 }
 
 type planned struct {
@@ -355,7 +386,12 @@ func choiceString(name string, p sched.Params, es int) string {
 // that ends a trial also takes the next number for the trial's agreement,
 // and the next call waits for that agreement, so that every rank runs
 // every call with the same segment.
-func (c *Comm) issue(k *call) (run, error) {
+//
+// A call through the shared area that runs at once on this goroutine
+// (begin set: a blocking call) is registered in the check's table
+// (world.begin) under the same lock that orders its sequence number and
+// ticket: one lock for both (runNode then skips its own registration).
+func (c *Comm) issue(k *call, begin bool) (run, error) {
 	pl, err := c.plan(k.p, k.d.Size())
 	if err != nil {
 		return run{}, err
@@ -369,10 +405,20 @@ func (c *Comm) issue(k *call) (run, error) {
 	if choice.IsShared(k.p.Coll, pl.algo) {
 		// The shared area runs calls in the order of their tickets, which
 		// must be the order of their sequence numbers.
-		c.nodeMu.Lock()
-		seq, sig := c.chk.next(c.callSig(k, pl.algo, 0, 0, 0))
-		r := run{pl: pl, seq: seq, sig: sig, ticket: c.node.Ticket()}
-		c.nodeMu.Unlock()
+		sig := c.nodeSig(k, pl)
+		t := &c.w.sigs
+		t.mu.Lock()
+		seq, chained := c.chk.next(sig)
+		r := run{pl: pl, seq: seq, sig: chained, ticket: c.node.Ticket()}
+		var drain []drainEntry
+		if begin {
+			k.sig, k.algo = chained, pl.algo
+			b := &k.begun
+			b.done = true
+			b.peer, b.other, b.bad, drain = t.begin(c.id, seq, k, pl.algo)
+		}
+		t.mu.Unlock()
+		c.w.drainProbes(drain)
 		return r, nil
 	}
 	if !pl.adapting.Load() {
@@ -443,7 +489,7 @@ func (c *Comm) runCall(ctx context.Context, k *call) error {
 			return err
 		}
 	}
-	r, err := c.issue(k)
+	r, err := c.issue(k, true)
 	if err != nil {
 		e := err.(*Error)
 		c.w.fail(e)
@@ -478,6 +524,13 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 		}
 		return c.confirm(ctx, k, r.seq)
 	}
+	return c.runTrial(ctx, k, r)
+}
+
+// runTrial executes an issued call that ends a MIAD trial, and the trial's
+// agreement. (Apart from runIssued, whose every return would otherwise run
+// the runtime's deferreturn: these defers are not open-coded.)
+func (c *Comm) runTrial(ctx context.Context, k *call, r run) error {
 	pl := r.pl
 	defer func() {
 		pl.mu.Lock()
@@ -588,21 +641,24 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 // prepare checks the arguments of a collective and builds the call. It
 // reports invalid arguments as InvalidArgument and aborts the communicator
 // (peers cannot go on without this rank).
-func (c *Comm) prepare(name string, coll sched.Collective, send, recv any, op Op, root int) (call, error) {
-	k, err := c.check(name, coll, send, recv, op, root)
-	if err != nil {
+// It fills k (a zero call) in place: a call is a few hundred bytes, which
+// a return by value would copy at every level.
+func (c *Comm) prepare(k *call, name string, coll sched.Collective, send, recv any, op Op, root int) error {
+	if err := c.check(k, name, coll, send, recv, op, root); err != nil {
 		// The argument error is this rank's own news, even if the
 		// communicator failed already.
 		c.w.fail(err)
-		return call{}, err
+		return err
 	}
-	return k, nil
+	return nil
 }
 
-func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, root int) (call, *Error) {
+// check fills k, a zero call, from the arguments, or returns why they are
+// invalid (k is then left as it was).
+func (c *Comm) check(k *call, name string, coll sched.Collective, send, recv any, op Op, root int) *Error {
 	n := c.Size()
-	bad := func(format string, args ...any) (call, *Error) {
-		return call{}, argError(c.rank, name, format, args...)
+	bad := func(format string, args ...any) *Error {
+		return argError(c.rank, name, format, args...)
 	}
 	if coll.Rooted() && (root < 0 || root >= n) {
 		return bad("root %d out of range [0, %d)", root, n)
@@ -699,7 +755,8 @@ func (c *Comm) check(name string, coll sched.Collective, send, recv any, op Op, 
 		// In and Out are the same buffer by definition.
 		in = out
 	}
-	return call{name: name, p: p, in: in, out: out, d: d, op: op}, nil
+	k.name, k.p, k.in, k.out, k.d, k.op = name, p, in, out, d, op
+	return nil
 }
 
 // checkAlias accepts disjoint buffers or exactly the in-place layout of the

@@ -82,7 +82,7 @@ func (c *Comm) collective(ctx context.Context, name string, coll sched.Collectiv
 	if _, dev := recv.(Device); dev {
 		return c.deviceCall(ctx, name, coll, send, recv, op, root)
 	}
-	if k, err = c.prepare(name, coll, send, recv, op, root); err != nil {
+	if err = c.prepare(&k, name, coll, send, recv, op, root); err != nil {
 		return err
 	}
 	return c.runCall(ctx, &k)
@@ -166,8 +166,8 @@ func (r *Request) Test() (bool, error) {
 // communicator's order now, and runs it in the background.
 func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collective, send, recv any, op Op, root int) *Request {
 	r := c.newRequest(name)
-	k, err := c.prepare(name, coll, send, recv, op, root)
-	if err != nil {
+	var k call
+	if err := c.prepare(&k, name, coll, send, recv, op, root); err != nil {
 		r.finish(err)
 		return r
 	}
@@ -178,7 +178,7 @@ func (c *Comm) icollective(ctx context.Context, name string, coll sched.Collecti
 	}
 	// The sequence number and program are taken here, in call order, so
 	// that several outstanding calls match up across ranks.
-	run, err := c.issue(&k)
+	run, err := c.issue(&k, false)
 	if err != nil {
 		e := err.(*Error)
 		c.w.fail(e)

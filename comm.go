@@ -233,10 +233,11 @@ type Comm struct {
 	chk    commCheck // sequence numbers and signatures (check.go)
 	splits atomic.Uint32
 
-	mu    sync.Mutex
-	plans map[planKey]*planned
-	last  atomic.Pointer[lastPlan]
-	packs treeCache // spanning trees packed for tree-packing plans (topology.go)
+	mu      sync.Mutex
+	plans   map[planKey]*planned
+	last    atomic.Pointer[lastPlan]
+	lastSig atomic.Pointer[lastSig] // the shared area's (coll.go)
+	packs   treeCache               // spanning trees packed for tree-packing plans (topology.go)
 
 	agreeOnce sync.Once
 	agree     *sched.Program // MIAD's agreement allreduce
@@ -250,8 +251,10 @@ type Comm struct {
 
 	root bool // owns the world (created by Init or NewLocal)
 
-	node   *shmcoll.Group // the host's shared area, when every rank is on this host
-	nodeMu sync.Mutex     // orders sequence numbers and the area's tickets
+	// node is the host's shared area, when every rank is on this host.
+	// Its calls take their sequence numbers and tickets under w.sigs.mu
+	// (issue), which orders them.
+	node *shmcoll.Group
 
 	dev struct { // the device communicator of Comm's calls on Device buffers (device.go)
 		mu     sync.Mutex
@@ -263,8 +266,7 @@ type Comm struct {
 	connFn func(int) transport.Conn // c.conn, made once: a method value per call allocates
 	errFn  func() error             // c.w.err, likewise
 
-	arrivals arrivalSites  // what this rank knows of its calls' arrival patterns (arrival.go)
-	ends     atomic.Uint64 // calls ended, for the sample of small calls that read the clock (endCall)
+	arrivals arrivalSites // what this rank knows of its calls' arrival patterns (arrival.go)
 }
 
 func newComm(w *world, id uint32, rank int, members []int) *Comm {

@@ -152,6 +152,8 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 	if c.Size() <= 1 || c.w.opts.Check == CheckStrict {
 		return nil
 	}
+	var owed confirmEntry // what k owes, if owes
+	owes := false
 	if !completeFor(&k.p, 0) || !completeFor(&k.p, c.Size()-1) || !completeFor(&k.p, c.rank) {
 		agg := 0
 		if k.p.Coll.Rooted() {
@@ -163,24 +165,29 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 			// Through the shared area, every rank reads every other's
 			// running hash instead (shmcoll's Confirm): no messages.
 			if !completeFor(&k.p, c.rank) {
-				c.owe(confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk})
+				owed, owes = confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk}, true
 			}
 		case c.rank == agg && aggDone:
 			if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
 				return err
 			}
 		case c.rank == agg:
-			c.owe(confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confCollect), name: k.name, algo: k.algo})
+			owed, owes = confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confCollect), name: k.name, algo: k.algo}, true
 		default:
 			if !aggDone {
 				if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
 					return err
 				}
 			}
-			c.owe(confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confRecv), name: k.name, algo: k.algo})
+			owed, owes = confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confRecv), name: k.name, algo: k.algo}, true
 		}
 	}
-	return c.settle(ctx, k.name, seq)
+	// What k owes is recorded and what the calls before it owe is taken
+	// under one lock (a broadcast loop does both at every call).
+	if !owes {
+		return c.settleOwing(ctx, k.name, seq, nil)
+	}
+	return c.settleOwing(ctx, k.name, seq, &owed)
 }
 
 // confirms reports whether this rank's call k is checked against every
@@ -193,41 +200,51 @@ func (c *Comm) confirms(k *call) bool {
 	return c.w.opts.Check == CheckStrict || c.Size() > 1 && !completeFor(&k.p, c.rank)
 }
 
-// owe records a confirmation to settle at the next call.
-func (c *Comm) owe(e confirmEntry) {
-	k := &c.chk
-	k.confMu.Lock()
-	k.conf = append(k.conf, e)
-	k.owed.Store(int32(len(k.conf)))
-	k.confMu.Unlock()
-}
-
 // settle runs the confirmations owed for the calls before seq.
 func (c *Comm) settle(ctx context.Context, name string, seq uint32) error {
+	return c.settleOwing(ctx, name, seq, nil)
+}
+
+// settleOwing records owed (if not nil) as a confirmation to settle
+// later, and runs those owed for the calls before seq.
+func (c *Comm) settleOwing(ctx context.Context, name string, seq uint32, owed *confirmEntry) error {
 	k := &c.chk
 	// A confirmation owed by a call that ended before this one was
-	// recorded before that call returned (owe), so it shows here.
-	if k.owed.Load() == 0 {
+	// recorded before that call returned, so it shows here.
+	if owed == nil && k.owed.Load() == 0 {
 		return nil
 	}
 	k.confMu.Lock()
-	// One call's confirmation is what a broadcast loop owes: no
-	// allocation for a few.
-	var buf [4]confirmEntry
-	due := buf[:0]
+	// One call's confirmation is what a broadcast loop owes: the first
+	// due is kept apart, the others (non-blocking calls) in a slice.
+	var first confirmEntry
+	var more []confirmEntry
+	due := false
 	keep := k.conf[:0]
 	for _, e := range k.conf {
-		if int32(e.seq-seq) < 0 {
-			due = append(due, e)
-		} else {
+		switch {
+		case int32(e.seq-seq) >= 0:
 			keep = append(keep, e)
+		case !due:
+			first, due = e, true
+		default:
+			more = append(more, e)
 		}
 	}
 	clear(k.conf[len(keep):])
+	if owed != nil {
+		keep = append(keep, *owed)
+	}
 	k.conf = keep
 	k.owed.Store(int32(len(keep)))
 	k.confMu.Unlock()
-	for _, e := range due {
+	if !due {
+		return nil
+	}
+	if err := c.runConfirm(ctx, name, first, true); err != nil {
+		return err
+	}
+	for _, e := range more {
 		if err := c.runConfirm(ctx, name, e, true); err != nil {
 			return err
 		}

@@ -61,7 +61,8 @@ func (s flightState) String() string {
 	return "?"
 }
 
-// flightEntry is one call in the ring.
+// flightEntry is one call in the ring. world.begin writes
+// every field, one by one: a field added here must be added there.
 type flightEntry struct {
 	comm, seq   uint32
 	name, algo  string

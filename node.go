@@ -153,7 +153,13 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	// schedules' calls do, so that a peer that ran this call as a schedule
 	// is found by its messages; strict mode agrees before the area moves
 	// anything.
-	if err := c.beginCall(ctx, k, k.algo, r.seq); err != nil {
+	var err error
+	if b := &k.begun; b.done {
+		err = c.begun(ctx, k, k.algo, r.seq, b.peer, b.other, b.bad)
+	} else {
+		err = c.beginCall(ctx, k, k.algo, r.seq)
+	}
+	if err != nil {
 		c.node.Skip(ctx, r.ticket)
 		return err
 	}
@@ -176,7 +182,6 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		c.w.debugf("trace", "%s seq %d count %d via %s", k.name, r.seq, k.p.Count, k.algo)
 	}
 	g := c.node
-	var err error
 	switch k.p.Coll {
 	case sched.Allreduce, sched.Reduce, sched.ReduceScatter:
 		var red shmcoll.Reducer
