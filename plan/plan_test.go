@@ -379,3 +379,16 @@ func TestTableMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesFallbackKeepsFused: where the rules know none of the
+// candidates (a device call whose only candidate is a fused kernel), the
+// first candidate they fall back to keeps its kernel, so that the call
+// runs it instead of looking it up as a schedule.
+func TestRulesFallbackKeepsFused(t *testing.T) {
+	r := req(sched.Allgather, 2, 1<<20)
+	k := &plan.Fused{Kind: "allgather", Blocks: 8, Threads: 512, Rounds: 1}
+	d := plan.Rules{}.Plan(r, []plan.Candidate{{Name: "fused", Params: r.Params, Cost: math.NaN(), Fused: k}})
+	if d.Algo != "fused" || d.Fused != k {
+		t.Fatalf("chose %q with kernel %v, want fused with its kernel", d.Algo, d.Fused)
+	}
+}

@@ -86,7 +86,7 @@ func (Rules) Plan(r Request, cand []Candidate) Decision {
 		if len(cand) == 0 {
 			return Decision{}
 		}
-		return Decision{Algo: cand[0].Name, Params: cand[0].Params, Reason: "the only or first available algorithm", Source: FromRules}
+		return Decision{Algo: cand[0].Name, Params: cand[0].Params, Reason: "the only or first available algorithm", Source: FromRules, Fused: cand[0].Fused}
 	}
 	return d
 }
