@@ -35,9 +35,10 @@ type Env struct {
 	Timeout time.Duration
 	// Hook, if not nil, is called once at the end of the run.
 	Hook func(prog *sched.Program, err error)
-	// Stall, if not nil, is called from the run's goroutine, once per run,
-	// when the run has waited StallAfter (counted, like Timeout, from its
-	// first slow poll): once for each peer the run waits for, with the
+	// Stall, if not nil, is called from the run's goroutine, once per stall,
+	// when the run has waited StallAfter with no step completing (counted
+	// from its first slow poll since the last step completed): once for
+	// each peer the run waits for, with the
 	// index of the first step that waits for it (pending receives, or
 	// pending sends if no receive is pending), the step, and the run's Tag
 	// with Step set to the step's. It must not block.
@@ -202,6 +203,10 @@ func (r *run) progress() error {
 	r.pending = keep
 	if moved {
 		r.bo.Reset()
+		// Progress re-arms the stall: a run that stalled on a slow peer
+		// which then moved probes the next peer it waits StallAfter for
+		// (the timeout hold learns whether that one waits too).
+		r.stalled, r.stallAt = false, time.Time{}
 		return nil
 	}
 	r.polls++

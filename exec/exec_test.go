@@ -574,3 +574,46 @@ func TestStallNamesPeersOnce(t *testing.T) {
 		t.Errorf("Stall calls %+v, want one for step 1 (rank 1) with tag %v", calls, want)
 	}
 }
+
+func TestStallRearmsAfterProgress(t *testing.T) {
+	// A run that stalled on a slow peer (rank 1), which then sent, and
+	// that waits next for another (rank 2, which never sends) calls Stall
+	// again for rank 2: the timeout's hold must learn whether the rank it
+	// now waits for waits too. Rank 1 sends only once Stall named it, so
+	// the order does not depend on timing.
+	meshes := inproc.NewWorld(3, nil)
+	for _, m := range meshes {
+		defer m.Close()
+	}
+	b := sched.NewBuilder(0)
+	first := b.Recv(1, 0, sched.Chunk{Buf: sched.Out, Len: 1})
+	b.Recv(2, 1, sched.Chunk{Buf: sched.Out, Off: 1, Len: 1}, first)
+	prog := b.P
+	named := make(chan int, 4)
+	env := envFor(meshes[0])
+	env.Timeout = 500 * time.Millisecond
+	env.StallAfter = 10 * time.Millisecond
+	env.Stall = func(i int, s *sched.Step, tag transport.Tag) { named <- s.Peer }
+	done := make(chan error, 1)
+	go func() {
+		done <- exec.Run(context.Background(), &prog, env, exec.Buffers{In: f32(1), Out: f32(0, 0), DType: dtype.Float32})
+	}()
+	if p := <-named; p != 1 {
+		t.Fatalf("first stall named rank %d, want 1", p)
+	}
+	sb := sched.NewBuilder(1)
+	sb.Send(0, 0, sched.Chunk{Buf: sched.In, Len: 1})
+	sprog := sb.P
+	if err := exec.Run(context.Background(), &sprog, envFor(meshes[1]), exec.Buffers{In: f32(7), Out: f32(), DType: dtype.Float32}); err != nil {
+		t.Fatalf("rank 1's send: %v", err)
+	}
+	select {
+	case p := <-named:
+		if p != 2 {
+			t.Errorf("second stall named rank %d, want 2", p)
+		}
+	case err := <-done:
+		t.Fatalf("the run ended (%v) without a stall for rank 2", err)
+	}
+	<-done
+}
