@@ -2,9 +2,6 @@
 // interface has one method; Default is the built-in choice by collective,
 // rank count and message size, and the fallback of any other planner.
 //
-// Example:
-//
-//	d := plan.Default{}.Plan(plan.Request{Coll: sched.Allreduce, NRanks: 4, Bytes: 1 << 20},
-//		[]string{"ring", "recdouble", "rabenseifner"})
-//	fmt.Println(d.Algo, d.Reason)
+// ExampleDefault_Plan shows a call: a Request (the call's sched.Params and
+// element size) and the candidates, each with its cost under the model.
 package plan
