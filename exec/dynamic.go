@@ -224,6 +224,8 @@ func (x *dynExec) WaitAny(hs []sched.Handle) (int, error) {
 				if err == nil {
 					x.bo.Reset()
 					x.polls = 0
+					// Progress re-arms the stall, as in Run.
+					x.stalled, x.stallAt = false, time.Time{}
 				}
 				return i, err
 			}
@@ -271,7 +273,7 @@ func (x *dynExec) idle(hs []sched.Handle) error {
 	return nil
 }
 
-// stall calls Env.Stall, once a run, for each peer of hs (their receives,
+// stall calls Env.Stall, once a stall, for each peer of hs (their receives,
 // else their sends) once the wait has lasted Env.StallAfter, as Run does
 // for a program's pending steps.
 func (x *dynExec) stall(hs []sched.Handle) {
