@@ -166,20 +166,10 @@ func (b papBcastAlgo) serve(x sched.Exec, p sched.Params, part func(sched.Buf, i
 	}
 	// take moves every rank whose word is in to group.
 	var group []int
-	take := func() error {
-		for i := 0; i < len(waits); {
-			done, err := x.Test(waits[i])
-			if err != nil {
-				return err
-			}
-			if !done {
-				i++
-				continue
-			}
-			group = append(group, who[i])
-			waits, who = slices.Delete(waits, i, i+1), slices.Delete(who, i, i+1)
-		}
-		return nil
+	join := func(q int) error { group = append(group, q); return nil }
+	take := func() (err error) {
+		waits, who, err = takeArrived(x, waits, who, join)
+		return err
 	}
 	for len(waits) > 0 {
 		// Every rank whose word is in; if none, the next to come and any

@@ -214,19 +214,9 @@ func keepLine(x sched.Exec, members []int, root int, in, out sched.Chunk) error 
 		return nil
 	}
 	// The ranks whose word is here already arrived before the root.
-	for i := 0; i < len(waits); {
-		done, err := x.Test(waits[i])
-		if err != nil {
-			return err
-		}
-		if !done {
-			i++
-			continue
-		}
-		if err := add(who[i]); err != nil {
-			return err
-		}
-		waits, who = slices.Delete(waits, i, i+1), slices.Delete(who, i, i+1)
+	waits, who, err := takeArrived(x, waits, who, add)
+	if err != nil {
+		return err
 	}
 	if err := add(root); err != nil {
 		return err
@@ -359,4 +349,25 @@ func bcastTrace(g *sched.Builder, members []int, root, rank int, out sched.Chunk
 			g.Send(at(v+mask), tag, out, deps...)
 		}
 	}
+}
+
+// takeArrived passes got, in order, every rank of who whose arrival word
+// (the receive of the same index in waits) is in, and returns waits and who
+// without them; it does not wait.
+func takeArrived(x sched.Exec, waits []sched.Handle, who []int, got func(q int) error) ([]sched.Handle, []int, error) {
+	for i := 0; i < len(waits); {
+		done, err := x.Test(waits[i])
+		if err != nil {
+			return waits, who, err
+		}
+		if !done {
+			i++
+			continue
+		}
+		if err := got(who[i]); err != nil {
+			return waits, who, err
+		}
+		waits, who = slices.Delete(waits, i, i+1), slices.Delete(who, i, i+1)
+	}
+	return waits, who, nil
 }
