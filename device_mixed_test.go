@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/braid-ccl/braid/cuda"
-	"github.com/braid-ccl/braid/internal/launch"
 	"github.com/braid-ccl/braid/sched"
 )
 
@@ -35,14 +33,7 @@ func TestDeviceMixedOneComm(t *testing.T) {
 		deviceMixedRank(t)
 		return
 	}
-	n := deviceTestRanks(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	args := []string{"-test.run=^TestDeviceMixedOneComm$", "-test.v"}
-	err := launch.Run(ctx, launch.Config{N: n, Prog: os.Args[0], Args: args, Env: []string{deviceMixedEnv + "=" + strconv.Itoa(n)}, Prefix: true})
-	if err != nil {
-		t.Fatalf("%d ranks: %v", n, err)
-	}
+	launchDeviceTest(t, "TestDeviceMixedOneComm", deviceMixedEnv, 4*time.Minute)
 }
 
 // mixedVal is rank r's input element j in round k, as device.c's val.

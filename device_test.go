@@ -185,14 +185,24 @@ func TestDeviceCollectives(t *testing.T) {
 		deviceRank(t)
 		return
 	}
-	n := deviceTestRanks(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	args := []string{"-test.run=^TestDeviceCollectives$", "-test.v"}
+	var short []string
 	if testing.Short() {
-		args = append(args, "-test.short")
+		short = append(short, "-test.short")
 	}
-	err := launch.Run(ctx, launch.Config{N: n, Prog: os.Args[0], Args: args, Env: []string{deviceTestEnv + "=" + strconv.Itoa(n)}, Prefix: true})
+	launchDeviceTest(t, "TestDeviceCollectives", deviceTestEnv, 8*time.Minute, short...)
+}
+
+// launchDeviceTest starts the ranks of the device test named test
+// (deviceTestRanks of them) as processes of this test binary, through
+// launch as braid run would, with env set to the rank count so that they
+// run the rank's side, and fails t if any rank fails or limit passes.
+func launchDeviceTest(t *testing.T, test, env string, limit time.Duration, args ...string) {
+	t.Helper()
+	n := deviceTestRanks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	args = append([]string{"-test.run=^" + test + "$", "-test.v"}, args...)
+	err := launch.Run(ctx, launch.Config{N: n, Prog: os.Args[0], Args: args, Env: []string{env + "=" + strconv.Itoa(n)}, Prefix: true})
 	if err != nil {
 		t.Fatalf("%d ranks: %v", n, err)
 	}
