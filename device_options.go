@@ -100,7 +100,7 @@ type DeviceOptions struct {
 	// in a reduce of 12,345 floats without it and passed with it (session
 	// 10); the same calls from Go (TestDeviceMixedOneComm) passed both
 	// ways, and the cause is not found. Fused kernels do not push this
-	// way and are unaffected.
+	// way and are unaffected. BRAID_GPU_SYNC_PUSH=1 sets it.
 	SyncPush bool
 
 	// Tuning of the fused kernels, for experiments; the zero values
@@ -210,6 +210,7 @@ var deviceFlags = []struct {
 }{
 	{"BRAID_GPU_PULL", "Pull", func(o *DeviceOptions) *bool { return &o.Pull }},
 	{"BRAID_GPU_STATS", "Stats", func(o *DeviceOptions) *bool { return &o.Stats }},
+	{"BRAID_GPU_SYNC_PUSH", "SyncPush", func(o *DeviceOptions) *bool { return &o.SyncPush }},
 }
 
 // envBytes reads a size in bytes (4096, 256K); 0 means never (-1).

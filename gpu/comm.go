@@ -83,15 +83,10 @@ type Comm struct {
 	nrecv   []int
 	stats   *stats // Options.Stats: where the time of calls goes
 
-	// Diagnosis of issue s10-mix (a reduce that read a peer's chunk of the
-	// call before), read once from the environment by New; both off by
-	// default. debugSync (Options.SyncPush, which the C API sets, or
-	// BRAID_GPU_DEBUG_PUSH_SYNC=1): a push's sender
-	// synchronizes its copy stream before it posts "written", so that the
-	// receiver's data is in place whatever the interprocess event does.
-	// freshEvents (BRAID_GPU_DEBUG_FRESH_EVENTS=1): no interprocess event
-	// is recorded twice (the pools grow by every message of every call).
-	debugSync, freshEvents bool
+	// syncPush (Options.SyncPush): a push's sender synchronizes its copy
+	// stream before it posts "written", so that the receiver's data is in
+	// place whatever the interprocess event does.
+	syncPush bool
 }
 
 // stats accumulates where the time of calls goes, for Options.Stats.
@@ -257,16 +252,14 @@ const DefaultPushMax = 4 << 30
 func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, error) {
 	g := &Comm{
 		w: w, rank: host.Rank(), n: host.Size(),
-		exports: map[uint64]export{},
-		mapped:  map[peerBuf]cuda.DevicePtr{},
-		opened:  map[cuda.IPCEventHandle]cuda.Event{},
-		stash:   map[stashKey]notice{},
-		landing: map[*sched.Program]landing{},
-		needs:   map[*sched.Program][]bool{},
-		pushMax: opts.PushMax,
-		// Diagnosis knobs: see Comm.debugSync.
-		debugSync:   opts.SyncPush || os.Getenv("BRAID_GPU_DEBUG_PUSH_SYNC") == "1",
-		freshEvents: os.Getenv("BRAID_GPU_DEBUG_FRESH_EVENTS") == "1",
+		exports:  map[uint64]export{},
+		mapped:   map[peerBuf]cuda.DevicePtr{},
+		opened:   map[cuda.IPCEventHandle]cuda.Event{},
+		stash:    map[stashKey]notice{},
+		landing:  map[*sched.Program]landing{},
+		needs:    map[*sched.Program][]bool{},
+		pushMax:  opts.PushMax,
+		syncPush: opts.SyncPush,
 	}
 	if g.pushMax == 0 {
 		g.pushMax = DefaultPushMax

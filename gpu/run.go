@@ -146,10 +146,8 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 	kc.state = g.state[:len(steps)]
 	state := kc.state
 	clear(state)
-	if !g.freshEvents {
-		clear(g.nsend)
-		clear(g.nrecv)
-	}
+	clear(g.nsend)
+	clear(g.nrecv)
 	g.nlev = 0
 	if kc.push {
 		if cap(g.copied) < len(steps) {
@@ -550,7 +548,7 @@ func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
 		}
 		g.copied[i] = g.nlev - 1
 		g.usedS[peer] = true
-		if g.debugSync {
+		if g.syncPush {
 			if err := c.StreamSynchronize(cs); err != nil {
 				return false, err
 			}
