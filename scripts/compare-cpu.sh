@@ -29,7 +29,9 @@
 # If a launcher or compiler is missing and this is a Debian machine run as
 # root, it installs openmpi-bin, mpich and their -dev packages; otherwise it
 # says what is missing. Raw outputs go to OUT (default out/compare-cpu);
-# the table is also written to OUT/table.md.
+# the table is also written to OUT/table.md. TABLE_ONLY=1 runs nothing and
+# prints the table of the raw outputs already in OUT (a run fetched from
+# another machine; REPS, NPS, COLLS as that run had them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -46,6 +48,7 @@ export PATH=$PATH:/usr/local/go/bin
 mkdir -p "$OUT"
 
 have() { command -v "$1" >/dev/null 2>&1; }
+if [ -z "${TABLE_ONLY:-}" ]; then
 MPIRUN_OPENMPI=${MPIRUN_OPENMPI:-mpirun.openmpi}
 MPIRUN_MPICH=${MPIRUN_MPICH:-mpirun.mpich}
 need_build=""
@@ -105,6 +108,7 @@ for np in $NPS; do
     done
 done
 done
+fi
 
 python3 - "$OUT" "$COLLS" "$NPS" "$SIZES" "$REPS" <<'EOF' | tee "$OUT/table.md"
 import csv, sys, os, statistics
