@@ -87,6 +87,25 @@ type confirmEntry struct {
 	prog       *sched.Program
 	name, algo string // the call's
 	chunk      uint64 // a call through the shared area (prog nil): its last chunk
+	agg        int    // and the rank that verifies it for the others (nodeAggregator)
+}
+
+// nodeAggregator returns the rank that compares every rank's running hash
+// when a call through the shared area is confirmed (shmcoll's Confirm): a
+// rank that confirms the call too, the root where it does (a broadcast or
+// scatter, a call of no elements), else rank 0, or 1 where 0 is the root
+// (a reduce or gather, complete for the root).
+func nodeAggregator(p *sched.Params) int {
+	if !p.Coll.Rooted() {
+		return 0
+	}
+	if !completeFor(p, p.Root) {
+		return p.Root
+	}
+	if p.Root == 0 {
+		return 1
+	}
+	return 0
 }
 
 // confirmKey names one of the cached confirmation programs.
@@ -165,7 +184,7 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 			// Through the shared area, every rank reads every other's
 			// running hash instead (shmcoll's Confirm): no messages.
 			if !completeFor(&k.p, c.rank) {
-				owed, owes = confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk}, true
+				owed, owes = confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk, agg: nodeAggregator(&k.p)}, true
 			}
 		case c.rank == agg && aggDone:
 			if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
@@ -321,7 +340,7 @@ func (c *Comm) confirmRaw(ctx context.Context, e confirmEntry) error {
 		if _, ok := ctx.Deadline(); !ok {
 			cl.Timeout = c.w.opts.Timeout
 		}
-		return c.node.Confirm(&cl, e.chunk)
+		return c.node.Confirm(&cl, e.chunk, e.agg)
 	}
 	env := exec.Env{
 		Conn:       c.connFn,

@@ -933,21 +933,138 @@ func (g *Group) histWord(q int, f uint64) *uint64 {
 	return u64(g.blocks[q][lineHist*lineSize+8*int(f%histLen):])
 }
 
+// Words of the done line (lineDone) after the owner's last chunk (word 0)
+// and its running hash by parity (words 1 and 2): what the owner, as a
+// confirmation's aggregator, published (Confirm).
+const (
+	doneVerified = 24 // the latest chunk at which every rank's running hash equalled the owner's
+	doneVerHash  = 32 // the owner's running hash after that chunk
+	doneBad      = 40 // 1 + a rank whose running hash differed from the owner's; 0: none
+)
+
 // Confirm returns once every rank has finished chunk f (a call's Last)
 // and its running hash of the signatures of its chunks agrees with this
 // rank's, or with a MismatchError (Earlier set) naming a rank whose does
-// not: then that rank made other calls than this one up to chunk f. The
-// hashes are compared after chunk f, or after a later chunk that both
-// ranks finished. It is the shared area's lagged confirmation of a call
-// that did not read every rank's input: the communicator calls it when its
-// next call has ended, so that a broadcast's ranks, or a reduce's that
-// are not the root, learn of a disagreement by then. Only c's Ctx, Fail,
-// Timeout, Stall, StallAfter, Spin, Name and Seq are read. It may run
-// beside this rank's next calls in the area.
-func (g *Group) Confirm(c *Call, f uint64) error {
+// not: then that rank made other calls than this one up to chunk f. It is
+// the shared area's lagged confirmation of a call that did not read every
+// rank's input: the communicator calls it when its next call has ended,
+// so that a broadcast's ranks, or a reduce's that are not the root, learn
+// of a disagreement by then. Only c's Ctx, Fail, Timeout, Stall,
+// StallAfter, Spin, Name and Seq are read. It may run beside this rank's
+// next calls in the area.
+//
+// agg is the call's aggregator, a rank that confirms the call too (every
+// rank that confirms a call must name the same one). The aggregator
+// compares every rank's running hash with its own (confirmAll) and
+// publishes the chunk it verified, with its hash, in its done line; every
+// other rank reads that one line instead of n−1, comparing the
+// aggregator's verified hash with its own. Equal cumulative hashes prove
+// equal histories, so one comparison with a verified aggregator is as good
+// as n−1 (and a 16-rank broadcast loop spent most of its time reading the
+// others' lines). A rank whose history differs from the aggregator's
+// finds it in the aggregator's running hash without waiting, so ranks
+// that disagree on the aggregator itself (on a broadcast's root, say)
+// still get a MismatchError rather than wait for a verification that
+// never comes; an aggregator that finds a disagreement publishes the rank
+// it disagreed with, so that the others end with the same error.
+func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 	c.wake = g.wake
 	c.chunk0 = f
+	if agg == g.rank || agg < 0 || agg >= g.n {
+		if agg != g.rank {
+			_, err := g.confirmAll(c, f)
+			return err
+		}
+		l := g.line(g.rank, lineDone)
+		mine := u64(l)
+		for {
+			at, err := g.confirmAll(c, f)
+			var m *MismatchError
+			if errors.As(err, &m) {
+				atomic.StoreUint64(u64(l[doneBad:]), uint64(m.Peer)+1)
+			}
+			if err != nil {
+				if g.wake != nil {
+					g.wake.kick()
+				}
+				return err
+			}
+			// Every rank's hash after chunk at equals this rank's: publish
+			// it, unless this rank's next calls (non-blocking ones) have
+			// overwritten it meanwhile; then compare again, later.
+			h := atomic.LoadUint64(g.histWord(g.rank, at))
+			if atomic.LoadUint64(mine)-at >= histLen {
+				continue
+			}
+			if at > atomic.LoadUint64(u64(l[doneVerified:])) {
+				atomic.StoreUint64(u64(l[doneVerHash:]), h)
+				atomic.StoreUint64(u64(l[doneVerified:]), at)
+			}
+			if g.wake != nil {
+				g.wake.kick()
+			}
+			return nil
+		}
+	}
 	mine := u64(g.line(g.rank, lineDone))
+	l := g.line(agg, lineDone)
+	done, ver := u64(l), u64(l[doneVerified:])
+	if c.wake != nil {
+		c.recheck = func() bool {
+			return atomic.LoadUint64(ver) >= f || atomic.LoadUint64(u64(l[doneBad:])) != 0
+		}
+	}
+	for {
+		if b := atomic.LoadUint64(u64(l[doneBad:])); b != 0 {
+			peer := int(b - 1)
+			if peer == g.rank {
+				peer = agg
+			}
+			return &MismatchError{Peer: peer, Earlier: true}
+		}
+		me := atomic.LoadUint64(mine)
+		if v := atomic.LoadUint64(ver); v >= f {
+			h := atomic.LoadUint64(u64(l[doneVerHash:]))
+			if atomic.LoadUint64(ver) != v {
+				continue // moved on meanwhile
+			}
+			if v > me || me-v >= histLen {
+				// This rank's hash after v is no longer kept (a call of
+				// more than histLen chunks since): compare with every rank.
+				_, err := g.confirmAll(c, f)
+				return err
+			}
+			own := atomic.LoadUint64(g.histWord(g.rank, v))
+			if atomic.LoadUint64(mine)-v >= histLen {
+				continue
+			}
+			if h != own {
+				return &MismatchError{Peer: agg, Earlier: true}
+			}
+			break
+		}
+		// Not verified yet: a history that differs from the aggregator's
+		// shows in its running hash.
+		if d := atomic.LoadUint64(done); d >= f && d <= me && me-d < histLen {
+			h := atomic.LoadUint64(u64(l[8+8*(d&1):]))
+			if atomic.LoadUint64(done) == d && h != atomic.LoadUint64(g.histWord(g.rank, d)) && atomic.LoadUint64(mine)-d < histLen {
+				return &MismatchError{Peer: agg, Earlier: true}
+			}
+		}
+		if err := c.idle(agg, "the confirmation of an earlier call", 0); err != nil {
+			return err
+		}
+	}
+	c.arrived()
+	return nil
+}
+
+// confirmAll is Confirm comparing this rank's running hash with every
+// other rank's. It returns the earliest chunk, at least f, at which it
+// compared them.
+func (g *Group) confirmAll(c *Call, f uint64) (uint64, error) {
+	mine := u64(g.line(g.rank, lineDone))
+	first := ^uint64(0)
 	for q := range g.n {
 		if q == g.rank {
 			continue
@@ -966,7 +1083,7 @@ func (g *Group) Confirm(c *Call, f uint64) error {
 			d := atomic.LoadUint64(done)
 			if d < lo {
 				if err := c.idle(q, "the end of an earlier call", 0); err != nil {
-					return err
+					return 0, err
 				}
 				continue
 			}
@@ -991,13 +1108,17 @@ func (g *Group) Confirm(c *Call, f uint64) error {
 				continue // overwritten meanwhile: read a later chunk
 			}
 			if h != own {
-				return &MismatchError{Peer: q, Earlier: true}
+				return 0, &MismatchError{Peer: q, Earlier: true}
 			}
+			first = min(first, at)
 			break
 		}
 		c.arrived()
 	}
-	return nil
+	if first == ^uint64(0) {
+		first = f
+	}
+	return first, nil
 }
 
 // wake lets goroutine ranks block until a rank of the group publishes a

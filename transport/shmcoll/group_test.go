@@ -489,11 +489,11 @@ func TestConfirm(t *testing.T) {
 						errs[1] = fmt.Errorf("second bcast: %w", err)
 					}
 					close(ahead)
-					errs[1] = errors.Join(errs[1], gs[1].Confirm(confirm(), last[1]))
+					errs[1] = errors.Join(errs[1], gs[1].Confirm(confirm(), last[1], -1))
 					return
 				}
 				<-ahead
-				errs[0] = gs[0].Confirm(confirm(), last[0])
+				errs[0] = gs[0].Confirm(confirm(), last[0], -1)
 				if err := gs[0].Bcast(call(0, 9), make([]byte, 8), 1); err != nil && errs[0] == nil {
 					errs[0] = fmt.Errorf("second bcast: %w", err)
 				}
@@ -509,5 +509,55 @@ func TestConfirm(t *testing.T) {
 				t.Errorf("different roots, rank %d: %v, want a MismatchError naming rank %d", r, e, 1-r)
 			}
 		}
+	}
+}
+
+// TestConfirmAggregator: with an aggregator, the ranks that are not it
+// read its verification (or the rank it found disagreeing) instead of
+// every rank's hash; a rank whose history differs from the aggregator's
+// finds it in the aggregator's running hash even if the aggregator never
+// confirms (it named another aggregator).
+func TestConfirmAggregator(t *testing.T) {
+	type plan struct {
+		roots [3]int
+		sigs  [3]uint32
+		aggs  [3]int // the aggregator each rank names; -1: it confirms nothing
+		want  [3]int // the rank each rank's MismatchError names; -1: success
+	}
+	for name, p := range map[string]plan{
+		"agree":            {roots: [3]int{0, 0, 0}, sigs: [3]uint32{5, 5, 5}, aggs: [3]int{0, 0, 0}, want: [3]int{-1, -1, -1}},
+		"agree at 1":       {roots: [3]int{1, 1, 1}, sigs: [3]uint32{5, 5, 5}, aggs: [3]int{1, 1, 1}, want: [3]int{-1, -1, -1}},
+		"two roots":        {roots: [3]int{1, 1, 2}, sigs: [3]uint32{5, 5, 6}, aggs: [3]int{1, 1, 2}, want: [3]int{2, 2, 0}},
+		"other aggregator": {roots: [3]int{0, 0, 2}, sigs: [3]uint32{5, 5, 6}, aggs: [3]int{-1, -1, 1}, want: [3]int{-1, -1, 1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			gs, _ := NewLocal(3, Options{})
+			var wg sync.WaitGroup
+			errs := make([]error, 3)
+			for r := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: p.sigs[r], Timeout: 5 * time.Second, Confirmed: true}
+					if err := gs[r].Bcast(c, make([]byte, 8), p.roots[r]); err != nil {
+						errs[r] = fmt.Errorf("bcast: %w", err)
+						return
+					}
+					if p.aggs[r] >= 0 {
+						errs[r] = gs[r].Confirm(&Call{Ctx: context.Background(), Timeout: 5 * time.Second}, c.Last, p.aggs[r])
+					}
+				}()
+			}
+			wg.Wait()
+			for r, e := range errs {
+				var m *MismatchError
+				switch {
+				case p.want[r] < 0 && e != nil:
+					t.Errorf("rank %d: %v, want success", r, e)
+				case p.want[r] >= 0 && (!errors.As(e, &m) || !m.Earlier || m.Peer != p.want[r]):
+					t.Errorf("rank %d: %v, want a MismatchError naming rank %d", r, e, p.want[r])
+				}
+			}
+		})
 	}
 }
