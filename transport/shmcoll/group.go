@@ -959,11 +959,21 @@ func (g *Group) histWord(q int, f uint64) *uint64 {
 // Words of the done line (lineDone) after the owner's last chunk (word 0)
 // and its running hash by parity (words 1 and 2): what the owner, as a
 // confirmation's aggregator, published (Confirm).
+//
+// The verification is one word, so that a reader never pairs a chunk with
+// another chunk's hash: the chunk's low 32 bits above the hash's low 32
+// bits (32 bits, as a call's signature has; chunks compare modulo 2^32,
+// as sequence numbers do).
 const (
-	doneVerified = 24 // the latest chunk at which every rank's running hash equalled the owner's
-	doneVerHash  = 32 // the owner's running hash after that chunk
+	doneVerified = 24 // the latest chunk at which every rank's running hash equalled the owner's, and the hash (verWord)
 	doneBad      = 40 // 1 + a rank whose running hash differed from the owner's; 0: none
 )
+
+// verWord packs a verification of chunk at with hash h.
+func verWord(at, h uint64) uint64 { return at<<32 | h&0xffffffff }
+
+// verChunk returns the chunk of verification word w, near f.
+func verChunk(w, f uint64) uint64 { return f + uint64(int64(int32(uint32(w>>32)-uint32(f)))) }
 
 // Confirm returns once every rank has finished chunk f (a call's Last)
 // and its running hash of the signatures of its chunks agrees with this
@@ -1019,9 +1029,12 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 			if atomic.LoadUint64(mine)-at >= histLen {
 				continue
 			}
-			if at > atomic.LoadUint64(u64(l[doneVerified:])) {
-				atomic.StoreUint64(u64(l[doneVerHash:]), h)
-				atomic.StoreUint64(u64(l[doneVerified:]), at)
+			w := u64(l[doneVerified:])
+			for {
+				old := atomic.LoadUint64(w)
+				if old != 0 && verChunk(old, at) >= at || atomic.CompareAndSwapUint64(w, old, verWord(at, h)) {
+					break
+				}
 			}
 			if g.wake != nil {
 				g.wake.kick()
@@ -1034,7 +1047,8 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 	done, ver := u64(l), u64(l[doneVerified:])
 	if c.wake != nil {
 		c.recheck = func() bool {
-			return atomic.LoadUint64(ver) >= f || atomic.LoadUint64(u64(l[doneBad:])) != 0
+			w := atomic.LoadUint64(ver)
+			return w != 0 && verChunk(w, f) >= f || atomic.LoadUint64(u64(l[doneBad:])) != 0
 		}
 	}
 	for {
@@ -1046,11 +1060,8 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 			return &MismatchError{Peer: peer, Earlier: true}
 		}
 		me := atomic.LoadUint64(mine)
-		if v := atomic.LoadUint64(ver); v >= f {
-			h := atomic.LoadUint64(u64(l[doneVerHash:]))
-			if atomic.LoadUint64(ver) != v {
-				continue // moved on meanwhile
-			}
+		if w := atomic.LoadUint64(ver); w != 0 && verChunk(w, f) >= f {
+			v, h := verChunk(w, f), w&0xffffffff
 			if v > me || me-v >= histLen {
 				// This rank's hash after v is no longer kept (a call of
 				// more than histLen chunks since): compare with every rank.
@@ -1061,7 +1072,7 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 			if atomic.LoadUint64(mine)-v >= histLen {
 				continue
 			}
-			if h != own {
+			if h != own&0xffffffff {
 				return &MismatchError{Peer: agg, Earlier: true}
 			}
 			break
