@@ -61,7 +61,9 @@ if not hasattr(dist.Backend, "BRAID"):
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
         # PyTorch 2.x asks which devices' tensors the backend takes; it
         # makes a backend (a Braid communicator) per device type.
-        devices = ["cpu", "cuda"] if getattr(_C, "cuda", False) else ["cpu"]
+        # BRAID_TORCH_CUDA=0 leaves CUDA tensors to another backend.
+        cuda = getattr(_C, "cuda", False) and os.environ.get("BRAID_TORCH_CUDA") != "0"
+        devices = ["cpu", "cuda"] if cuda else ["cpu"]
         dist.Backend.register_backend("braid", _C.create, devices=devices)
     else:
         dist.Backend.register_backend("braid", _C.create)
