@@ -210,7 +210,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 	if d.g, err = gpu.New(ctx, deviceHost{c}, w, gpu.Options{
 		OneShotBytes: d.oneShotMax(), TwoShot: o.DirectMax >= 0, Fused: o.FusedMax >= 0, SlotBytes: o.SlotBytes,
 		LLBytes: o.LLMax, LL2Bytes: o.LL2Max, LLBlocks: o.LLBlocks, Blocks: o.Blocks, Threads: o.Threads,
-		MinRounds: o.MinRounds, BcastRamp: o.BcastRamp, HostShare: o.HostShare, Pull: o.Pull, SyncPush: o.SyncPush, Stats: o.Stats,
+		MinRounds: o.MinRounds, BcastRamp: o.BcastRamp, HostShare: o.HostShare, Pull: o.Pull, Stats: o.Stats,
 		MultiPath: multiPathShares(o.MultiPathTable), MultiPathSource: multiPathSource(o.MultiPathTable),
 		Shared: o.shared(), FirstSeq: o.firstSeq,
 	}); err != nil {

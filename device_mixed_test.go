@@ -19,15 +19,17 @@ const deviceMixedEnv = "BRAID_DEVICE_TEST_MIXED"
 // TestDeviceMixedOneComm runs what the C API's device test
 // (capi/testdata/device.c) runs, in Go: every collective on ONE
 // stream-ordered DeviceComm, one after the other, at several counts, each
-// first on a caller's stream (ordered with events as capi/device.go
-// orders it: the caller's stream, behind a millisecond of memsets, then
-// the DeviceComm's stream, then the caller's again) and then blocking
-// (the caller's stream synchronised, the call, DeviceComm.Synchronize),
-// with inputs that change every call; then 40 reduces (max, to rank 0) of
-// 12345 float32 back to back, alternating the two ways, where the C test
-// saw rank 0 combine rank 1's chunk of the call before. Every element of
-// every result is checked. It runs like TestDeviceCollectives: one
-// process per GPU, or BRAID_TEST_GPUS ranks sharing them.
+// on a caller's stream (ordered with events as capi/device.go orders it:
+// the caller's stream, behind a millisecond of memsets, then the
+// DeviceComm's stream, then the caller's again), blocking (the caller's
+// stream synchronised, the call, DeviceComm.Synchronize) and as the C
+// API's blocking calls run (mixedLegacy), with inputs that change every
+// call; then 40 reduces (max, to rank 0) of 12345 float32 back to back,
+// alternating the ways, where the C test saw rank 0 combine rank 1's chunk
+// of the call before (the test's own doing: its staging copy was still
+// landing). Every element of every result is checked. It runs like
+// TestDeviceCollectives: one process per GPU, or BRAID_TEST_GPUS ranks
+// sharing them.
 func TestDeviceMixedOneComm(t *testing.T) {
 	if os.Getenv(deviceMixedEnv) != "" {
 		deviceMixedRank(t)
@@ -99,10 +101,32 @@ type mixedState struct {
 // mixedDelayBytes is how much each of the 4 memsets of a delay writes.
 const mixedDelayBytes = 64 << 20
 
-// one runs coll on count in round k, on the caller's stream (ordered) or
-// blocking, and checks every element; it returns an error only where the
-// call itself failed, and counts wrong results in s.failures.
-func (s *mixedState) one(ctx context.Context, t *testing.T, coll sched.Collective, count, k int, ordered bool) error {
+// How a call of TestDeviceMixedOneComm is made.
+type mixedMode int
+
+const (
+	// mixedStream: on the caller's stream, behind a delay.
+	mixedStream mixedMode = iota
+	// mixedBlocking: after the caller's stream is synchronised, then
+	// Synchronize.
+	mixedBlocking
+	// mixedLegacy: as the C API's calls without a stream (capi/device.go):
+	// the input written by a copy from pageable memory on the legacy
+	// default stream, which may still be landing when the call is made,
+	// and the call ordered after that stream with an event, then
+	// Synchronize.
+	mixedLegacy
+)
+
+func (m mixedMode) String() string {
+	return [...]string{"on a stream", "blocking", "after the legacy stream"}[m]
+}
+
+// one runs coll on count in round k, made as mode says, and checks every
+// element; it returns an error only where the call itself failed, and
+// counts wrong results in s.failures.
+func (s *mixedState) one(ctx context.Context, t *testing.T, coll sched.Collective, count, k int, mode mixedMode) error {
+	ordered := mode == mixedStream
 	n, rank := s.n, s.rank
 	root := mixedRoot(coll, n)
 	p := sched.Params{Coll: coll, NRanks: n, Count: count, Root: root}
@@ -118,6 +142,21 @@ func (s *mixedState) one(ctx context.Context, t *testing.T, coll sched.Collectiv
 	ds := s.d.Stream()
 	us := s.us
 	if err := s.w.Do(ctx, func(cc *cuda.Ctx) error {
+		if mode == mixedLegacy {
+			ls := cuda.StreamLegacy
+			if outLen > 0 {
+				if err := cc.Memset8(s.recv, 0xff, outLen*4, ls); err != nil {
+					return err
+				}
+			}
+			if err := cc.CopyHtoD(inPtr, in, ls); err != nil {
+				return err
+			}
+			if err := cc.Record(s.before, ls); err != nil {
+				return err
+			}
+			return cc.StreamWaitEvent(ds, s.before)
+		}
 		if err := cc.CopyHtoD(s.stage, in, us); err != nil {
 			return err
 		}
@@ -211,10 +250,7 @@ func (s *mixedState) one(ctx context.Context, t *testing.T, coll sched.Collectiv
 	if err != nil {
 		return err
 	}
-	how := "blocking"
-	if ordered {
-		how = "on a stream"
-	}
+	how := mode.String()
 	first, last, nbad := -1, -1, 0
 	for i := range outLen {
 		got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
@@ -313,11 +349,12 @@ func deviceMixedRank(t *testing.T) {
 	}
 	colls := []sched.Collective{sched.Allreduce, sched.Bcast, sched.Reduce, sched.Allgather,
 		sched.ReduceScatter, sched.Gather, sched.Scatter, sched.Alltoall}
+	modes := []mixedMode{mixedStream, mixedBlocking, mixedLegacy}
 	start := time.Now()
 	k := 0
-	run := func(coll sched.Collective, count int, ordered bool) {
-		if err := s.one(ctx, t, coll, count, k, ordered); err != nil {
-			t.Fatalf("rank %d: %v of %d, round %d: %v", rank, coll, count, k, err)
+	run := func(coll sched.Collective, count int, mode mixedMode) {
+		if err := s.one(ctx, t, coll, count, k, mode); err != nil {
+			t.Fatalf("rank %d: %v of %d (%v), round %d: %v", rank, coll, count, mode, k, err)
 		}
 		k++
 	}
@@ -325,27 +362,28 @@ func deviceMixedRank(t *testing.T) {
 	for _, counts := range [][]int{{1, 1000, 12345, maxCount}, {12345, 1000, 65537, 12345}} {
 		for _, count := range counts {
 			for _, coll := range colls {
-				for _, ordered := range []bool{true, false} {
-					run(coll, count, ordered)
+				for _, mode := range modes {
+					run(coll, count, mode)
 				}
 			}
 		}
 	}
-	// The failing pair, many times: reduces of 12345 back to back,
-	// alternating, then blocking after blocking and ordered after ordered.
+	// The pair the C test failed on, many times: reduces of 12345 back
+	// to back, on a stream and then the C API's blocking way, then each
+	// way after itself.
 	for i := range 40 {
-		run(sched.Reduce, 12345, i%2 == 0)
+		run(sched.Reduce, 12345, []mixedMode{mixedStream, mixedLegacy}[i%2])
 	}
-	for _, ordered := range []bool{false, true} {
+	for _, mode := range modes {
 		for range 10 {
-			run(sched.Reduce, 12345, ordered)
+			run(sched.Reduce, 12345, mode)
 		}
 	}
 	// Reduces between other collectives of the same count.
 	for i := range 10 {
-		run(colls[i%len(colls)], 12345, i%2 == 0)
-		run(sched.Reduce, 12345, i%2 == 1)
+		run(colls[i%len(colls)], 12345, modes[i%3])
+		run(sched.Reduce, 12345, modes[(i+1)%3])
 	}
-	t.Logf("rank %d: %d calls on one stream-ordered DeviceComm on GPU %d in %v: %d wrong (%d elements); BRAID_GPU_SYNC_PUSH=%q",
-		rank, s.calls, dev, time.Since(start).Round(time.Millisecond), s.failures, s.bad, os.Getenv("BRAID_GPU_SYNC_PUSH"))
+	t.Logf("rank %d: %d calls on one stream-ordered DeviceComm on GPU %d in %v: %d wrong (%d elements)",
+		rank, s.calls, dev, time.Since(start).Round(time.Millisecond), s.failures, s.bad)
 }

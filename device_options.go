@@ -91,18 +91,6 @@ type DeviceOptions struct {
 	// say, is returned by a later call or by Synchronize.
 	StreamOrdered bool
 
-	// SyncPush makes a rank that pushes a program's data into a peer's
-	// memory wait, on the host, until its copy has finished before it
-	// tells the peer that the data is there; by default the peer's
-	// stream waits for the copy through an interprocess event instead.
-	// The C API sets it: its device test (capi/testdata/device.c, two
-	// processes sharing one H200) read a peer's data of the previous call
-	// in a reduce of 12,345 floats without it and passed with it (session
-	// 10); the same calls from Go (TestDeviceMixedOneComm) passed both
-	// ways, and the cause is not found. Fused kernels do not push this
-	// way and are unaffected. BRAID_GPU_SYNC_PUSH=1 sets it.
-	SyncPush bool
-
 	// Tuning of the fused kernels, for experiments; the zero values
 	// choose by kind and size. Each has a BRAID_GPU_* variable, read once
 	// by NewDeviceComm for a field left at zero (deviceEnv lists them); a
@@ -210,7 +198,6 @@ var deviceFlags = []struct {
 }{
 	{"BRAID_GPU_PULL", "Pull", func(o *DeviceOptions) *bool { return &o.Pull }},
 	{"BRAID_GPU_STATS", "Stats", func(o *DeviceOptions) *bool { return &o.Stats }},
-	{"BRAID_GPU_SYNC_PUSH", "SyncPush", func(o *DeviceOptions) *bool { return &o.SyncPush }},
 }
 
 // envBytes reads a size in bytes (4096, 256K); 0 means never (-1).

@@ -119,8 +119,8 @@ func TestDeviceOptionsEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	var o DeviceOptions
 	err := o.resolve(env(map[string]string{"BRAID_GPU_LL_MAX": "64K", "BRAID_GPU_HOST_SHARE": "0", "BRAID_GPU_THREADS": "256",
-		"BRAID_GPU_BCAST_RAMP": "2", "BRAID_GPU_PULL": "1", "BRAID_GPU_LL2_MAX": "0", "BRAID_GPU_SYNC_PUSH": "1"}))
-	if err != nil || o.LLMax != 64<<10 || o.HostShare != -1 || o.Threads != 256 || o.BcastRamp != 2 || !o.Pull || o.LL2Max != -1 || !o.SyncPush {
+		"BRAID_GPU_BCAST_RAMP": "2", "BRAID_GPU_PULL": "1", "BRAID_GPU_LL2_MAX": "0"}))
+	if err != nil || o.LLMax != 64<<10 || o.HostShare != -1 || o.Threads != 256 || o.BcastRamp != 2 || !o.Pull || o.LL2Max != -1 {
 		t.Errorf("resolve: %v, %+v", err, o)
 	}
 	o = DeviceOptions{Threads: 128}
@@ -131,7 +131,6 @@ func TestDeviceOptionsEnv(t *testing.T) {
 		{"BRAID_GPU_THREADS", "33"}, {"BRAID_GPU_THREADS", "1024"}, {"BRAID_GPU_BLOCKS", "0"}, {"BRAID_GPU_BLOCKS", "x"},
 		{"BRAID_GPU_LL_MAX", "-5"}, {"BRAID_GPU_HOST_SHARE", "51"}, {"BRAID_GPU_BCAST_RAMP", "5"}, {"BRAID_GPU_ROUNDS", "0"},
 		{"BRAID_GPU_PULL", "yes"}, {"BRAID_GPU_STATS", "2"}, {"BRAID_GPU_LL_BLOCKS", "257"}, {"BRAID_GPU_LL2_MAX", "1Q"},
-		{"BRAID_GPU_SYNC_PUSH", "on"},
 	} {
 		var o DeviceOptions
 		if err := o.resolve(env(map[string]string{c.name: c.v})); err == nil || !strings.Contains(err.Error(), c.name) {

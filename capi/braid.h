@@ -266,10 +266,13 @@ int braid_test(braid_request req, int *done);
  *    cudaStreamPerThread is refused (BRAID_ERR_INVALID_ARGUMENT): it names
  *    the default stream of the thread that uses it, and Braid issues its
  *    work from a thread of its own.
- *  - NULL: the call is blocking, like the host calls. The buffers must
- *    be ready when it is made (the work that wrote them has completed,
- *    e.g. after cudaStreamSynchronize), and it returns with the result
- *    in place and every device call made before it completed.
+ *  - NULL: the call is blocking, like the host calls. It follows the
+ *    work queued on the legacy default stream before it: a synchronous
+ *    cudaMemcpy from pageable host memory returns before its data has
+ *    landed, and the call reads it once it has. Work that wrote the
+ *    buffers on any other stream must have completed (e.g. after
+ *    cudaStreamSynchronize). It returns with the result in place and
+ *    every device call made before it completed.
  *
  * Without a CUDA driver or GPU, the device calls fail with
  * BRAID_ERR_UNSUPPORTED (a call with count 0 succeeds: it moves

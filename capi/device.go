@@ -9,8 +9,10 @@ package main
 // and closed by braid_comm_destroy. A call with a stream is ordered on it
 // with two events: the DeviceComm's stream waits for the work queued on
 // the caller's stream before the call, and the caller's stream for the
-// call. A call without one waits for its result (braid.DeviceComm's
-// Synchronize).
+// call. A call without one follows the work queued on the legacy default
+// stream (a synchronous cudaMemcpy from pageable memory returns before
+// its data has landed, and Braid's streams do not wait for that stream by
+// themselves) and waits for its result (braid.DeviceComm's Synchronize).
 
 /*
 #include <stdint.h>
@@ -148,7 +150,7 @@ func (s *devState) comm(ctx context.Context, c *braid.Comm, call string, dev cud
 		}
 		return s.d, nil
 	}
-	d, err := c.NewDeviceComm(ctx, dev, &braid.DeviceOptions{StreamOrdered: true, SyncPush: true})
+	d, err := c.NewDeviceComm(ctx, dev, &braid.DeviceOptions{StreamOrdered: true})
 	if err != nil {
 		return nil, err
 	}
@@ -283,19 +285,17 @@ func deviceCall(c *braid.Comm, h uint64, coll int, send, recv unsafe.Pointer, co
 		}
 		return d.Alltoall(ctx, sb, rb)
 	}
-	if stream == 0 {
-		// No stream: the buffers are ready now, and the call returns
-		// with the result in place.
-		if err := run(); err != nil {
-			return err
-		}
-		return d.Synchronize(ctx)
-	}
-	// On the caller's stream: the call's work follows the work queued on
-	// it before, and the work queued on it after follows the call's. The
-	// worker runs closures in the order they reach it, so the second
-	// one's record follows the call's work on the DeviceComm's stream.
+	// The call's work follows the work queued before it on the caller's
+	// stream, or without one on the legacy default stream: the buffers
+	// may have been written by a synchronous copy from pageable memory
+	// whose data is still on its way there. With a stream, the work queued
+	// on it after the call follows the call's; the worker runs closures in
+	// the order they reach it, so the second one's record follows the
+	// call's work on the DeviceComm's stream.
 	us, ds := cuda.Stream(stream), d.Stream()
+	if stream == 0 {
+		us = cuda.StreamLegacy
+	}
 	if err := d.Worker().Do(ctx, func(cc *cuda.Ctx) error {
 		if err := cc.Record(s.before, us); err != nil {
 			return err
@@ -303,6 +303,13 @@ func deviceCall(c *braid.Comm, h uint64, coll int, send, recv unsafe.Pointer, co
 		return cc.StreamWaitEvent(ds, s.before)
 	}); err != nil {
 		return devErr(c, braid.InvalidArgument, name, fmt.Errorf("ordering the call after stream %#x (a stream of GPU %d's primary context?): %w", stream, dev, err))
+	}
+	if stream == 0 {
+		// No stream: the call returns with the result in place.
+		if err := run(); err != nil {
+			return err
+		}
+		return d.Synchronize(ctx)
 	}
 	if err := run(); err != nil {
 		return err

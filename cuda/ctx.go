@@ -33,6 +33,14 @@ func (p DevicePtr) Add(n int) DevicePtr { return p + DevicePtr(n) }
 // Stream is a handle to a CUDA stream (CUstream).
 type Stream uintptr
 
+// StreamLegacy names the legacy default stream of the current context
+// (CU_STREAM_LEGACY): the stream of synchronous copies such as
+// cuMemcpyHtoD and of the runtime's stream 0. Streams that NewStream makes
+// are non-blocking and do not wait for its work; a copy from pageable
+// host memory on it may still be under way when the synchronous call has
+// returned (CUDA's "API synchronization behavior").
+const StreamLegacy Stream = 0x1
+
 // Event is a handle to a CUDA event (CUevent).
 type Event uintptr
 

@@ -82,11 +82,6 @@ type Comm struct {
 	nsend   []int
 	nrecv   []int
 	stats   *stats // Options.Stats: where the time of calls goes
-
-	// syncPush (Options.SyncPush): a push's sender synchronizes its copy
-	// stream before it posts "written", so that the receiver's data is in
-	// place whatever the interprocess event does.
-	syncPush bool
 }
 
 // stats accumulates where the time of calls goes, for Options.Stats.
@@ -180,9 +175,6 @@ type Options struct {
 	PushMax int
 	// Pull moves every program's data by pull (PushMax negative).
 	Pull bool
-	// SyncPush: a push's sender waits for its copy on the host before it
-	// posts "written" (braid.DeviceOptions.SyncPush).
-	SyncPush bool
 	// LL2Bytes is the largest one-shot allreduce, in bytes, that runs as
 	// a two-shot in low-latency lines (fused.TwoShotLL) once it is
 	// above LLBytes; 0 means fused.DefaultLL2Bytes(n), negative none. At
@@ -252,14 +244,13 @@ const DefaultPushMax = 4 << 30
 func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, error) {
 	g := &Comm{
 		w: w, rank: host.Rank(), n: host.Size(),
-		exports:  map[uint64]export{},
-		mapped:   map[peerBuf]cuda.DevicePtr{},
-		opened:   map[cuda.IPCEventHandle]cuda.Event{},
-		stash:    map[stashKey]notice{},
-		landing:  map[*sched.Program]landing{},
-		needs:    map[*sched.Program][]bool{},
-		pushMax:  opts.PushMax,
-		syncPush: opts.SyncPush,
+		exports: map[uint64]export{},
+		mapped:  map[peerBuf]cuda.DevicePtr{},
+		opened:  map[cuda.IPCEventHandle]cuda.Event{},
+		stash:   map[stashKey]notice{},
+		landing: map[*sched.Program]landing{},
+		needs:   map[*sched.Program][]bool{},
+		pushMax: opts.PushMax,
 	}
 	if g.pushMax == 0 {
 		g.pushMax = DefaultPushMax

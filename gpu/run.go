@@ -548,11 +548,6 @@ func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
 		}
 		g.copied[i] = g.nlev - 1
 		g.usedS[peer] = true
-		if g.syncPush {
-			if err := c.StreamSynchronize(cs); err != nil {
-				return false, err
-			}
-		}
 	}
 	g.send(peer, w)
 	k.state[i] = stDone

@@ -4,8 +4,11 @@
 # GPU r mod the count), started with torchrun's variables, which
 # braid_init reads, so that no launcher is needed there.
 #
-#   scripts/capi-gpu.sh bundle   # here: .carry/capi/ (libbraid.so.gz, device; about 5 MB)
+#   scripts/capi-gpu.sh bundle   # here: .carry/capi/ (libbraid.so.gz, device; about 10 MB)
 #   scripts/capi-gpu.sh run [N]  # there, with .carry/capi carried
+#
+# BRAID_CARRY names another folder than .carry/capi (scripts/torch-gpu.sh
+# bundles into .carry/gpu).
 #
 # run builds device.c against the carried library where a C compiler is
 # there (cc or gcc), else runs the carried binary; it runs the "nodriver"
@@ -15,7 +18,7 @@
 # non-zero if a rank failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-B=.carry/capi
+B=${BRAID_CARRY:-.carry/capi}
 case "${1:-}" in
 bundle)
     set -e

@@ -9,10 +9,18 @@
  * (allreduce also on float64, int64 and bfloat16), blocking (stream NULL)
  * and ordered on a stream of its own, on counts from 1 to a few MiB, and
  * checks every element. On the stream the inputs are written by a copy
- * queued behind a second of memsets, and the outputs cleared just before
- * the call and read back by a copy queued after it, so that a call that
- * did not wait for the stream, or that the stream did not wait for,
- * reads or leaves stale values. Then a chain of in-place allreduces
+ * queued behind a millisecond of memsets, and the outputs cleared just
+ * before the call and read back by a copy queued after it, so that a call
+ * that did not wait for the stream, or that the stream did not wait for,
+ * reads or leaves stale values. Blocking calls are made right after the
+ * synchronous copy that writes their input from pageable memory, on the
+ * legacy default stream, which returns before the data has landed: the
+ * call must follow that stream. The stream of the test is non-blocking:
+ * it does not wait for the legacy default stream, so every copy that
+ * feeds work on it is queued on it (session 10's blocking reduce, which
+ * read a peer's input of the round before from element ~3,900 on, was the
+ * test's own: its synchronous copy into the staging buffer was still
+ * landing when a copy on this stream read the buffer). Then a chain of in-place allreduces
  * queued on the stream with one synchronisation at the end, on the legacy
  * default stream too, and the errors of bad pointers and streams, after
  * which the communicator still works. It reaches the driver through
@@ -69,6 +77,7 @@ static CUresult (*cuCtxSetCurrent)(void *);
 static CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 static CUresult (*cuMemFree)(CUdeviceptr);
 static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+static CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 static CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
 static CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 static CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
@@ -103,6 +112,7 @@ static void load_driver(void) {
     *(void **)&cuMemAlloc = sym(lib, "cuMemAlloc_v2");
     *(void **)&cuMemFree = sym(lib, "cuMemFree_v2");
     *(void **)&cuMemcpyHtoD = sym(lib, "cuMemcpyHtoD_v2");
+    *(void **)&cuMemcpyHtoDAsync = sym(lib, "cuMemcpyHtoDAsync_v2");
     *(void **)&cuMemcpyDtoH = sym(lib, "cuMemcpyDtoH_v2");
     *(void **)&cuMemcpyDtoHAsync = sym(lib, "cuMemcpyDtoHAsync_v2");
     *(void **)&cuMemcpyDtoDAsync = sym(lib, "cuMemcpyDtoDAsync_v2");
@@ -198,16 +208,23 @@ static void run_one(int c, size_t n, int k, int ordered) {
     size_t sl = send_len(c, n), rl = recv_len(c, n);
     /* The input: send's, or for bcast the root's buf. */
     size_t il = c == BCAST ? (rank == BCAST_ROOT ? n : 0) : sl;
-    int in_recv = c == BCAST;
+    CUdeviceptr in = c == BCAST ? drecv : dsend;
     for (size_t j = 0; j < il; j++) hin[j] = val(rank, j, k);
-    if (il) CU(cuMemcpyHtoD(dstage, hin, il * sizeof(float)));
     CUstream s = stream;
-    if (ordered) delay(s);
     /* Output first (0xff: NaN), then input, so that bcast's root keeps its
      * input in recv. */
-    if (rl) CU(cuMemsetD8Async(drecv, 0xff, rl * sizeof(float), s));
-    if (il) CU(cuMemcpyDtoDAsync(in_recv ? drecv : dsend, dstage, il * sizeof(float), s));
-    if (!ordered) CU(cuStreamSynchronize(s));
+    if (ordered) {
+        /* All on the test's stream: staged, behind the delay. */
+        if (il) CU(cuMemcpyHtoDAsync(dstage, hin, il * sizeof(float), s));
+        delay(s);
+        if (rl) CU(cuMemsetD8Async(drecv, 0xff, rl * sizeof(float), s));
+        if (il) CU(cuMemcpyDtoDAsync(in, dstage, il * sizeof(float), s));
+    } else {
+        /* On the legacy default stream, as a program without streams
+         * writes them, and no synchronisation: the call follows it. */
+        if (rl) CU(cuMemsetD8Async(drecv, 0xff, rl * sizeof(float), NULL));
+        if (il) CU(cuMemcpyHtoD(in, hin, il * sizeof(float)));
+    }
     int rc = call(c, sl ? dsend : 0, rl ? drecv : 0, n, ordered ? (void *)s : NULL);
     CHECK(rc == BRAID_OK, "%s of %zu (%s) -> %d: %s", names[c], n, ordered ? "on a stream" : "blocking", rc,
           braid_last_error()->message);
@@ -227,7 +244,7 @@ static void run_one(int c, size_t n, int k, int ordered) {
 /* chain queues in-place allreduces on s and synchronises once. */
 static void chain(CUstream s, void *bs, size_t n, int calls) {
     for (size_t i = 0; i < n; i++) hin[i] = val(rank, i, 0);
-    CU(cuMemcpyHtoD(dstage, hin, n * sizeof(float)));
+    CU(cuMemcpyHtoDAsync(dstage, hin, n * sizeof(float), s));
     delay(s);
     CU(cuMemcpyDtoDAsync(dsend, dstage, n * sizeof(float), s));
     for (int j = 0; j < calls; j++)
@@ -245,8 +262,9 @@ static void chain(CUstream s, void *bs, size_t n, int calls) {
     }
 }
 
-/* dtypes runs blocking allreduces of float64 (max), int64 (sum) and
- * bfloat16 (sum). */
+/* dtypes runs blocking allreduces of float64 (max) and int64 (sum), right
+ * after the synchronous copies of their inputs, and one of bfloat16 (sum)
+ * on the test's stream. */
 static void dtypes(size_t n) {
     double *d = (double *)hin;
     for (size_t i = 0; i < n; i++) d[i] = val(rank, i, 3) * (rank % 2 ? -1 : 1);
@@ -282,7 +300,7 @@ static void dtypes(size_t n) {
         memcpy(&u, &f, 4);
         b[i] = (uint16_t)(u >> 16); /* exact: small integers */
     }
-    CU(cuMemcpyHtoD(dsend, b, n * sizeof *b));
+    CU(cuMemcpyHtoDAsync(dsend, b, n * sizeof *b, stream));
     OK(braid_device_allreduce(comm_, (void *)(uintptr_t)dsend, (void *)(uintptr_t)drecv, n, BRAID_BFLOAT16, BRAID_SUM,
                               stream));
     uint16_t *bout = (uint16_t *)hout;

@@ -15,7 +15,11 @@ MASTER_ADDR (127.0.0.1 when every rank runs on this host) and MASTER_PORT
 (from the job's id) where they are not set; a job over several hosts sets
 MASTER_ADDR to rank 0's host (mpirun -x MASTER_ADDR=HOST).
 
-Tensors are CPU tensors; the group's timeout is Braid's (a call that makes
+Tensors are CPU tensors, and CUDA tensors where the extension was built
+with CUDA (PyTorch 2.x with CUDA, see setup.py; braid_torch._C.cuda says):
+those go through Braid's device calls on the tensor's current CUDA stream,
+as NCCL's do, except point-to-point calls and all-to-alls of uneven blocks,
+which are refused. The group's timeout is Braid's (a call that makes
 no progress within it fails on every rank) unless BRAID_TIMEOUT is set.
 """
 
@@ -55,8 +59,12 @@ _from_open_mpi()
 
 if not hasattr(dist.Backend, "BRAID"):
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
-        # PyTorch 2.x asks which devices' tensors the backend takes.
-        dist.Backend.register_backend("braid", _C.create, devices=["cpu"])
+        # PyTorch 2.x asks which devices' tensors the backend takes; it
+        # makes a backend (a Braid communicator) per device type.
+        # BRAID_TORCH_CUDA=0 leaves CUDA tensors to another backend.
+        cuda = getattr(_C, "cuda", False) and os.environ.get("BRAID_TORCH_CUDA") != "0"
+        devices = ["cpu", "cuda"] if cuda else ["cpu"]
+        dist.Backend.register_backend("braid", _C.create, devices=devices)
     else:
         dist.Backend.register_backend("braid", _C.create)
 

@@ -1,11 +1,17 @@
 // ProcessGroupBraid: a c10d process group whose collectives run on Braid
 // through its C API (braid.h): a c10d::ProcessGroup on PyTorch 1.13, a
 // c10d::Backend (which 2.x's ProcessGroup holds, one per device type) on
-// 2.x, chosen by TORCH_VERSION_MAJOR. Only the 1.13 build has been
-// compiled and tested; the 2.x one follows 2.x's headers (Backend.hpp,
-// Work.hpp) and its tutorial on backends in C++ extensions.
+// 2.x, chosen by TORCH_VERSION_MAJOR. The 1.13 build (Debian's, CPU only)
+// is tested by scripts/torch-smoke.sh; the 2.x one, with CUDA tensors, is
+// built and tested on a GPU machine by scripts/torch-gpu.sh.
 //
-// Every collective is issued at once, from the caller's thread, so that
+// CUDA tensors (a build with BRAID_TORCH_CUDA, device.h) go through
+// braid_device_* on the tensor's current CUDA stream, as NCCL's calls do:
+// a call returns once queued, and its Work is complete for that stream.
+// Point-to-point calls and all-to-alls of uneven blocks on CUDA tensors
+// are refused: the C API has no device point-to-point.
+//
+// Every collective on CPU tensors is issued at once, from the caller's thread, so that
 // all ranks issue in the caller's order: a small one runs there blocking,
 // a larger one starts with one of Braid's non-blocking calls and runs in
 // the background while the caller goes on. The thread that waits for it
@@ -39,6 +45,7 @@
 #include <vector>
 
 #include "braid.h"
+#include "device.h"
 
 namespace braid_torch {
 
@@ -64,7 +71,7 @@ static std::runtime_error error() {
   return std::runtime_error(s.str());
 }
 
-static void check(int rc) {
+void check(int rc) {
   if (rc != BRAID_OK) throw error();
 }
 
@@ -123,12 +130,25 @@ static braid_op opOf(const ReduceOp& op, const at::Tensor& t) {
   }
 }
 
-// checkTensor makes sure t is a dense CPU tensor Braid can read in place.
+// checkTensor makes sure t is a dense CPU tensor, or CUDA tensor where
+// the build has CUDA, that Braid can read in place.
 static void checkTensor(const at::Tensor& t) {
-  TORCH_CHECK(t.device().is_cpu(), "braid: only CPU tensors are supported by this build, got one on ", t.device());
+  if (kCuda) {
+    TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "braid: only CPU and CUDA tensors are supported, got one on ",
+                t.device());
+  } else {
+    TORCH_CHECK(t.device().is_cpu(), "braid: only CPU tensors are supported by this build (it has no CUDA support), got one on ",
+                t.device());
+  }
   TORCH_CHECK(t.layout() == c10::kStrided, "braid: only dense tensors are supported");
   TORCH_CHECK(t.is_contiguous(), "braid: the tensor must be contiguous");
   dtypeOf(t);
+}
+
+// sameDevice makes sure every tensor of a call is on t's device.
+static void sameDevice(const at::Tensor& t, const std::vector<at::Tensor>& ts, const char* what) {
+  for (auto& u : ts)
+    TORCH_CHECK(u.device() == t.device(), "braid: ", what, "'s tensors are on ", t.device(), " and ", u.device());
 }
 
 static at::Tensor single(std::vector<at::Tensor>& ts, const char* what) {
@@ -366,6 +386,10 @@ class ProcessGroupBraid : public Base {
 
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& o) override {
     auto t = single(ts, "broadcast");
+    if (t.is_cuda())
+      return device(OpType::BROADCAST, {t}, t, [&](void* s) {
+        return braid_device_bcast(comm_, t.data_ptr(), t.numel(), dtypeOf(t), o.rootRank, s);
+      });
     return issue(OpType::BROADCAST, {t}, t.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(bcast, comm_, t.data_ptr(), t.numel(), dtypeOf(t), o.rootRank);
     });
@@ -373,6 +397,10 @@ class ProcessGroupBraid : public Base {
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& o) override {
     auto t = single(ts, "allreduce");
+    if (t.is_cuda())
+      return device(OpType::ALLREDUCE, {t}, t, [&](void* s) {
+        return braid_device_allreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), opOf(o.reduceOp, t), s);
+      });
     return issue(OpType::ALLREDUCE, {t}, t.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(allreduce, comm_, t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t), opOf(o.reduceOp, t));
     });
@@ -385,28 +413,43 @@ class ProcessGroupBraid : public Base {
       checkTensor(t);
       TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "braid: allreduce_coalesced of mixed dtypes");
     }
+    sameDevice(ts[0], ts, "allreduce_coalesced");
     std::vector<at::Tensor> flat_in;
     for (auto& t : ts) flat_in.push_back(t.reshape({-1}));
     auto flat = at::cat(flat_in);
     auto outs = ts;
+    auto back = [flat, outs]() mutable {
+      int64_t off = 0;
+      for (auto& t : outs) {
+        t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
+        off += t.numel();
+      }
+    };
+    if (flat.is_cuda())
+      return device(OpType::ALLREDUCE_COALESCED, ts, flat, [&](void* s) {
+        return braid_device_allreduce(comm_, flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat),
+                                      opOf(o.reduceOp, flat), s);
+      }, back);
     return issue(OpType::ALLREDUCE_COALESCED, ts, flat.nbytes(),
         [&](braid_request* r) {
           return BRAID_CALL(allreduce, comm_, flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat),
                                   opOf(o.reduceOp, flat));
         },
-        [flat, outs]() mutable {
-          int64_t off = 0;
-          for (auto& t : outs) {
-            t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
-            off += t.numel();
-          }
-        },
-        {flat});
+        back, {flat});
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) override {
     auto t = single(ts, "reduce");
-    void* recv = o.rootRank == getRank() ? t.data_ptr() : nullptr;
+    bool root = o.rootRank == getRank();
+    if (t.is_cuda()) {
+      // The root's result lands beside its input, then is copied back.
+      at::Tensor out = root ? at::empty_like(t, at::MemoryFormat::Contiguous) : at::Tensor();
+      return device(OpType::REDUCE, {t}, t, [&](void* s) {
+        return braid_device_reduce(comm_, t.data_ptr(), root ? out.data_ptr() : nullptr, t.numel(), dtypeOf(t),
+                                   opOf(o.reduceOp, t), o.rootRank, s);
+      }, [&]() { if (root) t.copy_(out); });
+    }
+    void* recv = root ? t.data_ptr() : nullptr;
     return issue(OpType::REDUCE, {t}, t.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(reduce, comm_, t.data_ptr(), recv, t.numel(), dtypeOf(t), opOf(o.reduceOp, t), o.rootRank);
     });
@@ -424,14 +467,20 @@ class ProcessGroupBraid : public Base {
     }
     auto flat = at::empty({getSize() * in.numel()}, in.options());
     auto list = outs[0];
+    auto back = [flat, list, n = in.numel()]() mutable {
+      for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
+    };
+    if (in.is_cuda()) {
+      sameDevice(in, list, "allgather");
+      return device(OpType::ALLGATHER, list, in, [&](void* s) {
+        return braid_device_allgather(comm_, in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in), s);
+      }, back);
+    }
     return issue(OpType::ALLGATHER, list, in.nbytes() * getSize(),
         [&](braid_request* r) {
           return BRAID_CALL(allgather, comm_, in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in));
         },
-        [flat, list, n = in.numel()]() mutable {
-          for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
-        },
-        {in, flat});
+        back, {in, flat});
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions&) override {
@@ -439,6 +488,12 @@ class ProcessGroupBraid : public Base {
     checkTensor(in);
     TORCH_CHECK(out.numel() == getSize() * in.numel() && out.scalar_type() == in.scalar_type(),
                 "braid: _allgather_base's output must hold size × the input");
+    if (in.is_cuda()) {
+      sameDevice(in, {out}, "_allgather_base");
+      return device(OpType::_ALLGATHER_BASE, {out}, in, [&](void* s) {
+        return braid_device_allgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in), s);
+      });
+    }
     return issue(OpType::_ALLGATHER_BASE, {out}, out.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(allgather, comm_, in.data_ptr(), out.data_ptr(), in.numel(), dtypeOf(in));
     }, nullptr, {in});
@@ -457,6 +512,13 @@ class ProcessGroupBraid : public Base {
       flat_in.push_back(t.reshape({-1}));
     }
     auto flat = at::cat(flat_in);
+    if (out.is_cuda()) {
+      sameDevice(out, {flat}, "reduce_scatter");
+      return device(OpType::REDUCE_SCATTER, {out}, out, [&](void* s) {
+        return braid_device_reduce_scatter(comm_, flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
+                                           opOf(o.reduceOp, out), s);
+      });
+    }
     return issue(OpType::REDUCE_SCATTER, {out}, flat.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(reduce_scatter, comm_, flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
                                    opOf(o.reduceOp, out));
@@ -469,6 +531,13 @@ class ProcessGroupBraid : public Base {
     checkTensor(in);
     TORCH_CHECK(in.numel() == getSize() * out.numel() && out.scalar_type() == in.scalar_type(),
                 "braid: _reduce_scatter_base's input must hold size × the output");
+    if (out.is_cuda()) {
+      sameDevice(out, {in}, "_reduce_scatter_base");
+      return device(OpType::_REDUCE_SCATTER_BASE, {out}, out, [&](void* s) {
+        return braid_device_reduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
+                                           opOf(o.reduceOp, out), s);
+      });
+    }
     return issue(OpType::_REDUCE_SCATTER_BASE, {out}, in.nbytes(), [&](braid_request* r) {
       return BRAID_CALL(reduce_scatter, comm_, in.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out),
                                    opOf(o.reduceOp, out));
@@ -494,15 +563,22 @@ class ProcessGroupBraid : public Base {
     } else {
       TORCH_CHECK(outs.empty() || outs[0].empty(), "braid: gather's outputs are for the root only");
     }
+    auto back = [flat, list, n = in.numel()]() mutable {
+      for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
+    };
+    if (in.is_cuda()) {
+      sameDevice(in, list, "gather");
+      return device(OpType::GATHER, list, in, [&](void* s) {
+        return braid_device_gather(comm_, in.data_ptr(), root ? flat.data_ptr() : nullptr, in.numel(), dtypeOf(in),
+                                   o.rootRank, s);
+      }, back);
+    }
     return issue(OpType::GATHER, list, in.nbytes() * getSize(),
         [&](braid_request* r) {
           return BRAID_CALL(gather, comm_, in.data_ptr(), root ? flat.data_ptr() : nullptr, in.numel(), dtypeOf(in),
                                o.rootRank);
         },
-        [flat, list, n = in.numel()]() mutable {
-          for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * n, n).view_as(list[i]));
-        },
-        {in, flat});
+        back, {in, flat});
   }
 
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
@@ -524,6 +600,13 @@ class ProcessGroupBraid : public Base {
     } else {
       TORCH_CHECK(ins.empty() || ins[0].empty(), "braid: scatter's inputs are for the root only");
     }
+    if (out.is_cuda()) {
+      if (root) sameDevice(out, {flat}, "scatter");
+      return device(OpType::SCATTER, {out}, out, [&](void* s) {
+        return braid_device_scatter(comm_, root ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dtypeOf(out),
+                                    o.rootRank, s);
+      });
+    }
     return issue(OpType::SCATTER, {out}, out.nbytes() * getSize(), [&](braid_request* r) {
       return BRAID_CALL(scatter, comm_, root ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), dtypeOf(out),
                             o.rootRank);
@@ -539,11 +622,19 @@ class ProcessGroupBraid : public Base {
     if (outSplits.empty() && inSplits.empty()) {
       TORCH_CHECK(in.numel() == out.numel() && in.size(0) % n == 0,
                   "braid: alltoall_base wants input and output of the same size, a multiple of ", n, " rows");
+      if (in.is_cuda()) {
+        sameDevice(in, {out}, "alltoall_base");
+        return device(OpType::ALLTOALL_BASE, {out}, in, [&](void* s) {
+          return braid_device_alltoall(comm_, in.data_ptr(), out.data_ptr(), in.numel() / n, dtypeOf(in), s);
+        });
+      }
       return issue(OpType::ALLTOALL_BASE, {out}, in.nbytes(), [&](braid_request* r) {
         return BRAID_CALL(alltoall, comm_, in.data_ptr(), out.data_ptr(), in.numel() / n, dtypeOf(in));
       }, nullptr, {in});
     }
     // Uneven splits: one send and one receive per peer.
+    TORCH_CHECK(!in.is_cuda(), "braid: all_to_all of uneven splits on CUDA tensors is not supported (Braid's C API has "
+                "no device point-to-point)");
     auto rows = [&](std::vector<int64_t>& splits, const at::Tensor& t) {
       if (splits.empty()) splits.assign(n, t.size(0) / n);
       TORCH_CHECK(int(splits.size()) == n, "braid: alltoall_base wants ", n, " split sizes");
@@ -569,6 +660,25 @@ class ProcessGroupBraid : public Base {
       TORCH_CHECK(outs[i].scalar_type() == ins[0].scalar_type() && ins[i].scalar_type() == ins[0].scalar_type(),
                   "braid: alltoall of mixed dtypes");
     }
+    if (n > 0 && ins[0].is_cuda()) {
+      // Blocks of one size: one all-to-all of their concatenation.
+      sameDevice(ins[0], ins, "alltoall");
+      sameDevice(ins[0], outs, "alltoall");
+      for (int i = 0; i < n; i++)
+        TORCH_CHECK(ins[i].numel() == ins[0].numel() && outs[i].numel() == ins[0].numel(),
+                    "braid: all_to_all of blocks of different sizes on CUDA tensors is not supported (Braid's C API has "
+                    "no device point-to-point)");
+      std::vector<at::Tensor> flat_in;
+      for (auto& t : ins) flat_in.push_back(t.reshape({-1}));
+      auto fin = at::cat(flat_in);
+      auto fout = at::empty_like(fin);
+      int64_t m = ins[0].numel();
+      return device(OpType::ALLTOALL, outs, fin, [&](void* s) {
+        return braid_device_alltoall(comm_, fin.data_ptr(), fout.data_ptr(), m, dtypeOf(fin), s);
+      }, [&]() {
+        for (int i = 0; i < n; i++) outs[i].copy_(fout.narrow(0, i * m, m).view_as(outs[i]));
+      });
+    }
     return alltoallP2P(OpType::ALLTOALL, outs, [&](int peer) { return std::make_pair(ins[peer], outs[peer]); });
   }
 
@@ -578,6 +688,7 @@ class ProcessGroupBraid : public Base {
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     auto t = single(ts, "send");
+    TORCH_CHECK(!t.is_cuda(), "braid: send of a CUDA tensor is not supported (Braid's C API has no device point-to-point)");
     return issue(OpType::SEND, {t}, kNeverEager, [&](braid_request* r) {
       return braid_isend(comm_, t.data_ptr(), t.numel(), dtypeOf(t), dst, tag, r);  // never eager: r is set
     });
@@ -585,12 +696,20 @@ class ProcessGroupBraid : public Base {
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
     auto t = single(ts, "recv");
+    TORCH_CHECK(!t.is_cuda(), "braid: recv into a CUDA tensor is not supported (Braid's C API has no device point-to-point)");
     return issue(OpType::RECV, {t}, kNeverEager, [&](braid_request* r) {
       return braid_irecv(comm_, t.data_ptr(), t.numel(), dtypeOf(t), src, tag, r);
     });
   }
 
  private:
+  // device runs a call on CUDA tensors: call(stream) on the current stream
+  // of t's device, then post there (onDevice, device.h).
+  c10::intrusive_ptr<Work> device(OpType type, std::vector<at::Tensor> outputs, const at::Tensor& t,
+                                  const std::function<int(void*)>& call, const std::function<void()>& post = nullptr) {
+    return onDevice(getRank(), type, std::move(outputs), t.device(), call, post);
+  }
+
   // issue runs one Braid call. start(r) starts it non-blocking, filling
   // in *r, or with r NULL runs it blocking. A call of at most eagerMax_
   // bytes runs blocking here, on the caller's thread, and returns its Work
@@ -707,6 +826,7 @@ c10::intrusive_ptr<Base> create(const c10::intrusive_ptr<c10d::Store>& store, in
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Braid's c10d backend; import braid_torch to register it as \"braid\"";
+  m.attr("cuda") = pybind11::bool_(braid_torch::kCuda);
   m.def("create", &braid_torch::create, "Makes a Braid process group (torch.distributed's backend creator)",
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"));
 }
