@@ -97,10 +97,6 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 		bytes, per = float64(p.Count*es), float64(slot)
 	}
 	chunks := math.Max(1, math.Ceil(bytes/per))
-	if p.Coll == sched.Bcast {
-		_, k := shmcoll.PipeChunks(p.Count*es, slot)
-		chunks = float64(k)
-	}
 	b := bytes / chunks // a chunk's bytes
 	var t float64
 	switch p.Coll {
@@ -119,7 +115,7 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			}
 		}
 	case sched.Bcast:
-		t = sync + b/beta // pipelined: the others copy chunk f out while the root copies f+1 in
+		t = sync + b/beta
 	case sched.Allgather:
 		t = sync + n*b/beta
 	case sched.ReduceScatter:

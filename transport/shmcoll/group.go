@@ -609,29 +609,6 @@ func chunks(total, es, limit int) (size, count int) {
 	return size, (total + size - 1) / size
 }
 
-// Pipelining of a broadcast: from pipeMin bytes, a broadcast moves in at
-// least pipeDepth chunks of at least pipeMinChunk bytes (4 KiB multiples),
-// so that the root copies chunk f+1 in while the others copy chunk f out.
-// In one slot-sized chunk the two copies follow each other: a 2-rank
-// 64 KiB broadcast on the 16-core node took 7.4 µs, 1.7× Open MPI's single
-// copy.
-const (
-	pipeMin      = 16 << 10
-	pipeDepth    = 4
-	pipeMinChunk = 8 << 10
-)
-
-// PipeChunks returns the chunk size and count of a broadcast of total
-// bytes with slots of slot bytes.
-func PipeChunks(total, slot int) (size, count int) {
-	if total < pipeMin {
-		return chunks(total, 1, slot)
-	}
-	size = (total/pipeDepth + 4<<10 - 1) &^ (4<<10 - 1)
-	size = min(max(size, pipeMinChunk), slot)
-	return size, (total + size - 1) / size
-}
-
 // combine writes dst = srcs[0] op srcs[1] op ... in order.
 func combine(r Reducer, dst []byte, srcs [][]byte) {
 	if len(srcs) == 1 {
@@ -786,7 +763,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 		return err
 	}
 	defer func() { err = g.leave(c, err) }()
-	size, count := PipeChunks(len(buf), g.slot)
+	size, count := chunks(len(buf), 1, g.slot)
 	g.partial = g.n > 1 && !c.Confirmed
 	if g.rank == root {
 		g.startDirect(c, buf, len(buf))

@@ -561,37 +561,3 @@ func TestConfirmAggregator(t *testing.T) {
 		})
 	}
 }
-
-// TestBcastPipelined: broadcasts of pipeMin bytes and more move in chunks
-// smaller than the slot (PipeChunks), back to back so that both parities
-// are reused, and every rank gets the root's bytes.
-func TestBcastPipelined(t *testing.T) {
-	sizes := []int{pipeMin - 1, pipeMin, 100003, 1<<20 + 5, 3 << 20}
-	for _, m := range sizes {
-		size, count := PipeChunks(m, DefaultSlot)
-		if m >= pipeMin && (count < pipeDepth && size != pipeMinChunk || size > DefaultSlot || size*count < m || size*(count-1) >= m) {
-			t.Errorf("PipeChunks(%d) = %d × %d", m, size, count)
-		}
-	}
-	runAll(t, 3, Options{}, func(g *Group, c *Call) error {
-		for k, m := range sizes {
-			root := k % 3
-			buf := make([]byte, m)
-			if g.Rank() == root {
-				for i := range buf {
-					buf[i] = byte(i*7 + k)
-				}
-			}
-			c.Sig, c.Ticket = uint32(m), g.Ticket()
-			if err := g.Bcast(c, buf, root); err != nil {
-				return fmt.Errorf("bcast %d: %w", m, err)
-			}
-			for i, b := range buf {
-				if b != byte(i*7+k) {
-					return fmt.Errorf("bcast %d from %d: [%d] = %d, want %d", m, root, i, b, byte(i*7+k))
-				}
-			}
-		}
-		return nil
-	})
-}
