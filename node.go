@@ -115,7 +115,16 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			}
 		}
 	case sched.Bcast:
+		// The root copies a chunk in, the others copy it out: two passes
+		// over a lone chunk; chunks after the first overlap the copy-out
+		// of the one before (two slots). On the node, a 2-rank broadcast
+		// of 256 KiB–1 MiB through the area took twice a binomial's time
+		// over the shm transport's single copy (process_vm_readv), which
+		// the model with one pass had ranked the other way.
 		t = sync + b/beta
+		if chunks == 1 {
+			t += b / beta
+		}
 	case sched.Allgather:
 		t = sync + n*b/beta
 	case sched.ReduceScatter:
