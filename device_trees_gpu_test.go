@@ -1,0 +1,161 @@
+package braid
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/topo"
+)
+
+// deviceTreesEnv marks the ranks that TestDeviceTreesRun starts.
+const deviceTreesEnv = "BRAID_DEVICE_TEST_TREES"
+
+// treeAllocations places n ranks on a DGX-1 V100 for TestDeviceTreesRun:
+// allocations whose NVLinks form no ring (Blink, MLSys 2020, §2.1), so
+// that the trees take routes through PCIe where a pair has no NVLink (2
+// ranks on GPUs 0 and 5 have none at all).
+var treeAllocations = map[int][]int{
+	2: {0, 5}, 3: {0, 1, 5}, 4: {1, 4, 5, 6}, 5: {0, 1, 2, 4, 5},
+	6: {0, 1, 2, 3, 4, 6}, 7: {0, 1, 2, 3, 4, 5, 6}, 8: {0, 1, 2, 3, 4, 5, 6, 7},
+}
+
+// TestDeviceTreesRun runs broadcast, reduce and allreduce on device
+// buffers as Blink's packed trees (forced by DeviceOptions.Algo, the
+// device's form of BRAID_ALGO=bcast=treepack), packed on a DGX-1 V100
+// topology (Options.Topology) on which the ranks are placed as
+// treeAllocations says, whatever GPUs run them: the schedule's steps go
+// through the GPU executor (pushes, reductions with cuda.Ctx.Reduce), and
+// every rank checks every dtype × op × count, roots 0 and n−1, in place
+// and not, against the host reference, with the segment the planner
+// tunes and with 4 KiB segments (many pieces per tree). It runs one rank
+// per GPU, or BRAID_TEST_GPUS ranks sharing them (2 to 8), and is skipped
+// without a GPU.
+func TestDeviceTreesRun(t *testing.T) {
+	if os.Getenv(deviceTreesEnv) != "" {
+		deviceTreesRank(t)
+		return
+	}
+	if n := deviceTestRanks(t); treeAllocations[n] == nil {
+		t.Skipf("%d ranks: the DGX-1 topology has 8 GPUs", n)
+	}
+	launchDeviceTest(t, "TestDeviceTreesRun", deviceTreesEnv, 8*time.Minute)
+}
+
+// deviceTreesRank is one rank of TestDeviceTreesRun.
+func deviceTreesRank(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
+	defer cancel()
+	tp := topo.DGX1V100()
+	n0, err := strconv.Atoi(os.Getenv(deviceTreesEnv))
+	if err != nil {
+		t.Fatalf("%s: %v", deviceTreesEnv, err)
+	}
+	c, err := Init(ctx, &Options{Topology: tp, Devices: gpusOf(tp, treeAllocations[n0]...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dev := deviceTestGPU(t, c)
+	n, rank := c.Size(), c.Rank()
+	forced := map[string]string{"bcast": "treepack", "reduce": "treepack", "allreduce": "treepack"}
+	var comms []*DeviceComm
+	open := func(o DeviceOptions) *DeviceComm {
+		o.Algo = forced
+		d, err := c.NewDeviceComm(ctx, dev, &o)
+		if err != nil {
+			t.Fatalf("rank %d: NewDeviceComm: %v", rank, err)
+		}
+		comms = append(comms, d)
+		return d
+	}
+	defer func() {
+		for _, d := range comms {
+			if err := d.Close(); err != nil {
+				t.Errorf("rank %d: close: %v", rank, err)
+			}
+		}
+	}()
+	tuned, small, ordered := open(DeviceOptions{}), open(DeviceOptions{Segment: 4 << 10}), open(DeviceOptions{StreamOrdered: true})
+	const big = 1<<20 + 3
+	w := tuned.Worker()
+	var bufA, bufB cuda.DevicePtr
+	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
+		if bufA, err = cc.Alloc(big*8 + 8); err != nil {
+			return err
+		}
+		bufB, err = cc.Alloc(big*8 + 8)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+
+	start, ran, failures := time.Now(), 0, 0
+	for _, d := range []*DeviceComm{tuned, small} {
+		for _, coll := range []sched.Collective{sched.Bcast, sched.Reduce, sched.Allreduce} {
+			for _, dt := range dtype.All() {
+				ops := []Op{Sum}
+				if coll.Reduces() {
+					ops = nil
+					for _, op := range dtype.AllOps() {
+						if dtype.Supports(dt, op) {
+							ops = append(ops, op)
+						}
+					}
+				}
+				for _, op := range ops {
+					for _, count := range []int{1, 7, 1000, 65537, big} {
+						// The largest count: float32 sums at the tuned segment.
+						if count == big && (d != tuned || dt != Float32 || op != Sum) {
+							continue
+						}
+						if algo, err := d.Algorithm(coll, count, dt.Size()); err != nil || algo != "treepack" {
+							t.Fatalf("rank %d: %v of %d: %q, %v; want treepack", rank, coll, count, algo, err)
+						}
+						roots := []int{0}
+						if coll.Rooted() {
+							roots = []int{0, n - 1}
+						}
+						for _, root := range roots {
+							for _, inPlace := range []bool{false, true} {
+								if inPlace && coll != sched.Allreduce {
+									continue
+								}
+								k := deviceCase{coll, "treepack", dt, op, count, root, inPlace, false}
+								call := func(send, recv Device) error {
+									switch coll {
+									case sched.Bcast:
+										return d.Bcast(ctx, recv, root)
+									case sched.Reduce:
+										return d.Reduce(ctx, send, recv, op, root)
+									}
+									return d.Allreduce(ctx, send, recv, op)
+								}
+								ran++
+								if err := runDeviceCase(ctx, w, call, k, rank, n, bufA, bufB, ran); err != nil {
+									t.Errorf("rank %d: %v (segment %d B): %v", rank, k, d.opts.Segment, err)
+									if failures++; failures > 20 {
+										t.Fatal("too many failures")
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	// Back-to-back stream-ordered allreduces as trees.
+	for _, count := range []int{1, 3000, 40000} {
+		if err := orderedChain(ctx, ordered, w, bufA, count, rank, n, false); err != nil {
+			t.Errorf("rank %d: chain of stream-ordered treepack allreduces of %d int64: %v", rank, count, err)
+		}
+	}
+	t.Logf("rank %d: %d tree calls checked on GPU %d, placed on %s's %v, in %v", rank, ran, dev, tp.Name, treeAllocations[n0], time.Since(start).Round(time.Millisecond))
+}
