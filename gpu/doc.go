@@ -193,7 +193,14 @@
 //     the call, shaped by gpu.Comm.Shape (oneshot.go here), that is
 //     fused.Config.Shape (gpu/fused/choose.go), and costed by
 //     plan.DeviceModel.Cost (plan/device.go); and each schedule
-//     (package algo) that supports it, costed by its algo.Coster. Then
+//     (package algo) that supports it, costed by its algo.Coster. Where
+//     the host communicator has a topology (Options.Topology, BRAID_TOPO),
+//     the candidates include Blink's packed trees ("treepack" for
+//     broadcast, reduce and allreduce: device_trees.go packs them over
+//     the GPUs' peer paths, pack.ForCollective's "peer", and
+//     algo.TreepackOnLinks costs them with their links), and the
+//     narrowest route between two ranks bounds the fused kernels and the
+//     flat schedules (plan.DeviceModel's CostOn and ProgramsOn). Then
 //     devDecider.decide (device_plan.go) chooses: a forced candidate
 //     (DeviceOptions.Algo, BRAID_ALGO), else the device tuning table's
 //     (plan.Table.Choose, plan/plan.go), else the cheapest under the model
