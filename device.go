@@ -128,6 +128,7 @@ type devPlan struct {
 	fused  *fused.Kernel
 	prog   *sched.Program
 	params sched.Params // what prog was generated for
+	miad   *devMIAD     // while MIAD adapts prog's segment (device_miad.go)
 }
 
 // NewDeviceComm makes the device communicator of c on GPU dev (an ordinal
@@ -474,7 +475,11 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	} else {
 		ctx, cancel := c.deadline(ctx)
 		defer cancel()
-		err = d.g.Run(ctx, &k)
+		if m := pl.miad; m != nil {
+			err = m.run(ctx, d, pl, &k)
+		} else {
+			err = d.g.Run(ctx, &k)
+		}
 	}
 	if err != nil {
 		return deviceError(c.rank, name, err)

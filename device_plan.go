@@ -166,6 +166,7 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 		prog := a.Program(gp, c.Rank())
 		pl.prog, pl.params = &prog, gp
 		what = choiceString(dec.Algo, gp, es) + " [program]"
+		dec.Reason += d.adapt(pl, a, gp, dec, &dd, es)
 	}
 	if c.rank == 0 {
 		var off []string

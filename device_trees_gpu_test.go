@@ -9,6 +9,7 @@ import (
 
 	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/topo"
 )
@@ -82,14 +83,17 @@ func deviceTreesRank(t *testing.T) {
 		}
 	}()
 	tuned, small, ordered := open(DeviceOptions{}), open(DeviceOptions{Segment: 4 << 10}), open(DeviceOptions{StreamOrdered: true})
-	const big = 1<<20 + 3
+	// big is the matrix's largest count; miadCount the allreduce that MIAD
+	// adapts, 16 MiB of float32.
+	const big, miadCount = 1<<20 + 3, 4 << 20
+	bufBytes := max(big*8, miadCount*4) + 8
 	w := tuned.Worker()
 	var bufA, bufB cuda.DevicePtr
 	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
-		if bufA, err = cc.Alloc(big*8 + 8); err != nil {
+		if bufA, err = cc.Alloc(bufBytes); err != nil {
 			return err
 		}
-		bufB, err = cc.Alloc(big*8 + 8)
+		bufB, err = cc.Alloc(bufBytes)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -157,5 +161,35 @@ func deviceTreesRank(t *testing.T) {
 			t.Errorf("rank %d: chain of stream-ordered treepack allreduces of %d int64: %v", rank, count, err)
 		}
 	}
+	// MIAD on the trees' segment: allreduces of 16 MiB until it settles,
+	// every result checked, then every rank on the same segment.
+	adapting := open(DeviceOptions{})
+	key := devKey{sched.Allreduce, miadCount, 0, Float32, Sum}
+	calls := 0
+	for ; calls < 2*trialCalls*plan.MIADMaxTrials; calls++ {
+		k := deviceCase{sched.Allreduce, "treepack", Float32, Sum, miadCount, 0, false, false}
+		call := func(send, recv Device) error { return adapting.Allreduce(ctx, send, recv, Sum) }
+		if err := runDeviceCase(ctx, w, call, k, rank, n, bufA, bufB, 1000+calls); err != nil {
+			t.Fatalf("rank %d: MIAD's call %d (segment %d): %v", rank, calls, adapting.plans[key].params.Segment, err)
+		}
+		if adapting.plans[key].miad == nil {
+			break
+		}
+	}
+	pl := adapting.plans[key]
+	if pl.miad != nil {
+		t.Errorf("rank %d: MIAD has not settled after %d calls", rank, calls)
+	}
+	segs := make([]int64, n)
+	if err := c.Allgather(ctx, []int64{int64(pl.params.Segment)}, segs); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if s != segs[0] {
+			t.Errorf("rank %d: MIAD settled on %v elements by rank", rank, segs)
+			break
+		}
+	}
+	t.Logf("rank %d: MIAD settled on %d elements after %d calls", rank, pl.params.Segment, calls+1)
 	t.Logf("rank %d: %d tree calls checked on GPU %d, placed on %s's %v, in %v", rank, ran, dev, tp.Name, treeAllocations[n0], time.Since(start).Round(time.Millisecond))
 }
