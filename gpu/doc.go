@@ -38,7 +38,13 @@
 //     exchanges a round);
 //   - broadcast (a scatter from the root, then an allgather among the
 //     others; the root, which reads nothing, streams a round ahead of the
-//     others), allgather and reduce-scatter.
+//     others), allgather and reduce-scatter. A reduce-scatter whose
+//     blocks are not whole 16-byte words, from fused.StrideMin a block,
+//     runs staged: its n blocks copied into scratch at an aligned stride
+//     (fused.Kernel.Stride, chosen from the size, so every rank stages
+//     alike), the kernel there, the block copied out
+//     (fusedState.strided); unstaged, every block but the first started
+//     at an odd offset and was combined an element at a time.
 //
 // The planner (package braid, plan.DeviceModel) decides which calls run
 // fused: Shape gives it the kernel a call would run (package gpu/fused
