@@ -211,7 +211,12 @@
 //     (DeviceOptions.Algo, BRAID_ALGO), else the device tuning table's
 //     (plan.Table.Choose, plan/plan.go), else the cheapest under the model
 //     (plan.Default.Plan, plan/plan.go); plan.Decision.Source says which.
-//     A schedule's program is generated here (Algorithm.Program).
+//     A schedule's program is generated here (Algorithm.Program). Where
+//     its segment is the planner's (no option, BRAID_ALGO or table fixed
+//     it) and the calls are synchronous, MIAD adapts it over the first
+//     calls, as for host calls (miadScope.start decides for both;
+//     device_miad.go runs the trials and agrees on their times through
+//     the host communicator).
 //  5. DeviceComm.collective fills a Call (comm.go here: the buffers, and
 //     the plan's Fused kernel or Prog) and runs it: Comm.Run (comm.go),
 //     or Comm.Enqueue where DeviceOptions.StreamOrdered is set.
