@@ -327,10 +327,8 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 		e := c.w.table().Lookup(p.Coll, p.NRanks, p.Layout.NHosts(), plan.Size(p, es))
 		fixedSeg = e == nil || e.Choice.Segment > 0
 	}
-	if _, ok := a.(algo.Tuner); ok && !c.w.opts.DisableMIAD && !fixedSeg && gp.Segment > 0 &&
-		int64(p.Count)*int64(es) >= miadMinBytes {
-		lo := max(1, miadMinSegment/es)
-		pl.miad = plan.NewMIAD(max(lo, gp.Segment/4), lo, max(lo, p.Count))
+	if m := hostMIAD.start(a, gp.Segment, p.Count, es, c.w.opts.DisableMIAD || fixedSeg); m != nil {
+		pl.miad = m
 		pl.p.Segment = pl.miad.Segment()
 		pl.adapting.Store(true)
 		pl.reason += fmt.Sprintf("; MIAD adapts the segment from %s", plan.FormatSize(int64(pl.p.Segment)*int64(es)))

@@ -104,6 +104,8 @@ type DeviceComm struct {
 	c      *Comm
 	w      *cuda.Worker
 	g      *gpu.Comm
+	shape  kernelShaper // g, for the planner
+	topo   *devTopo     // the ranks' links, from c's topology; nil without one
 	opts   DeviceOptions
 	model  plan.DeviceModel
 	mu     sync.Mutex
@@ -122,9 +124,11 @@ type devKey struct {
 
 // devPlan is the decision for one devKey: a fused kernel or a program.
 type devPlan struct {
-	algo  string
-	fused *fused.Kernel
-	prog  *sched.Program
+	algo   string
+	fused  *fused.Kernel
+	prog   *sched.Program
+	params sched.Params // what prog was generated for
+	miad   *devMIAD     // while MIAD adapts prog's segment (device_miad.go)
 }
 
 // NewDeviceComm makes the device communicator of c on GPU dev (an ordinal
@@ -140,7 +144,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		return nil, &Error{Kind: Unsupported, Rank: c.rank, Call: call, Peer: -1,
 			Err: fmt.Errorf("device buffers across %d hosts: the GPU path reaches peers through CUDA IPC on one host", c.nhosts)}
 	}
-	d := &DeviceComm{c: c, plans: map[devKey]*devPlan{}, model: plan.DefaultDeviceModel()}
+	d := &DeviceComm{c: c, plans: map[devKey]*devPlan{}, model: plan.DefaultDeviceModel(), topo: c.deviceTopo()}
 	if opts != nil {
 		d.opts = *opts
 	}
@@ -217,6 +221,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
 	}
+	d.shape = d.g
 	if ok, why := d.g.Fused(); ok {
 		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags), which the planner weighs against schedules; its own choices are capped at: allreduce one-shot %s (in low-latency lines up to %s), two-shot %s; bcast %s; allgather and reducescatter blocks %s and %s",
 			dev, sizeLimit(d.oneShotMax()), sizeLimit(min(d.g.LLBytes(), d.oneShotMax())), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
@@ -224,6 +229,10 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		c.w.debugf("info", "device comm on GPU %d: multi-path through host memory: %s", dev, d.g.HostPath())
 	} else if why != "" {
 		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)
+	}
+	if dt := d.topo; dt != nil {
+		c.w.debugf("info", "device comm on GPU %d: topology %s, ranks on %s: the narrowest route between two is %s, which bounds the fused kernels and the flat schedules; bcast, reduce and allreduce weigh Blink's packed trees (treepack) against them",
+			dev, dt.t.Name, dt.names(), dt.narrowest())
 	}
 	if t := o.Table; t != nil {
 		c.w.debugf("info", "device comm on GPU %d: tuning table %s (%d entries, measured on %v)", dev, t.Source, len(t.Entries), t.Machine)
@@ -466,7 +475,11 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	} else {
 		ctx, cancel := c.deadline(ctx)
 		defer cancel()
-		err = d.g.Run(ctx, &k)
+		if m := pl.miad; m != nil {
+			err = m.run(ctx, d, pl, &k)
+		} else {
+			err = d.g.Run(ctx, &k)
+		}
 	}
 	if err != nil {
 		return deviceError(c.rank, name, err)

@@ -79,10 +79,16 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 	}
 	force, capped := dd.force, dd.capped
 	bytes := p.Count * es
+	// Where the communicator has a topology, the trees of the
+	// tree-packing algorithm, and the narrowest route between two ranks,
+	// which bounds the fused kernels and the flat schedules.
+	p.Trees = d.trees(p)
+	pairBps := d.pairBps()
+	progs := d.model.ProgramsOn(pairBps)
 	var cand []plan.Candidate
 	fusedOf := map[string]*fused.Kernel{}
 	for _, f := range fusedNames[p.Coll] {
-		a, ok := d.g.Shape(f.kind, p, dt, op)
+		a, ok := d.shape.Shape(f.kind, p, dt, op)
 		if !ok {
 			continue
 		}
@@ -92,9 +98,9 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 			pf.Threads = fused.Threads
 		}
 		if a.HostBytes > 0 {
-			pf.HostShare = d.g.HostShareOf(&a)
+			pf.HostShare = d.shape.HostShareOf(&a)
 		}
-		cand = append(cand, plan.Candidate{Name: f.name, Params: p, Cost: d.model.Cost(pf, p, es), Fused: pf})
+		cand = append(cand, plan.Candidate{Name: f.name, Params: p, Cost: d.model.CostOn(pf, p, es, pairBps), Fused: pf})
 		fusedOf[f.name] = &a
 		switch f.kind {
 		case fused.OneShot:
@@ -116,6 +122,12 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 		if _, ok := fusedOf[a.Name()]; ok {
 			continue // the fused kernel stands for it
 		}
+		if a == algo.Treepack(p.Coll) {
+			if x, ok := d.treeCandidate(p, es, force); ok {
+				cand = append(cand, x)
+			}
+			continue
+		}
 		sp := d.segmented(p, a.Name(), es)
 		if force.Algo == a.Name() {
 			sp = force.Apply(sp, es)
@@ -125,13 +137,13 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 		}
 		cost := math.NaN()
 		if k, ok := a.(algo.Coster); ok {
-			cost = k.Cost(sp, es, d.model.Programs)
+			cost = k.Cost(sp, es, progs)
 		}
 		cand = append(cand, plan.Candidate{Name: a.Name(), Params: sp, Cost: cost})
 	}
 	dec, err := dd.decide(plan.Request{Params: p, ElemSize: es}, cand)
 	if err != nil {
-		return bad(InvalidArgument, "%v", err)
+		return bad(InvalidArgument, "%v%s", err, d.treesNote(force, p))
 	}
 	if dec.Algo == "" {
 		return bad(Unsupported, "no algorithm runs %v of %d elements on %d GPUs", p.Coll, p.Count, p.NRanks)
@@ -152,8 +164,9 @@ func (d *DeviceComm) plan(p sched.Params, dt DType, op Op) (*devPlan, error) {
 			return bad(InvalidArgument, "%s: %v", dec.Algo, err)
 		}
 		prog := a.Program(gp, c.Rank())
-		pl.prog = &prog
-		what += " [program]"
+		pl.prog, pl.params = &prog, gp
+		what = choiceString(dec.Algo, gp, es) + " [program]"
+		dec.Reason += d.adapt(pl, a, gp, dec, &dd, es)
 	}
 	if c.rank == 0 {
 		var off []string

@@ -126,7 +126,10 @@ type Options struct {
 	// trees into the links among the communicator's ranks (package pack:
 	// over NVLink where NVLink spans the ranks, else over every link and
 	// route) for broadcast, reduce and allreduce, and offers the
-	// tree-packing algorithm "treepack" (Blink) among the candidates.
+	// tree-packing algorithm "treepack" (Blink) among the candidates;
+	// device calls (DeviceComm) do too, with trees packed over the paths
+	// of the GPUs' copies to each other, and the topology's narrowest
+	// route between two ranks bounds their fused kernels and schedules.
 	// Nil reads BRAID_TOPO: a preset name (topo.Presets, or
 	// "<n>x<preset>" for a cluster, e.g. "dgx1-v100", "2xdgx1-v100") or
 	// the path of a JSON topology file (topo.Load; braid topo --dump

@@ -38,7 +38,13 @@
 //     exchanges a round);
 //   - broadcast (a scatter from the root, then an allgather among the
 //     others; the root, which reads nothing, streams a round ahead of the
-//     others), allgather and reduce-scatter.
+//     others), allgather and reduce-scatter. A reduce-scatter whose
+//     blocks are not whole 16-byte words, from fused.StrideMin a block,
+//     runs staged: its n blocks copied into scratch at an aligned stride
+//     (fused.Kernel.Stride, chosen from the size, so every rank stages
+//     alike), the kernel there, the block copied out
+//     (fusedState.strided); unstaged, every block but the first started
+//     at an odd offset and was combined an element at a time.
 //
 // The planner (package braid, plan.DeviceModel) decides which calls run
 // fused: Shape gives it the kernel a call would run (package gpu/fused
@@ -193,12 +199,24 @@
 //     the call, shaped by gpu.Comm.Shape (oneshot.go here), that is
 //     fused.Config.Shape (gpu/fused/choose.go), and costed by
 //     plan.DeviceModel.Cost (plan/device.go); and each schedule
-//     (package algo) that supports it, costed by its algo.Coster. Then
+//     (package algo) that supports it, costed by its algo.Coster. Where
+//     the host communicator has a topology (Options.Topology, BRAID_TOPO),
+//     the candidates include Blink's packed trees ("treepack" for
+//     broadcast, reduce and allreduce: device_trees.go packs them over
+//     the GPUs' peer paths, pack.ForCollective's "peer", and
+//     algo.TreepackOnLinks costs them with their links), and the
+//     narrowest route between two ranks bounds the fused kernels and the
+//     flat schedules (plan.DeviceModel's CostOn and ProgramsOn). Then
 //     devDecider.decide (device_plan.go) chooses: a forced candidate
 //     (DeviceOptions.Algo, BRAID_ALGO), else the device tuning table's
 //     (plan.Table.Choose, plan/plan.go), else the cheapest under the model
 //     (plan.Default.Plan, plan/plan.go); plan.Decision.Source says which.
-//     A schedule's program is generated here (Algorithm.Program).
+//     A schedule's program is generated here (Algorithm.Program). Where
+//     its segment is the planner's (no option, BRAID_ALGO or table fixed
+//     it) and the calls are synchronous, MIAD adapts it over the first
+//     calls, as for host calls (miadScope.start decides for both;
+//     device_miad.go runs the trials and agrees on their times through
+//     the host communicator).
 //  5. DeviceComm.collective fills a Call (comm.go here: the buffers, and
 //     the plan's Fused kernel or Prog) and runs it: Comm.Run (comm.go),
 //     or Comm.Enqueue where DeviceOptions.StreamOrdered is set.

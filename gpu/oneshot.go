@@ -256,8 +256,9 @@ const SeqLimit = 1<<30 - 1
 // bounded by deadline. Where the call would pass f.seqLimit, reset is
 // called first: it clears this rank's flags and lines once no peer uses
 // them (every rank resets at the same call, since every rank has the
-// same sequence).
-func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, reset func() error) error {
+// same sequence). scratch holds, for a reduce-scatter staged at an
+// aligned stride (fused.Kernel.Stride), n + 1 blocks at that stride.
+func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, reset func() error, scratch cuda.DevicePtr) error {
 	if err := f.failed(rank); err != nil {
 		return err
 	}
@@ -284,7 +285,35 @@ func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadl
 		// whose buffers are not 8-byte aligned runs it on aligned scratch.
 		return f.staged(c, s, a)
 	}
+	if a.Kind == fused.ReduceScatter && a.Stride > a.Count {
+		return f.strided(c, s, a, scratch)
+	}
 	return fused.Launch(c, s, a)
+}
+
+// strided runs a, a reduce-scatter whose kernel reads the blocks at an
+// aligned stride (fused.Kernel.Stride, which the size chose, so that every
+// rank stages alike), through scratch: In's n blocks copied there at that
+// stride, the kernel from there into the block after them, and Count
+// elements of its result copied to Out. Every block then starts 16-byte
+// aligned, where In's blocks of Count elements start at odd offsets.
+func (f *fusedState) strided(c *cuda.Ctx, s cuda.Stream, a fused.Kernel, scratch cuda.DevicePtr) error {
+	n := len(a.Regions)
+	b, st := a.Count*a.DType.Size(), a.Stride*a.DType.Size()
+	if scratch == 0 || scratch&15 != 0 {
+		return fmt.Errorf("gpu: a reduce-scatter staged at a stride of %d bytes needs aligned scratch", st)
+	}
+	for p := range n {
+		if err := c.Copy(scratch.Add(p*st), a.In.Add(p*b), b, s); err != nil {
+			return err
+		}
+	}
+	out := a.Out
+	a.In, a.Out = scratch, scratch.Add(n*st)
+	if err := fused.Launch(c, s, a); err != nil {
+		return err
+	}
+	return c.Copy(out, a.Out, b, s)
 }
 
 // passes reports whether a call of rounds rounds from f.seq would pass

@@ -102,6 +102,27 @@ func (g *Comm) landingOf(p *sched.Program) landing {
 	return l
 }
 
+// growScratch makes the scratch (g.tmp) hold at least need bytes: the
+// programs' own scratch and landing areas, or a reduce-scatter staged at
+// an aligned stride. The scratch it replaces is kept until Close, since
+// work queued on the streams may still use it; work queued later on the
+// main stream uses the scratch after it, and peers push into it only
+// after an offer of the call that follows it.
+func (g *Comm) growScratch(c *cuda.Ctx, need int) error {
+	if need <= g.tmpSize {
+		return nil
+	}
+	p, err := c.Alloc(need)
+	if err != nil {
+		return fmt.Errorf("gpu: scratch of %d bytes: %w", need, err)
+	}
+	if g.tmp != 0 {
+		g.oldTmp = append(g.oldTmp, g.tmp)
+	}
+	g.tmp, g.tmpSize = p, need
+	return nil
+}
+
 // run executes k on the worker's thread. An ordered call (Enqueue) is
 // issued without waiting for the stream: its buffers are ready only when
 // the stream gets to it, so that every chunk offered to a peer carries an
@@ -113,7 +134,14 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 			dl = time.Now().Add(time.Hour)
 		}
 		reset := func() error { return g.resetFused(ctx, c, seq) }
-		if err := g.fused.launch(c, g.s, g.rank, k, dl, reset); err != nil || ordered {
+		if a := k.Fused; a.Kind == fused.ReduceScatter && a.Stride > a.Count {
+			// Staged at an aligned stride (fusedState.strided): the n
+			// blocks, then the result.
+			if err := g.growScratch(c, (len(g.fused.Regions)+1)*a.Stride*a.DType.Size()); err != nil {
+				return err
+			}
+		}
+		if err := g.fused.launch(c, g.s, g.rank, k, dl, reset, g.tmp); err != nil || ordered {
 			return err
 		}
 		if err := c.StreamSynchronize(g.s); err != nil {
@@ -128,15 +156,8 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 	if kc.push {
 		kc.land = g.landingOf(prog)
 	}
-	if need := (prog.TmpLen + kc.land.total) * es; need > g.tmpSize {
-		p, err := c.Alloc(need)
-		if err != nil {
-			return fmt.Errorf("gpu: scratch of %d bytes: %w", need, err)
-		}
-		if g.tmp != 0 {
-			g.oldTmp = append(g.oldTmp, g.tmp)
-		}
-		g.tmp, g.tmpSize = p, need
+	if err := g.growScratch(c, (prog.TmpLen+kc.land.total)*es); err != nil {
+		return err
 	}
 	kc.bases = [3]cuda.DevicePtr{sched.In: k.In, sched.Out: k.Out, sched.Tmp: g.tmp}
 	steps := prog.Steps

@@ -17,9 +17,11 @@ import (
 // allreduce, undirected trees rooted at their centres (AllReduce).
 //
 // links lists, in order of preference, what to pack over: "nvlink" (the
-// direct NVLinks) or "all" (every link, with routes through switches, CPUs
-// and NICs). The first under which every rank is reachable wins; ForCollective
-// returns its plan, graph and name.
+// direct NVLinks), "all" (every link, with routes through switches, CPUs
+// and NICs) or "peer" (every direct link, and routes only between ranks
+// that no direct link joins: the paths a GPU's copy to a peer takes,
+// Fallback). The first under which every rank is reachable wins;
+// ForCollective returns its plan, graph and name.
 func ForCollective(t *topo.Topology, devs []int, coll sched.Collective, root int, links ...string) (*Plan, *Graph, string, error) {
 	err := fmt.Errorf("pack: no links to pack over")
 	for _, l := range links {
@@ -29,8 +31,10 @@ func ForCollective(t *topo.Topology, devs []int, coll sched.Collective, root int
 			sel = Select{Classes: []topo.Class{topo.NVLink}, Routes: Direct}
 		case "all":
 			sel = Select{Routes: Direct | Relayed}
+		case "peer":
+			sel = Select{Routes: Direct | Fallback}
 		default:
-			return nil, nil, "", fmt.Errorf("pack: links %q: want nvlink or all", l)
+			return nil, nil, "", fmt.Errorf("pack: links %q: want nvlink, all or peer", l)
 		}
 		var g *Graph
 		if g, err = FromTopology(t, devs, sel); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/braid-ccl/braid/pack"
+	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/topo"
 )
 
@@ -385,4 +386,43 @@ func TestPlanSummary(t *testing.T) {
 		fmt.Fprintf(&b, " %.4g", tr.Weight)
 	}
 	t.Logf("Broadcast: %d trees of weights%s GB/s; %v", len(p.Trees), b.String(), p.Stats)
+}
+
+// TestFallbackDGX1 checks the graph of GPUs' peer copies (Fallback) on
+// the DGX-1 V100: a direct edge for every NVLinked pair and a route
+// through the switches and CPUs for every other pair only, so that on
+// GPUs 0, 1 and 5 a broadcast from 1 adds the route 5 → 0 (PCIe and QPI,
+// 15.75 GB/s) to the NVLink 1 → 0 (25 GB/s) that bounds NVLink alone.
+func TestFallbackDGX1(t *testing.T) {
+	tp := topo.DGX1V100()
+	for _, a := range []allocation{{0, 1, 5}, {0, 1, 2, 3}, {1, 4, 5, 6}, {0, 5, 6}} {
+		devs := devices(tp, a)
+		g, err := pack.FromTopology(tp, devs, pack.Select{Routes: pack.Direct | pack.Fallback})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hops := map[[2]int]int{}
+		for _, e := range g.Edges {
+			hops[[2]int{e.From, e.To}]++
+			linked := tp.Lanes(devs[e.From], devs[e.To], topo.NVLink) > 0
+			if routed := len(e.Path) > 2; routed == linked {
+				t.Errorf("GPUs %v: edge %d → %d crosses %v, NVLinked %v", a, e.From, e.To, e.Path, linked)
+			}
+		}
+		for x := range a {
+			for y := range a {
+				if x != y && hops[[2]int{x, y}] != 1 {
+					t.Errorf("GPUs %v: %d edges %d → %d, want 1", a, hops[[2]int{x, y}], x, y)
+				}
+			}
+		}
+	}
+	p, g, links, err := pack.ForCollective(tp, devices(tp, allocation{0, 1, 5}), sched.Bcast, 1, "peer")
+	if err != nil || links != "peer" {
+		t.Fatalf("peer packing: %v (%s)", err, links)
+	}
+	checkPlan(t, g, p)
+	if math.Abs(p.Rate-(25+15.75)) > 0.01*(25+15.75) {
+		t.Errorf("GPUs 0 1 5 from 1: rate %g GB/s, want 25 + 15.75", p.Rate)
+	}
 }

@@ -18,6 +18,12 @@ const (
 	// switches, CPUs, NICs, NVSwitches, network switches), other than the
 	// direct link; it consumes every link direction it crosses.
 	Relayed
+	// Fallback makes an edge of the widest route through other devices,
+	// as Relayed does, but only between two ranks that no selected link
+	// joins directly: the paths of GPUs' copies to each other, which take
+	// the pair's NVLink where it has one, whatever a schedule would rather
+	// have, and cross PCIe switches and CPUs where it has none.
+	Fallback
 )
 
 // Select says which links and paths of a topology a graph may use.
@@ -96,7 +102,7 @@ func FromTopology(t *topo.Topology, ranks []int, sel Select) (*Graph, error) {
 					g.Edges[direct[a*n+b]].Path = []int{da, db}
 				}
 			}
-			if routes&Relayed == 0 {
+			if routes&(Relayed|Fallback) == 0 || routes&Relayed == 0 && resource(da, db) >= 0 {
 				continue
 			}
 			path := router.Relay(da, db, via)

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
@@ -174,4 +175,70 @@ func (m DeviceModel) Cost(f *Fused, p sched.Params, es int) float64 {
 		return m.ScatterAlpha + (n-1)*b/m.ScatterBeta
 	}
 	return 0
+}
+
+// PairBytes returns the bytes f moves from one rank to another (the most
+// between any ordered pair) in a call of p with elements of es bytes:
+// the vector for a one-shot allreduce (twice in low-latency lines, whose
+// 16-byte stores carry 8), 2/n of it for a two-shot (a chunk to its
+// owner, the result back), 1/(n−1) of it for a broadcast (a part from the
+// root, then the parts among the others), a block for an allgather or a
+// reduce-scatter; less the share that goes through host memory.
+func (m DeviceModel) PairBytes(f *Fused, p sched.Params, es int) float64 {
+	n := float64(p.NRanks)
+	b := float64(p.Count) * float64(es)
+	var pair float64
+	switch f.Kind {
+	case FusedOneShot:
+		pair = b
+	case FusedOneShotLL:
+		pair = 2 * b
+	case FusedTwoShotLL:
+		pair = 2 * 2 * b / n
+	case FusedTwoShot:
+		pair = 2 * b / n
+	case FusedBcast:
+		pair = b / max(n-1, 1)
+	case FusedAllgather, FusedReduceScatter:
+		pair = b
+	}
+	if f.HostBytes > 0 {
+		pair *= 1 - float64(f.HostShare)/100
+	}
+	return pair
+}
+
+// CostOn returns Cost where the narrowest route between two of the ranks
+// moves pairBps bytes a second (the topology's, package topo): a fused
+// kernel pushes to every peer at once, so its call takes at least its
+// fixed cost (Cost of no elements) plus PairBytes over that route. The
+// figures of the model are a fit to GPUs that an NVSwitch joins all to
+// all, where no pair is narrower than a GPU's own links; on a DGX-1 the
+// GPUs without an NVLink between them reach each other through PCIe
+// switches and the CPUs' link, and that pair sets the pace (Blink, MLSys
+// 2020, §2.1). A pairBps of 0 or +Inf means no bound: Cost.
+func (m DeviceModel) CostOn(f *Fused, p sched.Params, es int, pairBps float64) float64 {
+	c := m.Cost(f, p, es)
+	if pairBps <= 0 || math.IsInf(pairBps, 1) {
+		return c
+	}
+	p0 := p
+	p0.Count = 0
+	return max(c, m.Cost(f, p0, es)+m.PairBytes(f, p, es)/pairBps)
+}
+
+// ProgramsOn returns Programs with every link no faster than pairBps
+// bytes a second, the narrowest route between two of the ranks: the link
+// a flat schedule (a ring, a tree in rank order), which ignores the
+// topology, is costed with, as cost.Model.Worst has it for hosts. A
+// pairBps of 0 or +Inf leaves Programs as it is.
+func (m DeviceModel) ProgramsOn(pairBps float64) cost.Model {
+	pm := m.Programs
+	if pairBps <= 0 || math.IsInf(pairBps, 1) {
+		return pm
+	}
+	for c := range pm.Links {
+		pm.Links[c].Beta = min(pm.Links[c].Beta, pairBps)
+	}
+	return pm
 }

@@ -215,3 +215,62 @@ bcast ranks=* hosts=* size=0- fused
 		t.Error("a nil table chose")
 	}
 }
+
+// TestDeviceModelOn checks CostOn and ProgramsOn: no change without a
+// route's bound or where the narrowest route is an H200's NVSwitch links
+// (450 GB/s, faster than the fit's figures), and the pair's bytes over the
+// route where it is PCIe (a DGX-1's GPUs without NVLink, 15.75 GB/s).
+func TestDeviceModelOn(t *testing.T) {
+	m := DefaultDeviceModel()
+	const es = 4
+	kinds := []string{FusedOneShot, FusedOneShotLL, FusedTwoShotLL, FusedTwoShot, FusedBcast, FusedAllgather, FusedReduceScatter}
+	for _, n := range []int{2, 3, 4, 8} {
+		for _, bytes := range []int{8, 1 << 20, 1 << 30} {
+			p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: bytes / es}
+			for _, k := range kinds {
+				f := &Fused{Kind: k}
+				c := m.Cost(f, p, es)
+				for _, bps := range []float64{0, math.Inf(1), 450e9} {
+					if got := m.CostOn(f, p, es, bps); got != c {
+						t.Errorf("%s n=%d %d B on %g B/s: %g, Cost %g", k, n, bytes, bps, got, c)
+					}
+				}
+				p0 := p
+				p0.Count = 0
+				want := max(c, m.Cost(f, p0, es)+m.PairBytes(f, p, es)/15.75e9)
+				if got := m.CostOn(f, p, es, 15.75e9); got != want || bytes == 1<<30 && got <= c {
+					t.Errorf("%s n=%d %d B over PCIe: %g, want %g (Cost %g)", k, n, bytes, got, want, c)
+				}
+			}
+		}
+	}
+	// The pair's bytes: a 3-GPU one-shot pushes the vector to each peer,
+	// a two-shot 2/3 of it, a broadcast half of it; a third through host
+	// memory leaves two thirds.
+	p := sched.Params{Coll: sched.Allreduce, NRanks: 3, Count: 3 << 20}
+	for _, c := range []struct {
+		f    Fused
+		want float64
+	}{
+		{Fused{Kind: FusedOneShot}, 12 << 20},
+		{Fused{Kind: FusedTwoShot}, 8 << 20},
+		{Fused{Kind: FusedTwoShot, HostBytes: 1, HostShare: 25}, 6 << 20},
+		{Fused{Kind: FusedBcast}, 6 << 20},
+	} {
+		if got := m.PairBytes(&c.f, p, es); got != c.want {
+			t.Errorf("PairBytes(%v) = %g, want %g", &c.f, got, c.want)
+		}
+	}
+	if pm := m.ProgramsOn(math.Inf(1)); pm != m.Programs {
+		t.Errorf("ProgramsOn(+Inf) changed the model: %+v", pm)
+	}
+	pm := m.ProgramsOn(15.75e9)
+	for c, l := range pm.Links {
+		if l.Beta != 15.75e9 || l.Alpha != m.Programs.Links[c].Alpha {
+			t.Errorf("ProgramsOn(PCIe) link %d: %+v", c, l)
+		}
+	}
+	if pm := m.ProgramsOn(450e9); pm != m.Programs {
+		t.Errorf("ProgramsOn(450 GB/s) changed the model: %+v", pm)
+	}
+}

@@ -156,6 +156,16 @@ func (rt *Routes) Route(b int) []int {
 	return rt.tree(w).path(rt.a, b, false)
 }
 
+// Width returns the bottleneck capacity (GB/s) of the route from the
+// source to b, the widest over the router's links: 0 if b cannot be
+// reached, +Inf for the source itself.
+func (rt *Routes) Width(b int) float64 {
+	if !rt.r.valid(b) {
+		return 0
+	}
+	return rt.width[b]
+}
+
 // Relay returns the route from the source to b through at least one
 // other device, as Router.Relay.
 func (rt *Routes) Relay(b int) []int {

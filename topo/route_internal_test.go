@@ -2,6 +2,7 @@ package topo
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -146,5 +147,27 @@ func TestRoutesLargeCluster(t *testing.T) {
 				t.Fatalf("relayed %s -> %s: %v, want %v", tp.Devices[a].ID, tp.Devices[b].ID, got, want)
 			}
 		}
+	}
+}
+
+// TestRoutesWidth checks Routes.Width on the DGX-1 V100 and the HGX H200:
+// two NVLinks between GPUs 0 and 3, the PCIe of a switch between GPUs 0
+// and 5 (no NVLink), the NVSwitch's eighteen links between any two H200s.
+func TestRoutesWidth(t *testing.T) {
+	dgx := DGX1V100()
+	g := dgx.GPUs()
+	from := dgx.Router(nil).From(g[0], nil)
+	for _, c := range []struct {
+		to   int
+		want float64
+	}{{g[3], 2 * nvlink2GBps}, {g[1], nvlink2GBps}, {g[5], pcie3GBps}, {g[0], math.Inf(1)}, {-1, 0}} {
+		if w := from.Width(c.to); w != c.want {
+			t.Errorf("dgx1-v100 gpu0 to device %d: width %g, want %g", c.to, w, c.want)
+		}
+	}
+	hgx := HGXH200()
+	h := hgx.GPUs()
+	if w := hgx.Router(nil).From(h[2], nil).Width(h[7]); w != 18*nvlink4GBps {
+		t.Errorf("hgx-h200 gpu2 to gpu7: width %g, want %d", w, 18*nvlink4GBps)
 	}
 }

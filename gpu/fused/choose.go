@@ -254,6 +254,11 @@ func (c *Config) kernel(kind Kind, p sched.Params, dt dtype.DType, op dtype.Op) 
 		DType: dt, Op: op, Count: p.Count,
 		Regions: c.Regions, SlotBytes: c.SlotBytes,
 	}
+	if es := dt.Size(); kind == ReduceScatter && p.Count*es >= StrideMin && p.Count*es%16 != 0 {
+		// Blocks at an aligned stride, staged by the caller: from the
+		// size, so that every rank runs the same kernel.
+		a.Stride = AlignedStride(p.Count, es)
+	}
 	if kind == OneShot {
 		// The kernel is chosen from what every rank shares (the size), not
 		// from this rank's buffers: see package gpu for unaligned ones.

@@ -1,8 +1,10 @@
 package fused
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/sched"
 )
@@ -313,5 +315,64 @@ func TestMultiPathShares(t *testing.T) {
 	var none *Config
 	if _, ok := none.Shape(OneShot, call(sched.Allreduce, n, 1), dtype.Float32, dtype.Sum); ok || none.HostShareOf(&Kernel{HostBytes: 16}) != 0 {
 		t.Error("a nil Config shapes a kernel")
+	}
+}
+
+// TestReduceScatterStride checks the aligned stride of a reduce-scatter
+// (3 GPUs, 64 MiB of float32: blocks of 22369620 bytes, 4 past a 16-byte
+// word): set from StrideMin where a block is not whole 16-byte words, to
+// the next word, the kernel given it and its rounds counted over it; not
+// set below StrideMin or for aligned blocks; refused by the launch's
+// check where it is not in whole words or below the count.
+func TestReduceScatterStride(t *testing.T) {
+	c := NewConfig(3, Settings{Other: true})
+	for _, k := range []struct {
+		count, es, stride int
+	}{
+		{(64 << 20) / 3 / 4, 4, (64<<20)/3/4 + 3}, // 5592405 float32: 5592408
+		{StrideMin/2 + 1, 2, StrideMin/2 + 8},
+		{StrideMin/8 + 1, 8, StrideMin/8 + 2},
+		{StrideMin/4 + 4, 4, 0},            // whole words
+		{StrideMin/4 - 1, 4, 0},            // below StrideMin
+		{StrideMin + 1, 1, StrideMin + 16}, // bytes
+	} {
+		dt := map[int]dtype.DType{1: dtype.Uint8, 2: dtype.Float16, 4: dtype.Float32, 8: dtype.Float64}[k.es]
+		a, ok := c.Shape(ReduceScatter, sched.Params{Coll: sched.ReduceScatter, NRanks: 3, Count: k.count}, dt, dtype.Sum)
+		if !ok {
+			t.Fatalf("%d × %d B: no kernel", k.count, k.es)
+		}
+		if a.Stride != k.stride {
+			t.Errorf("%d × %d B: stride %d, want %d", k.count, k.es, a.Stride, k.stride)
+		}
+		if k.stride == 0 {
+			continue
+		}
+		if k.stride*k.es%16 != 0 {
+			t.Errorf("%d × %d B: stride %d is not whole 16-byte words", k.count, k.es, k.stride)
+		}
+		_, args := a.args()
+		if n := args.(*vecArgs).N; n != uint64(k.stride) {
+			t.Errorf("%d × %d B: the kernel's n is %d, want the stride %d", k.count, k.es, n, k.stride)
+		}
+		b := a
+		b.Stride = 0
+		if a.Rounds() < b.Rounds() {
+			t.Errorf("%d × %d B: %d rounds at the stride, %d without", k.count, k.es, a.Rounds(), b.Rounds())
+		}
+		a.Rank = 0
+		if err := a.check(); err != nil {
+			t.Errorf("%d × %d B: %v", k.count, k.es, err)
+		}
+		for _, bad := range []int{k.count - 1, k.stride + 1} {
+			a.Stride = bad
+			if err := a.check(); err == nil || !strings.Contains(err.Error(), "stride") {
+				t.Errorf("%d × %d B, stride %d: check %v", k.count, k.es, bad, err)
+			}
+		}
+	}
+	// Another kind with a stride.
+	b := Kernel{Kind: Allgather, DType: dtype.Float32, Count: 5, Stride: 8, Regions: make([]cuda.DevicePtr, 2), SlotBytes: 4096}
+	if err := b.check(); err == nil {
+		t.Error("an allgather with a stride passes the check")
 	}
 }

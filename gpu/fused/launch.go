@@ -47,6 +47,8 @@ func (a *Kernel) check() error {
 		return fmt.Errorf("fused: %v kernel: ramp %d (0 to %d)", a.Kind, a.Ramp, MaxRamp)
 	case a.Count < 0 || a.SlotBytes%256 != 0 || a.Kind.Slot(a.Count, a.DType.Size(), n) > a.SlotBytes || a.Rounds() == 0:
 		return fmt.Errorf("fused: %v kernel: %d elements of %d bytes in slots of %d bytes and %d blocks", a.Kind, a.Count, a.DType.Size(), a.SlotBytes, a.Grid())
+	case a.Stride != 0 && (a.Kind != ReduceScatter || a.Stride < a.Count || a.Stride*a.DType.Size()%16 != 0):
+		return fmt.Errorf("fused: %v kernel: stride %d for %d elements of %d bytes (a reduce-scatter's, at least the count, in 16-byte words)", a.Kind, a.Stride, a.Count, a.DType.Size())
 	case a.Blocks < 0 || a.Blocks > MaxBlocks:
 		return fmt.Errorf("fused: %v kernel: %d blocks (at most %d)", a.Kind, a.Blocks, MaxBlocks)
 	case a.hostBytes() > HostFits(a.Kind, a.Grid(), n):
@@ -201,7 +203,9 @@ func (a *Kernel) args() (string, kernelArgs) {
 	case TwoShot:
 		return "twoshot", &hostVecArgs{In: a.In, Out: a.Out, N: uint64(a.Count), seqArgs: s, hostArgs: h, tailArgs: t}
 	case ReduceScatter:
-		return "rsfused", vec()
+		v := vec()
+		v.N = uint64(a.BlockCount())
+		return "rsfused", v
 	}
 	return "oneshot", vec()
 }

@@ -196,6 +196,15 @@ type Kernel struct {
 	// overlap the waits and reductions of the ones before. 0, or more than
 	// SlotBytes/Blocks, means SlotBytes/Blocks.
 	Area int
+	// Stride, for a reduce-scatter, where above Count, is the elements
+	// from one block of In to the next as the kernel reads them (and the
+	// block it writes to Out): a multiple of 16 bytes, so that every
+	// block starts 16-byte aligned and the kernel takes its 16-byte loads
+	// and stores (AlignedStride; Config.Shape sets it from the size, which
+	// every rank shares). The caller stages In into scratch at that stride
+	// and copies Count elements of the result out (package gpu); the
+	// kernel reduces the padding too, and nothing reads it. 0: Count.
+	Stride int
 	// Ramp, for a broadcast above BcastDirectMax on more than 2 GPUs, cuts
 	// its last full round (or the whole vector, if smaller) into Ramp + 1
 	// rounds of a half, a quarter, ... of it, the last two alike, so that
@@ -253,7 +262,7 @@ func (a *Kernel) Rounds() int {
 		return rounds(c, (area/2/es/w*w+a.hostBytes()/es/w*w)*blocks)
 	case ReduceScatter:
 		w := 16 / es
-		return rounds(a.Count, area/es/w*w*blocks)
+		return rounds(a.BlockCount(), area/es/w*w*blocks)
 	case Allgather:
 		return rounds(a.Count*es, area*blocks)
 	case Bcast:
@@ -270,6 +279,38 @@ func (a *Kernel) Rounds() int {
 	}
 	return 0
 }
+
+// BlockCount is the elements of each block the kernel runs on: Stride
+// where it is set (a reduce-scatter staged at an aligned stride), else
+// Count.
+func (a *Kernel) BlockCount() int {
+	if a.Kind == ReduceScatter && a.Stride > a.Count {
+		return a.Stride
+	}
+	return a.Count
+}
+
+// AlignedStride returns count rounded up to a whole number of 16-byte
+// words of es-byte elements: the stride at which a reduce-scatter's
+// blocks all start 16-byte aligned.
+func AlignedStride(count, es int) int {
+	w := max(16/max(es, 1), 1)
+	return (count + w - 1) / w * w
+}
+
+// StrideMin is the smallest block, in bytes, of a reduce-scatter that
+// Config.Shape stages at an aligned stride where its blocks are not a
+// multiple of 16 bytes. Unaligned, every block but the first is combined
+// an element at a time (kernels/reduce.cu: reduce_into takes 16-byte
+// words only where every pointer is 16-byte aligned): three H200s moved a
+// reduce-scatter of 64 MiB at 0.49× NCCL's speed. Staged, the call pays
+// two local copies (the n blocks in, one out: at about 4 TB/s, a block
+// of B bytes on 3 GPUs adds about B/500 GB/s) and their launches (a few
+// µs), and the kernel runs as fast as for aligned blocks (about B/160
+// GB/s on 3 GPUs in plan.DefaultDeviceModel); if the unaligned kernel
+// only doubles the bandwidth term, staging wins from about 2 MB a block.
+// An estimate from the model, not a measurement.
+const StrideMin = 2 << 20
 
 // hostBytes is what a block moves through Host a round.
 func (a *Kernel) hostBytes() int {
