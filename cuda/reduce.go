@@ -28,8 +28,14 @@ var reducePTX []byte
 //go:embed kernels/reduce_sm90.cubin.gz
 var reduceCubin90 []byte
 
-// ReducePTX returns the PTX of the reduction kernels.
-func ReducePTX() ([]byte, error) { return gunzip(reducePTX) }
+// ReducePTX returns the PTX of the reduction kernels that LoadKernels
+// loads where it loads PTX: the embedded one, or BRAID_CUDA_KERNELS's
+// (so that a build from the GPU machine is checked before it is
+// committed).
+func ReducePTX() ([]byte, error) {
+	b, _, err := kernelImage(0, 0)
+	return b, err
+}
 
 // gunzip returns the content of a gzipped image.
 func gunzip(b []byte) ([]byte, error) {
