@@ -115,6 +115,11 @@ var kernelFamilies = []struct {
 	{"rsfused", func(k *reduceKernels) *[16][16]Function { return &k.rsfused }},
 }
 
+// fusedABI is an empty kernel that marks the fused kernels' parameter
+// lists (kernels/reduce.cu: sequence counters in device memory, not a
+// sequence number): LoadKernels refuses a module without it.
+const fusedABI = "braid_fused_abi_seqs"
+
 // kernelName is the name of family's kernel for d and op in
 // kernels/reduce.cu: braid_<family>_<op>_<type>.
 func kernelName(family string, d dtype.DType, op dtype.Op) string {
@@ -170,6 +175,10 @@ func (c *Ctx) LoadKernels() error {
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
 		}
+	}
+	if _, err := c.Function(mod, fusedABI); err != nil {
+		c.UnloadModule(mod)
+		return fmt.Errorf("cuda: reduction kernels (%s) predate the fused kernels' sequence counters (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, fusedABI, err)
 	}
 	for _, f := range []struct {
 		dst  *Function

@@ -648,7 +648,7 @@ func (g *Comm) release() error {
 			if f.Host != 0 {
 				errs = append(errs, c.HostUnregister(g.hostRegion()))
 			}
-			errs = append(errs, c.Free(f.own), c.FreeHost(f.status))
+			errs = append(errs, c.Free(f.own), c.Free(f.seqs), c.FreeHost(f.status))
 			if f.stage != 0 {
 				errs = append(errs, c.Free(f.stage))
 			}

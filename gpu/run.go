@@ -314,6 +314,9 @@ func (g *Comm) resetFused(ctx context.Context, c *cuda.Ctx, seq uint32) error {
 	if err := c.Memset8(f.own.Add(ll), 0, size-ll, g.s); err != nil {
 		return err
 	}
+	if err := c.Memset32(f.seqs, 1, fused.SeqWords, g.s); err != nil {
+		return err
+	}
 	if err := c.StreamSynchronize(g.s); err != nil {
 		return err
 	}
