@@ -179,6 +179,26 @@
 // the first error. With Options.Stats each Comm prints, when closed,
 // where the time of its synchronous program calls went.
 //
+// # CUDA graphs
+//
+// Between BeginCapture and EndCapture the Comm's stream captures (in
+// thread-local mode, on the worker's thread): a fused call made meanwhile,
+// by Run or Enqueue, is recorded into a graph with its buffers, shape and
+// wait bound, and runs nothing; EndCapture instantiates the graph, and
+// Graph.Launch (or Graph.Enqueue) replays every call it holds for the
+// host's cost of one launch. Since the kernels take their sequence numbers
+// from the counters in device memory and advance them, a replay runs new
+// numbers, and replays and calls launched one by one mix in any order;
+// the host adds a launch's rounds to its count (fusedState.advance), and
+// resets before SeqLimit as for a call. A program cannot be captured: its
+// steps are issued by the host as the peers' notices arrive, and its
+// copies wait on interprocess events; Run and Enqueue refuse one during a
+// capture (ErrNotCapturable) without failing the Comm, and a program whose
+// stream captures from elsewhere (a caller's capturing stream it waits
+// for) fails the same way. Replays of a graph that a caller captured and
+// launches itself are not counted by the host, whose reset then comes
+// late.
+//
 // # How a device call flows
 //
 // One allreduce on device buffers, from the API to the driver, by

@@ -26,8 +26,8 @@ type fusedState struct {
 	status *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
 	seqs   cuda.DevicePtr   // the kernels' sequence counters (fused.SeqWords words), which they read and advance
 	// seq is the next call's first sequence number, as the counters will
-	// hold it once the kernels queued so far have run; the same on every
-	// rank. The host counts it to reset the counters and the flags
+	// hold it once the kernels queued so far (graph launches included)
+	// have run; the same on every rank. The host counts it to reset the counters and the flags
 	// before they pass seqLimit.
 	seq       uint32
 	seqLimit  uint32         // the last sequence number before the flags are reset (SeqLimit)
@@ -272,8 +272,10 @@ const SeqLimit = 1<<30 - 1
 // the call would pass f.seqLimit, reset is called first: it clears this
 // rank's flags and lines and sets the counters to 1 once no peer uses
 // them (every rank resets at the same call, since every rank has the same
-// sequence).
-func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, reset func() error) error {
+// sequence). In a capture (cp not nil) the kernel is recorded into a
+// graph and does not run now: nothing is reset or counted here, and cp
+// adds up the rounds that every launch of the graph takes (Graph).
+func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, cp *capture, reset func() error) error {
 	if err := f.failed(rank); err != nil {
 		return err
 	}
@@ -283,7 +285,10 @@ func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadl
 	}
 	a.In, a.Out, a.Seqs, a.Rank, a.Regions = k.In, k.Out, f.seqs, rank, f.Regions
 	rounds := uint32(max(a.Rounds(), 1))
-	if err := f.advance(rounds, reset); err != nil {
+	if cp != nil {
+		cp.calls++
+		cp.rounds += uint64(rounds)
+	} else if err := f.advance(rounds, reset); err != nil {
 		return err
 	}
 	wait := time.Until(deadline)

@@ -105,21 +105,26 @@ func (g *Comm) landingOf(p *sched.Program) landing {
 // run executes k on the worker's thread. An ordered call (Enqueue) is
 // issued without waiting for the stream: its buffers are ready only when
 // the stream gets to it, so that every chunk offered to a peer carries an
-// event.
-func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool) error {
+// event. In a capture (cp, from BeginCapture) a fused kernel is recorded
+// into the graph, not run, and nothing waits for it; a program is
+// refused, in a capture begun outside this Comm too (notCapturing).
+func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool, cp *capture) error {
 	if k.Fused != nil {
 		dl, ok := ctx.Deadline()
 		if !ok {
 			dl = time.Now().Add(time.Hour)
 		}
 		reset := func() error { return g.resetFused(ctx, c, seq) }
-		if err := g.fused.launch(c, g.s, g.rank, k, dl, reset); err != nil || ordered {
+		if err := g.fused.launch(c, g.s, g.rank, k, dl, cp, reset); err != nil || ordered || cp != nil {
 			return err
 		}
 		if err := c.StreamSynchronize(g.s); err != nil {
 			return err
 		}
 		return g.fused.failed(g.rank)
+	}
+	if err := g.notCapturing(c, k, cp); err != nil {
+		return err
 	}
 	prog := k.Prog
 	es := k.DType.Size()
