@@ -38,8 +38,11 @@ type DeviceGraph struct {
 // that does not run as a fused kernel fails with an *Error of kind
 // Unsupported that says so, and so does Capture (fn should return such
 // errors); so do Synchronize and a DeviceGraph's Launch while fn runs.
-// Calls of d made by other goroutines meanwhile are captured too. The
-// caller closes the graph (DeviceGraph.Close) or leaves it to Close.
+// Calls of d made by other goroutines meanwhile are captured too. fn must
+// not run other work on d's Worker meanwhile: the capture is bound to its
+// thread, where a synchronisation or an allocation would end it in
+// failure. The caller closes the graph (DeviceGraph.Close) or leaves it to
+// Close.
 func (d *DeviceComm) Capture(ctx context.Context, fn func() error) (*DeviceGraph, error) {
 	const call = "capture"
 	if err := d.c.usable(call); err != nil {
@@ -62,11 +65,23 @@ func (d *DeviceComm) Capture(ctx context.Context, fn func() error) (*DeviceGraph
 	if err != nil {
 		return nil, deviceError(d.c.rank, call, err)
 	}
+	ended := false
+	end := func() (*gpu.Graph, error) {
+		ended = true
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.capturing = false
+		return d.g.EndCapture()
+	}
+	defer func() {
+		if !ended { // fn panicked: the stream leaves capture mode all the same
+			if g, err := end(); err == nil {
+				g.Close()
+			}
+		}
+	}()
 	ferr := fn()
-	d.mu.Lock()
-	d.capturing = false
-	g, err := d.g.EndCapture()
-	d.mu.Unlock()
+	g, err := end()
 	if ferr != nil {
 		if g != nil {
 			g.Close()
