@@ -99,7 +99,9 @@ func DefaultOneShotMax(n int) int {
 // reads the caller's buffers any more.
 //
 // Every rank makes the same calls in the same order, with the same counts,
-// types, ops and roots; a DeviceComm runs one call at a time.
+// types, ops and roots; a DeviceComm runs one call at a time. Calls that
+// run as fused kernels can also be captured into a CUDA graph and
+// replayed (Capture, DeviceGraph).
 type DeviceComm struct {
 	c      *Comm
 	w      *cuda.Worker
@@ -111,6 +113,8 @@ type DeviceComm struct {
 	mu     sync.Mutex
 	plans  map[devKey]*devPlan
 	closed bool
+	// capturing: Capture's fn runs, and calls are recorded into a graph.
+	capturing bool
 }
 
 // devKey is what a device call's plan depends on.
@@ -285,6 +289,9 @@ func deviceError(rank int, call string, err error) error {
 	var m *gpu.MismatchError
 	if errors.As(err, &m) {
 		return &Error{Kind: InvalidArgument, Rank: rank, Call: call, Peer: -1, Err: err}
+	}
+	if errors.Is(err, gpu.ErrNotCapturable) {
+		return &Error{Kind: Unsupported, Rank: rank, Call: call, Peer: -1, Err: err}
 	}
 	return classify(rank, call, err)
 }
@@ -463,6 +470,9 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 	pl, err := d.plan(p, dt, op)
 	if err != nil {
 		return err
+	}
+	if d.capturing && pl.fused == nil {
+		return d.capturingError(name, pl, p.Count)
 	}
 	k := gpu.Call{Params: p, Algo: pl.algo, Fused: pl.fused, Prog: pl.prog, DType: dt, Op: op, In: in, Out: out}
 	if d.opts.StreamOrdered {

@@ -29,7 +29,8 @@
 // between peers (CopyPeer) and on unified addresses (Copy); memset; streams
 // with priorities; events (record, query, wait, elapsed time, cross-device
 // waits); peer access; CUDA IPC for memory and events, so that processes on
-// one host share device buffers; module loading and kernel launch; and
+// one host share device buffers; module loading and kernel launch; CUDA
+// graphs (stream capture, instantiation, launch: graph.go); and
 // Braid's reduction kernels (Reduce, Divide): sum, prod, min, max and avg
 // for the floating-point types, and sum, prod, min, max and the bitwise
 // operators for the integer types, with the same bits as the host kernels

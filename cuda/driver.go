@@ -50,6 +50,11 @@ var api struct {
 	cuMemGetAddressRange, cuPointerGetAttribute uintptr
 
 	cuModuleLoadDataEx, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel, cuFuncGetAttribute uintptr
+
+	// CUDA graphs (graph.go): optional, 0 where the driver lacks them.
+	cuStreamBeginCapture, cuStreamEndCapture, cuStreamIsCapturing                  uintptr
+	cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy uintptr
+	cuGraphGetNodes, cuGraphNodeGetType                                            uintptr
 }
 
 // The two IPC functions that take a 64-byte handle by value go through
@@ -136,6 +141,30 @@ func driverSymbols() []struct {
 	}
 }
 
+// optionalSymbols lists the functions of api that a driver may lack
+// without making the package unusable: their callers report the absence
+// (graph.go). Names as in driverSymbols.
+func optionalSymbols() []struct {
+	p     *uintptr
+	names []string
+} {
+	type s = struct {
+		p     *uintptr
+		names []string
+	}
+	return []s{
+		{&api.cuStreamBeginCapture, []string{"cuStreamBeginCapture_v2"}},
+		{&api.cuStreamEndCapture, []string{"cuStreamEndCapture"}},
+		{&api.cuStreamIsCapturing, []string{"cuStreamIsCapturing"}},
+		{&api.cuGraphInstantiateWithFlags, []string{"cuGraphInstantiateWithFlags"}},
+		{&api.cuGraphLaunch, []string{"cuGraphLaunch"}},
+		{&api.cuGraphDestroy, []string{"cuGraphDestroy"}},
+		{&api.cuGraphExecDestroy, []string{"cuGraphExecDestroy"}},
+		{&api.cuGraphGetNodes, []string{"cuGraphGetNodes"}},
+		{&api.cuGraphNodeGetType, []string{"cuGraphNodeGetType"}},
+	}
+}
+
 var driver struct {
 	once    sync.Once
 	err     error
@@ -172,6 +201,13 @@ func loadDriver() error {
 		}
 		if *s.p == 0 {
 			return fmt.Errorf("%w: libcuda.so.1 has no %s (driver too old)", ErrNoDriver, s.names[0])
+		}
+	}
+	for _, s := range optionalSymbols() {
+		for _, n := range s.names {
+			if *s.p = symbol(h, n); *s.p != 0 {
+				break
+			}
 		}
 	}
 	openMem, openEv := symbol(h, "cuIpcOpenMemHandle_v2"), symbol(h, "cuIpcOpenEventHandle")

@@ -49,6 +49,11 @@ const (
 	ErrHostMemoryAlreadyRegistered Result = 712
 	ErrHostMemoryNotRegistered     Result = 713
 	ErrNotSupported                Result = 801
+	ErrStreamCaptureUnsupported    Result = 900 // an operation a capturing stream cannot record
+	ErrStreamCaptureInvalidated    Result = 901 // the capture failed earlier and can only be ended
+	ErrStreamCaptureUnjoined       Result = 904 // a stream forked into the capture did not join back
+	ErrStreamCaptureImplicit       Result = 906 // work on the legacy stream during a capture
+	ErrStreamCaptureWrongThread    Result = 908 // ended on another thread than it began (thread-local mode)
 )
 
 // Error returns the driver's name and description of r, such as

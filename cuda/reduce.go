@@ -28,8 +28,14 @@ var reducePTX []byte
 //go:embed kernels/reduce_sm90.cubin.gz
 var reduceCubin90 []byte
 
-// ReducePTX returns the PTX of the reduction kernels.
-func ReducePTX() ([]byte, error) { return gunzip(reducePTX) }
+// ReducePTX returns the PTX of the reduction kernels that LoadKernels
+// loads where it loads PTX: the embedded one, or BRAID_CUDA_KERNELS's
+// (so that a build from the GPU machine is checked before it is
+// committed).
+func ReducePTX() ([]byte, error) {
+	b, _, err := kernelImage(0, 0)
+	return b, err
+}
 
 // gunzip returns the content of a gzipped image.
 func gunzip(b []byte) ([]byte, error) {
@@ -109,6 +115,11 @@ var kernelFamilies = []struct {
 	{"rsfused", func(k *reduceKernels) *[16][16]Function { return &k.rsfused }},
 }
 
+// fusedABI is an empty kernel that marks the fused kernels' parameter
+// lists (kernels/reduce.cu: sequence counters in device memory, not a
+// sequence number): LoadKernels refuses a module without it.
+const fusedABI = "braid_fused_abi_seqs"
+
 // kernelName is the name of family's kernel for d and op in
 // kernels/reduce.cu: braid_<family>_<op>_<type>.
 func kernelName(family string, d dtype.DType, op dtype.Op) string {
@@ -164,6 +175,10 @@ func (c *Ctx) LoadKernels() error {
 				return fmt.Errorf("cuda: reduction kernels: %w", err)
 			}
 		}
+	}
+	if _, err := c.Function(mod, fusedABI); err != nil {
+		c.UnloadModule(mod)
+		return fmt.Errorf("cuda: reduction kernels (%s) predate the fused kernels' sequence counters (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, fusedABI, err)
 	}
 	for _, f := range []struct {
 		dst  *Function

@@ -46,6 +46,9 @@ type Comm struct {
 	seq uint32
 	err error // a failed call leaves the ranks out of step: later calls fail with it
 
+	capture *capture            // the capture under way (BeginCapture), or nil
+	graphs  map[*Graph]struct{} // the graphs made here and not closed, destroyed by Close
+
 	// A failure of a call run after Enqueue returned, for the next call
 	// or Synchronize to report.
 	aerrMu sync.Mutex
@@ -244,13 +247,14 @@ const DefaultPushMax = 4 << 30
 func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, error) {
 	g := &Comm{
 		w: w, rank: host.Rank(), n: host.Size(),
-		exports: map[uint64]export{},
-		mapped:  map[peerBuf]cuda.DevicePtr{},
-		opened:  map[cuda.IPCEventHandle]cuda.Event{},
-		stash:   map[stashKey]notice{},
-		landing: map[*sched.Program]landing{},
-		needs:   map[*sched.Program][]bool{},
-		pushMax: opts.PushMax,
+		exports:  map[uint64]export{},
+		mapped:   map[peerBuf]cuda.DevicePtr{},
+		opened:   map[cuda.IPCEventHandle]cuda.Event{},
+		stash:    map[stashKey]notice{},
+		landing:  map[*sched.Program]landing{},
+		needs:    map[*sched.Program][]bool{},
+		graphs:   map[*Graph]struct{}{},
+		pushMax:  opts.PushMax,
 	}
 	if g.pushMax == 0 {
 		g.pushMax = DefaultPushMax
@@ -488,6 +492,9 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if err := g.capturable(k); err != nil {
+		return err
+	}
 	seq, err := g.next()
 	if err != nil {
 		return err
@@ -496,7 +503,8 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 	if g.stats != nil {
 		t0 = time.Now()
 	}
-	err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false) })
+	cp := g.capture
+	err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false, cp) })
 	if g.stats != nil {
 		g.stats.run += time.Since(t0)
 	}
@@ -519,13 +527,17 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if err := g.capturable(k); err != nil {
+		return err
+	}
 	seq, err := g.next()
 	if err != nil {
 		return err
 	}
 	kc := *k
+	cp := g.capture
 	g.w.Go(func(c *cuda.Ctx) error {
-		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true); err != nil {
+		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true, cp); err != nil {
 			g.aerrMu.Lock()
 			if g.aerr == nil {
 				g.aerr = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
@@ -542,6 +554,10 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 func (g *Comm) Synchronize(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.capture != nil {
+		// A synchronisation would invalidate the capture.
+		return fmt.Errorf("gpu: rank %d: Synchronize during a capture (the calls are recorded, not run; EndCapture ends it): %w", g.rank, ErrNotCapturable)
+	}
 	err := g.w.Do(ctx, func(c *cuda.Ctx) error { return c.StreamSynchronize(g.s) })
 	if err == nil {
 		err = g.fused.failed(g.rank)
@@ -553,6 +569,16 @@ func (g *Comm) Synchronize(ctx context.Context) error {
 		g.err = err
 	}
 	return err
+}
+
+// capturable returns an error, without failing the Comm, if k cannot be
+// recorded into the capture under way: a program. Every rank refuses the
+// same calls. g.mu is held.
+func (g *Comm) capturable(k *Call) error {
+	if g.capture == nil || k.Fused != nil {
+		return nil
+	}
+	return g.programCaptureError(k, cuda.CaptureActive)
 }
 
 // next returns the sequence number of a new call, or the error of an
@@ -620,6 +646,14 @@ func (g *Comm) release() error {
 		for _, p := range g.mapped {
 			errs = append(errs, c.IPCCloseMemHandle(p))
 		}
+		for gr := range g.graphs {
+			errs = append(errs, c.DestroyGraphExec(gr.exec))
+		}
+		if g.capture != nil {
+			if graph, err := c.EndCapture(g.s); err == nil {
+				errs = append(errs, c.DestroyGraph(graph))
+			}
+		}
 		for _, ev := range g.opened {
 			errs = append(errs, c.DestroyEvent(ev))
 		}
@@ -639,7 +673,7 @@ func (g *Comm) release() error {
 			if f.Host != 0 {
 				errs = append(errs, c.HostUnregister(g.hostRegion()))
 			}
-			errs = append(errs, c.Free(f.own), c.FreeHost(f.status))
+			errs = append(errs, c.Free(f.own), c.Free(f.seqs), c.FreeHost(f.status))
 			if f.stage != 0 {
 				errs = append(errs, c.Free(f.stage))
 			}
@@ -664,7 +698,7 @@ func (g *Comm) release() error {
 	})
 	errs = append(errs, err)
 	g.mapped, g.opened, g.ready, g.done, g.oldTmp, g.tmp, g.s, g.fused = nil, nil, nil, nil, nil, 0, 0, nil
-	g.lev, g.copyS = nil, nil
+	g.lev, g.copyS, g.graphs, g.capture = nil, nil, nil, nil
 	if g.mb.mem != nil {
 		errs = append(errs, unmapShared(g.mb.mem))
 		g.mb.mem = nil

@@ -49,15 +49,20 @@
 // The planner (package braid, plan.DeviceModel) decides which calls run
 // fused: Shape gives it the kernel a call would run (package gpu/fused
 // shapes it: kind, grid, rounds, host share, ramp), and Call.Fused carries
-// that kernel back to Run, which adds the buffers, the sequence number and
-// the wait's bound and launches it (fused.Launch).
+// that kernel back to Run, which adds the buffers, the sequence counters
+// and the wait's bound and launches it (fused.Launch).
 //
 // All but the one-shot are pipelined: block b owns area b of every slot,
 // and the vector passes through the areas in rounds, so any size runs in
 // one kernel; a block pushes the next round before it waits for and reads
 // the current one. Every round has a sequence number, the call's first
 // plus its index (fused.Kernel.Rounds counts the rounds), and uses the
-// slots of parity seq & 1 and flags 2·seq−1 and 2·seq. A block writes a
+// slots of parity seq & 1 and flags 2·seq−1 and 2·seq. The kernels keep
+// the numbers themselves: a kernel reads its call's first from counters in
+// this rank's device memory (fused.Kernel.Seqs, fused.SeqWords words) and
+// advances them by its rounds when it ends, so that a kernel replayed
+// from a CUDA graph (see below) runs new numbers like one the host
+// launches; the host counts them too (fusedState.seq). A block writes a
 // parity at a peer only after seeing a flag that the peer's block raised
 // once it had finished reading the round before of that parity; between
 // calls, a rank's kernel ends only after every peer's blocks reached its
@@ -87,9 +92,9 @@
 // every rank shares; a rank whose buffers are not 8-byte aligned runs it
 // on aligned scratch, with a copy in and a copy out. The sequence numbers
 // stay below SeqLimit: the call that would pass it first waits for every
-// rank's earlier kernels, clears the flags and lines, and starts again at
-// 1 (resetFused), so that no flag left by a block that has not run for
-// 2^30 calls reads as ahead of a wait.
+// rank's earlier kernels, clears the flags and lines, sets the counters to
+// 1 and starts again there (resetFused), so that no flag left by a block
+// that has not run for 2^30 calls reads as ahead of a wait.
 //
 // The broadcast above fused.BcastDirectMax on 3 GPUs or more is a scatter
 // from the root and an exchange among the others, in rounds. The root
@@ -180,6 +185,26 @@
 // the first error. With Options.Stats each Comm prints, when closed,
 // where the time of its synchronous program calls went.
 //
+// # CUDA graphs
+//
+// Between BeginCapture and EndCapture the Comm's stream captures (in
+// thread-local mode, on the worker's thread): a fused call made meanwhile,
+// by Run or Enqueue, is recorded into a graph with its buffers, shape and
+// wait bound, and runs nothing; EndCapture instantiates the graph, and
+// Graph.Launch (or Graph.Enqueue) replays every call it holds for the
+// host's cost of one launch. Since the kernels take their sequence numbers
+// from the counters in device memory and advance them, a replay runs new
+// numbers, and replays and calls launched one by one mix in any order;
+// the host adds a launch's rounds to its count (fusedState.advance), and
+// resets before SeqLimit as for a call. A program cannot be captured: its
+// steps are issued by the host as the peers' notices arrive, and its
+// copies wait on interprocess events; Run and Enqueue refuse one during a
+// capture (ErrNotCapturable) without failing the Comm, and a program whose
+// stream captures from elsewhere (a caller's capturing stream it waits
+// for) fails the same way. Replays of a graph that a caller captured and
+// launches itself are not counted by the host, whose reset then comes
+// late.
+//
 // # How a device call flows
 //
 // One allreduce on device buffers, from the API to the driver, by
@@ -224,7 +249,8 @@
 //     (cuda/worker.go), which runs it on the OS thread that holds the
 //     context current; the closure is Comm.run (run.go).
 //  7. Fused branch: Comm.run calls fusedState.launch (oneshot.go), which
-//     adds the sequence number, the deadline and the buffers (and stages
+//     counts the call's sequence numbers (resetting first where they would
+//     pass SeqLimit), adds the counters, the deadline and the buffers (and stages
 //     unaligned low-latency calls through scratch, fusedState.staged),
 //     then fused.Launch (gpu/fused/launch.go) packs the kernel's typed
 //     arguments and calls cuda.Ctx.Launch (cuda/module.go), which calls

@@ -22,13 +22,18 @@ import (
 // chooses each call's kernel; the rest is this rank's.
 type fusedState struct {
 	fused.Config
-	own       cuda.DevicePtr   // this rank's region
-	status    *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
-	seq       uint32           // the next call's first sequence number; the same on every rank
-	seqLimit  uint32           // the last sequence number before the flags are reset (SeqLimit)
-	resets    int              // how many times the sequence was reset
-	stage     cuda.DevicePtr   // aligned scratch for calls in low-latency lines from or to unaligned buffers; 0 until needed
-	stageSize int              // its bytes
+	own    cuda.DevicePtr   // this rank's region
+	status *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
+	seqs   cuda.DevicePtr   // the kernels' sequence counters (fused.SeqWords words), which they read and advance
+	// seq is the next call's first sequence number, as the counters will
+	// hold it once the kernels queued so far (graph launches included)
+	// have run; the same on every rank. The host counts it to reset the counters and the flags
+	// before they pass seqLimit.
+	seq       uint32
+	seqLimit  uint32         // the last sequence number before the flags are reset (SeqLimit)
+	resets    int            // how many times the sequence was reset
+	stage     cuda.DevicePtr // aligned scratch for calls in low-latency lines from or to unaligned buffers; 0 until needed
+	stageSize int            // its bytes
 }
 
 // setupFused registers this rank's region and maps every peer's. Every
@@ -64,6 +69,12 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 			}
 			ll := fused.LLOffset(g.n, slotBytes)
 			if err = c.Memset8(f.own.Add(ll), 0, size-ll, 0); err != nil {
+				return err
+			}
+			if f.seqs, err = c.Alloc(4 * fused.SeqWords); err != nil {
+				return err
+			}
+			if err = c.Memset32(f.seqs, first, fused.SeqWords, 0); err != nil {
 				return err
 			}
 			if err = c.Synchronize(); err != nil {
@@ -173,6 +184,9 @@ func (g *Comm) freeFused(f *fusedState) error {
 		if f.own != 0 {
 			errs = append(errs, c.Free(f.own))
 		}
+		if f.seqs != 0 {
+			errs = append(errs, c.Free(f.seqs))
+		}
 		if f.status != nil {
 			errs = append(errs, c.FreeHost(f.status))
 		}
@@ -253,28 +267,32 @@ func (g *Comm) Shape(kind fused.Kind, p sched.Params, dt dtype.DType, op dtype.O
 const SeqLimit = 1<<30 - 1
 
 // launch enqueues k as one fused kernel on s, with a wait for peers
-// bounded by deadline. Where the call would pass f.seqLimit, reset is
-// called first: it clears this rank's flags and lines once no peer uses
-// them (every rank resets at the same call, since every rank has the
-// same sequence). scratch holds, for a reduce-scatter staged at an
-// aligned stride (fused.Kernel.Stride), n + 1 blocks at that stride.
-func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, reset func() error, scratch cuda.DevicePtr) error {
+// bounded by deadline. The kernel reads its sequence numbers from f.seqs
+// and advances them; the host counts them in f.seq (advance), and where
+// the call would pass f.seqLimit, reset is called first: it clears this
+// rank's flags and lines and sets the counters to 1 once no peer uses
+// them (every rank resets at the same call, since every rank has the same
+// sequence). In a capture (cp not nil) the kernel is recorded into a
+// graph and does not run now: nothing is reset or counted here, and cp
+// adds up the rounds that every launch of the graph takes (Graph).
+// scratch holds, for a reduce-scatter staged at an aligned stride
+// (fused.Kernel.Stride), n + 1 blocks at that stride.
+func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, cp *capture, reset func() error, scratch cuda.DevicePtr) error {
 	if err := f.failed(rank); err != nil {
 		return err
 	}
 	a := *k.Fused
-	a.In, a.Out, a.Seq, a.Rank, a.Regions = k.In, k.Out, f.seq, rank, f.Regions
-	rounds := uint32(max(a.Rounds(), 1))
-	if f.passes(rounds) {
-		if err := reset(); err != nil {
-			return err
-		}
-		f.seq, a.Seq = 1, 1
-		f.resets++
+	if a.Count == 0 {
+		return nil // no kernel, no sequence number
 	}
-	// The call takes its sequence numbers even if it fails here, so that
-	// a rank never reuses numbers its peers have used.
-	f.seq += rounds
+	a.In, a.Out, a.Seqs, a.Rank, a.Regions = k.In, k.Out, f.seqs, rank, f.Regions
+	rounds := uint32(max(a.Rounds(), 1))
+	if cp != nil {
+		cp.calls++
+		cp.rounds += uint64(rounds)
+	} else if err := f.advance(rounds, reset); err != nil {
+		return err
+	}
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
@@ -316,6 +334,22 @@ func (f *fusedState) strided(c *cuda.Ctx, s cuda.Stream, a fused.Kernel, scratch
 	return c.Copy(out, a.Out, b, s)
 }
 
+// advance counts rounds more sequence numbers, those of a kernel or of a
+// graph's launch about to be queued, after calling reset where they would
+// pass f.seqLimit. They are counted even if the launch then fails, so
+// that the host's count is never behind the counters.
+func (f *fusedState) advance(rounds uint32, reset func() error) error {
+	if f.passes(rounds) {
+		if err := reset(); err != nil {
+			return err
+		}
+		f.seq = 1
+		f.resets++
+	}
+	f.seq += rounds
+	return nil
+}
+
 // passes reports whether a call of rounds rounds from f.seq would pass
 // f.seqLimit.
 func (f *fusedState) passes(rounds uint32) bool {
@@ -326,15 +360,8 @@ func (f *fusedState) passes(rounds uint32) bool {
 // the input there, the kernel in place there, a copy of the result out.
 func (f *fusedState) staged(c *cuda.Ctx, s cuda.Stream, a fused.Kernel) error {
 	b := a.Count * a.DType.Size()
-	if f.stage == 0 {
-		// Once, at the most the lines carry, so that it is never freed
-		// while a queued kernel may still use it.
-		size := max(f.LLMax, f.LL2Max, 8)
-		p, err := c.Alloc(size)
-		if err != nil {
-			return fmt.Errorf("gpu: scratch for a call in low-latency lines: %w", err)
-		}
-		f.stage, f.stageSize = p, size
+	if err := f.ensureStage(c); err != nil {
+		return err
 	}
 	if b > f.stageSize {
 		return fmt.Errorf("gpu: a call in low-latency lines of %d bytes, above the %d the scratch holds", b, f.stageSize)
@@ -348,6 +375,22 @@ func (f *fusedState) staged(c *cuda.Ctx, s cuda.Stream, a fused.Kernel) error {
 		return err
 	}
 	return c.Copy(out, f.stage, b, s)
+}
+
+// ensureStage allocates f.stage if it is not yet: once, at the most the
+// lines carry, so that it is never freed while a queued kernel may still
+// use it.
+func (f *fusedState) ensureStage(c *cuda.Ctx) error {
+	if f.stage != 0 {
+		return nil
+	}
+	size := max(f.LLMax, f.LL2Max, 8)
+	p, err := c.Alloc(size)
+	if err != nil {
+		return fmt.Errorf("gpu: scratch for a call in low-latency lines: %w", err)
+	}
+	f.stage, f.stageSize = p, size
+	return nil
 }
 
 // HostShareOf is the percentage of a's rounds that goes through host

@@ -126,8 +126,10 @@ func (g *Comm) growScratch(c *cuda.Ctx, need int) error {
 // run executes k on the worker's thread. An ordered call (Enqueue) is
 // issued without waiting for the stream: its buffers are ready only when
 // the stream gets to it, so that every chunk offered to a peer carries an
-// event.
-func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool) error {
+// event. In a capture (cp, from BeginCapture) a fused kernel is recorded
+// into the graph, not run, and nothing waits for it; a program is
+// refused, in a capture begun outside this Comm too (notCapturing).
+func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool, cp *capture) error {
 	if k.Fused != nil {
 		dl, ok := ctx.Deadline()
 		if !ok {
@@ -136,18 +138,25 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 		reset := func() error { return g.resetFused(ctx, c, seq) }
 		if a := k.Fused; a.Kind == fused.ReduceScatter && a.Stride > a.Count {
 			// Staged at an aligned stride (fusedState.strided): the n
-			// blocks, then the result.
+			// blocks, then the result. Not in a capture: a graph would
+			// keep the scratch that a later call may grow.
+			if cp != nil {
+				return fmt.Errorf("%w: a reduce-scatter staged at an aligned stride (blocks of %d elements)", ErrNotCapturable, a.Count)
+			}
 			if err := g.growScratch(c, (len(g.fused.Regions)+1)*a.Stride*a.DType.Size()); err != nil {
 				return err
 			}
 		}
-		if err := g.fused.launch(c, g.s, g.rank, k, dl, reset, g.tmp); err != nil || ordered {
+		if err := g.fused.launch(c, g.s, g.rank, k, dl, cp, reset, g.tmp); err != nil || ordered || cp != nil {
 			return err
 		}
 		if err := c.StreamSynchronize(g.s); err != nil {
 			return err
 		}
 		return g.fused.failed(g.rank)
+	}
+	if err := g.notCapturing(c, k, cp); err != nil {
+		return err
 	}
 	prog := k.Prog
 	es := k.DType.Size()
@@ -333,6 +342,9 @@ func (g *Comm) resetFused(ctx context.Context, c *cuda.Ctx, seq uint32) error {
 		return err
 	}
 	if err := c.Memset8(f.own.Add(ll), 0, size-ll, g.s); err != nil {
+		return err
+	}
+	if err := c.Memset32(f.seqs, 1, fused.SeqWords, g.s); err != nil {
 		return err
 	}
 	if err := c.StreamSynchronize(g.s); err != nil {

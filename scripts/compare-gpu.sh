@@ -13,10 +13,13 @@
 #    (braid bench --modes sync), NCCL's stream synchronised after every call; sizes to LAT_MAX;
 #  - back to back ("b2b"): a loop of calls queued, one synchronisation: Braid's stream-ordered calls,
 #    NCCL's usual loop; time per call and busbw;
-#  - CUDA graph ("graph"): GRAPH_CALLS NCCL calls captured in a graph and replayed; sizes to GRAPH_MAX.
-#    Braid has no graph mode (its fused kernels take the call's sequence number as a launch argument
-#    that the host advances call by call, so a replay would rerun old numbers whose flags are already
-#    raised; its programs wait for peers on the host): the table says so.
+#  - CUDA graph ("graph"): GRAPH_CALLS calls captured in one graph and replayed back to back, one
+#    synchronisation; time per call; sizes to GRAPH_MAX. Braid: braid bench --modes graph
+#    (DeviceComm.Capture after a few calls one by one; its fused kernels read their sequence numbers
+#    from counters in device memory and advance them, so every replay runs new ones). Only calls that
+#    Braid runs as fused kernels can be captured: a size it runs as a schedule (whose steps wait for
+#    peers on the host) has no Braid graph figure and is listed as not capturable. NCCL:
+#    torch.cuda.graph on the calls' stream.
 # Inputs change call by call (INPUTS buffers in turn, out of place, distinct values that change from
 # one timed loop to the next) and the last result of every timed loop is compared on every rank, on
 # both sides: a wrong one is printed as WRONG RESULT, marks its row and makes the script exit 1.
@@ -156,7 +159,8 @@ for r in $(seq 1 "$REPS"); do
 				echo "== round $r: braid $c on $n GPUs ($v) [$(($(date +%s) - start)) s]"
 				echo "== round $r: braid $c on $n GPUs ($v)" >>"$DIR/braid.log"
 				CUDA_VISIBLE_DEVICES=$devs timeout "$T_BRAID" "$BRAID" bench --device cuda -n "$n" "$c" "${bsizes[@]}" --inputs "$INPUTS" \
-					--modes ordered,sync --sync-max "$LAT_MAX" --trials "$TRIALS" --target "${TARGET_MS}ms" --format json ${vflags[@]+"${vflags[@]}"} $BRAID_FLAGS \
+					--modes ordered,sync,graph --sync-max "$LAT_MAX" --graph-max "$GRAPH_MAX" --graph-calls "$GRAPH_CALLS" \
+					--trials "$TRIALS" --target "${TARGET_MS}ms" --format json ${vflags[@]+"${vflags[@]}"} $BRAID_FLAGS \
 					>>"$DIR/braid.r$r.$v.jsonl" 2>>"$DIR/braid.log"
 				rc=$?
 				if [ $rc -ne 0 ]; then

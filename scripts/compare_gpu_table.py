@@ -205,26 +205,9 @@ def main():
 
     section("lat", "per-call latency: every call waited for before the next (Braid: synchronous calls, braid bench --modes sync; NCCL: stream synchronised after every call)", False)
     section("b2b", "back to back: a loop of calls queued, one synchronisation at the end (Braid: stream-ordered calls; NCCL: its usual loop); time per call", True)
-    rows = [k for k in keys if k[3] == "graph"]
-    if rows:
-        p("")
-        p("## CUDA graph: NCCL's calls captured in one graph (torch.cuda.CUDAGraph), replayed back to back; time per call")
-        p("## Braid has no graph mode: its fused kernels take the call's sequence number as a launch argument that the host advances call")
-        p("## by call (gpu.fusedState.launch); a replayed graph would rerun the captured numbers, whose flags and low-latency lines the run")
-        p("## before already raised, so a peer would read stale data at once. Its programs wait for peers on the host (the worker thread")
-        p("## polls notices and IPC events between steps), which a graph cannot hold. 'braid b2b' is Braid's back-to-back time beside it,")
-        p("## the closest it has; 'b2b / graph' = braid b2b / nccl best graph.")
-        p("%-13s %2s %5s %-24s %-30s %-14s %-24s %11s %6s" % ("collective", "n", "size", "nccl dflt graph", "nccl best graph", "(best config)",
-                                                                    "braid b2b", "b2b / graph", "check"))
-        for k in rows:
-            cfgs = cells[k]
-            dflt = stat(cfgs["default/none"]) if "default/none" in cfgs else None
-            top = best(cfgs, bad.get(k, set()))
-            bk = (k[0], k[1], k[2], "b2b")
-            bb = stat(cells.get(bk, {}).get("braid", [])) if cells.get(bk, {}).get("braid") else None
-            p("%-13s %2d %5s %-24s %-30s %-14s %-24s %11s %6s" % (k[0], k[1], size(k[2]), fmt_t(dflt), fmt_t(top[1]) if top else "-",
-                                                                        top[0] if top else "-", fmt_t(bb),
-                                                                        "%.2f" % (bb[0] / top[1][0]) if bb and top else "-", checked(cfgs)))
+    section("graph", "CUDA graph: GRAPH_CALLS calls captured in one graph, replayed back to back, one synchronisation at the end; time per call "
+            "(Braid: braid bench --modes graph, DeviceComm.Capture, fused kernels only: a size Braid runs as a schedule is listed above as "
+            "not capturable; NCCL: torch.cuda.CUDAGraph on the calls' stream)", False)
     nt, problems = load_nccl_tests(d)
     if nt or problems:
         p("")

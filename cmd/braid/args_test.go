@@ -63,6 +63,9 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"bench", "--device", "cuda", "allreduce", "--trials", "0"}, "bench: --trials 0"},
 		{[]string{"bench", "--device", "cuda", "allreduce", "--algo", "ring", "--algos", "ring,direct"}, "give one"},
 		{[]string{"bench", "--device", "cuda", "allreduce", "--format", "csv"}, `--format "csv": want table or json`},
+		{[]string{"bench", "--device", "cuda", "allreduce", "--modes", "ordered,replay"}, "--modes ordered,replay: want ordered, sync, graph"},
+		{[]string{"bench", "--device", "cuda", "allreduce", "--modes", "graph", "--graph-calls", "0"}, "--graph-calls 0: want at least 1"},
+		{[]string{"bench", "--device", "cuda", "allreduce", "--graph-max", "4Q"}, "bench: --graph-max"},
 
 		{[]string{"run", "-n", "-3", "--", "true"}, "run: -n -3: want N ≥ 1"},
 		{[]string{"run", "-n", "0", "--", "true"}, "run: -n 0: want N ≥ 1"},

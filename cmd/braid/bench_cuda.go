@@ -31,7 +31,13 @@ not. Calls are stream-ordered (DeviceOptions.StreamOrdered), as NCCL's
 are: a timed loop queues its calls and synchronises once at the end, which
 is how NCCL's figures are taken. With --sync every call returns only when
 its result is in place, and the loop measures the latency such a caller
-sees; --modes ordered,sync times both, each on its own communicator.
+sees. In graph mode --graph-calls calls are captured into one CUDA graph
+(DeviceComm.Capture) after a few calls one by one, and the loop replays
+the graph back to back, one synchronisation at the end; the time is per
+call (per replay / --graph-calls). Only calls the planner runs as fused
+kernels can be captured: a size whose call runs a schedule says so
+instead. --modes ordered,sync,graph times all three, each on its own
+communicator.
 Per size: warm-up calls, an estimate, then as many calls as fill
 --target, best of --trials loops, the time the slowest rank took.
 
@@ -41,11 +47,14 @@ timed loop to the next, into one output buffer (bcast: from the root's
 input buffer into the others' output buffer); after every timed loop the
 last call's result is compared with what it must hold (every element up
 to 64M, pieces of it above), and a wrong one fails the run; --check's
-call then runs in place on the first input buffer.
+call then runs in place on the first input buffer. A graph's calls take
+the input buffers in turn as they were captured, and every replay reads
+their current values.
 
 examples:
   braid bench --device cuda -n 2 allreduce --check
   braid bench --device cuda -n 4 allreduce --algos gpu_oneshot,direct,ring --max-size 64M
+  braid bench --device cuda -n 2 allreduce --modes ordered,graph --inputs 4 --max-size 256K
   braid run -n 2 -- braid bench --device cuda bcast --format json
 
 flags:
@@ -104,8 +113,10 @@ func benchDevice(dev string, args []string) error {
 	slotF := fs.String("slot", "", "bytes of each slot of the region the fused kernels push into (default: 32M / n)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")
-	modesF := fs.String("modes", "", "ordered, sync, or ordered,sync for both (default: ordered, or sync with --sync)")
+	modesF := fs.String("modes", "", "ordered, sync, graph, or several, comma-separated (default: ordered, or sync with --sync)")
 	syncMaxF := fs.String("sync-max", "", "largest size timed in sync mode (default: every size)")
+	graphMaxF := fs.String("graph-max", "", "largest size timed in graph mode (default: every size)")
+	graphCalls := fs.Int("graph-calls", 20, "calls captured in one CUDA graph in graph mode")
 	inputsF := fs.Int("inputs", 1, "K input buffers used in turn, out of place, the last result checked after every timed loop (1: one buffer, in place, unchecked)")
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
@@ -175,16 +186,24 @@ func benchDevice(dev string, args []string) error {
 		}
 		modes = strings.Split(*modesF, ",")
 		for _, m := range modes {
-			if m != "ordered" && m != "sync" {
-				return usageError{fmt.Sprintf("bench: --modes %s: want ordered, sync or ordered,sync", *modesF)}
+			if m != "ordered" && m != "sync" && m != "graph" {
+				return usageError{fmt.Sprintf("bench: --modes %s: want ordered, sync, graph, or several of them comma-separated", *modesF)}
 			}
 		}
 	}
-	syncMax := int64(math.MaxInt64)
+	syncMax, graphMax := int64(math.MaxInt64), int64(math.MaxInt64)
 	if *syncMaxF != "" {
 		if syncMax, err = bench.ParseSize(*syncMaxF); err != nil {
 			return usageError{"bench: --sync-max: " + err.Error()}
 		}
+	}
+	if *graphMaxF != "" {
+		if graphMax, err = bench.ParseSize(*graphMaxF); err != nil {
+			return usageError{"bench: --graph-max: " + err.Error()}
+		}
+	}
+	if *graphCalls < 1 {
+		return usageError{fmt.Sprintf("bench: --graph-calls %d: want at least 1", *graphCalls)}
 	}
 	rotate := *inputsF
 	switch {
@@ -282,7 +301,7 @@ func benchDevice(dev string, args []string) error {
 	for _, a := range algos {
 		for _, m := range modes {
 			o := opts
-			o.StreamOrdered = m == "ordered"
+			o.StreamOrdered = m == "ordered" || m == "graph"
 			if a != "auto" {
 				o.Algo = map[string]string{col.String(): a}
 			}
@@ -360,7 +379,7 @@ func benchDevice(dev string, args []string) error {
 		}
 		for _, am := range cross(algos, modes) {
 			a, mode := am[0], am[1]
-			if mode == "sync" && size > syncMax {
+			if mode == "sync" && size > syncMax || mode == "graph" && size > graphMax {
 				continue
 			}
 			dc := comms[a+"/"+mode]
@@ -396,7 +415,26 @@ func benchDevice(dev string, args []string) error {
 				}
 			}
 			issued := func() error { return dc.Worker().Do(ctx, func(*cuda.Ctx) error { return nil }) }
-			best, issue, iters, err := deviceBenchTime(ctx, c, call, issued, sync, *target, *trials, hooks)
+			timed, per := call, 1
+			var graph *braid.DeviceGraph
+			if mode == "graph" {
+				var skip string
+				if graph, skip, err = benchGraph(ctx, dc, call, sync, *graphCalls); err != nil {
+					return err
+				}
+				if graph == nil {
+					if rank == 0 {
+						reportGraphSkip(*format, col, nr, size, count, benchAlgoName(dc, a, col, count, es), skip)
+					}
+					continue
+				}
+				timed, per = func() error { return graph.Launch(ctx) }, *graphCalls
+			}
+			best, issue, iters, err := deviceBenchTime(ctx, c, timed, issued, sync, *target, *trials, hooks)
+			if graph != nil {
+				err = errors.Join(err, graph.Close())
+			}
+			best, issue, iters = best/time.Duration(per), issue/time.Duration(per), iters*per
 			if rotate > 1 {
 				if correct != bench.Wrong {
 					correct = bench.Right
@@ -412,11 +450,7 @@ func benchDevice(dev string, args []string) error {
 			if err != nil {
 				return err
 			}
-			name := a
-			if a == "auto" {
-				name, _ = dc.Algorithm(col, count, es)
-				name = "auto:" + name
-			}
+			name := benchAlgoName(dc, a, col, count, es)
 			if rank != 0 {
 				continue
 			}
@@ -424,9 +458,13 @@ func benchDevice(dev string, args []string) error {
 			algbw := float64(size) / best.Seconds() / 1e9
 			busbw := algbw * bench.BusFactor(col, nr)
 			if *format == "json" {
-				b, _ := json.Marshal(map[string]any{"api": "braid", "op": col.String(), "n": nr, "bytes": size, "algo": name,
+				rec := map[string]any{"api": "braid", "op": col.String(), "n": nr, "bytes": size, "algo": name,
 					"time_us": us, "issue_us": issue.Seconds() * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw, "iters": iters, "correct": correct, "dtype": d.String(), "mode": mode,
-					"inputs": rotate, "trials": *trials, "host_share": hostShareName(*hostF)})
+					"inputs": rotate, "trials": *trials, "host_share": hostShareName(*hostF)}
+				if mode == "graph" {
+					rec["graph_calls"] = *graphCalls
+				}
+				b, _ := json.Marshal(rec)
 				fmt.Println(string(b))
 			} else {
 				fmt.Printf("%10s %12d %-12s %-8s %12.2f %10.2f %10.2f %8s\n", bench.FormatSize(size), count, name, mode, us, algbw, busbw, string(correct))

@@ -330,9 +330,9 @@ INT_KERNELS(u64, u64)
 // (NVLink or NVSwitch, through CUDA IPC mappings), in one kernel and with no
 // host in the loop:
 //
-//     braid_oneshot_<op>_<type>(const T *in, T *out, u64 n, u32 seq, u32 rank,
-//                               u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
-//                               u32 *status, char *r0, ..., char *r7)
+//     braid_oneshot_<op>_<type>(const T *in, T *out, u64 n, u32 *seqs, u32 rounds,
+//                               u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes,
+//                               u64 timeout_ns, u32 *status, char *r0, ..., char *r7)
 //
 // r0..r7 are the bases of every rank's registered region as mapped in this
 // process (this rank's own region among them); nranks <= 8. A region is
@@ -340,10 +340,15 @@ INT_KERNELS(u64, u64)
 //     flags: u32 [ONESHOT_BLOCKS][8] at offset 0 (flag [b][from])
 //     slots: 2 parities x nranks slots of slot_bytes, from offset ONESHOT_SLOTS
 //
+// The call's sequence number seq is not an argument: the kernel reads it
+// from seqs, this rank's counters in device memory, and advances them by
+// rounds (1 here) when it ends (seq_begin, seq_end below), so that a launch
+// captured in a CUDA graph runs a new number at every replay.
+//
 // Block b of the grid owns a contiguous piece of the vector. It pushes its
 // piece of in to every peer p's slot [seq & 1][rank] (stores over NVLink), then
-// sets flag [b][rank] of every peer to seq with a system-scope release, waits
-// until its own flags [b][p] of every peer reach seq (acquire), and combines
+// sets flag [b][rank] of every peer to 2·seq with a system-scope release, waits
+// until its own flags [b][p] of every peer reach 2·seq (acquire), and combines
 // the pieces in rank order, its own from in: every rank computes the same
 // expression, so every rank gets the same bits, and the same bits as Braid's
 // host kernels folding ranks 0, 1, ..., n-1 left to right (avg: the sum, then
@@ -372,6 +377,37 @@ INT_KERNELS(u64, u64)
 // region, whose areas take bytes a block, each area's blocks in a row.
 __device__ __forceinline__ u8 *host_area(u8 *host, u32 g, u64 index, u64 bytes) {
   return host + (u64)(g & 1) * HOST_HALF + (index * gridDim.x + blockIdx.x) * bytes;
+}
+
+// Device-resident sequence numbers. A fused kernel reads its call's first
+// sequence number from seqs, ONESHOT_BLOCKS words in this rank's device
+// memory that only the fused kernels of one communicator touch, all on one
+// stream, and advances them by the call's rounds when it ends: a launch
+// replayed from a CUDA graph then runs a new number every time, as a launch
+// from the host does, and both kinds of launch draw from one sequence.
+// Between kernels every word holds the same value, the next call's seq.
+// Block b reads word b when it starts (seq_begin) and, when it ends
+// (seq_end), writes seq + rounds into every word j with j mod gridDim.x ==
+// b: its own, once all its threads have read it, and those of the blocks
+// this grid does not have, which no block of the kernel reads. So no word
+// is written while a block of the kernel may still read it, and the next
+// kernel on the stream, which starts after this one ended, reads the new
+// value in every block, whatever its grid. Every rank makes the same calls
+// in the same order, so the ranks' counters stay in step. The host counts
+// the same numbers (gpu.fusedState.seq) and, before the sequence would pass
+// gpu.SeqLimit, clears the flags and lines and sets every word back to 1.
+//
+// braid_fused_abi_seqs marks kernels built with these parameter lists
+// (u32 *seqs, u32 rounds where a sequence number was passed before):
+// package cuda's loader requires it, so that a host that passes counters
+// never launches kernels that expect a number.
+extern "C" __global__ void braid_fused_abi_seqs() {}
+__device__ __forceinline__ u32 seq_begin(const u32 *seqs) {
+  return *(const volatile u32 *)(seqs + blockIdx.x);
+}
+__device__ __forceinline__ void seq_end(u32 *seqs, u32 next) {
+  __syncthreads();  // every thread of the block has read word blockIdx.x
+  for (u32 j = blockIdx.x + threadIdx.x * gridDim.x; j < ONESHOT_BLOCKS; j += blockDim.x * gridDim.x) seqs[j] = next;
 }
 
 __device__ __forceinline__ void st_release_sys(u32 *p, u32 v) {
@@ -846,9 +882,11 @@ __device__ __forceinline__ void twoshotll_body(const typename Traits<S>::T *in, 
 // and to no other. The vector is moved in rounds; a round moves at most an
 // area per block and peer. Round r of a call that starts at sequence number
 // seq is round g = seq + r: it uses slots of parity g & 1 and raises flags
-// to 2g - 1 (first phase, two-phase kernels) and 2g. The host advances seq
-// by the call's number of rounds (cuda.OneShot.Rounds computes it the same
-// way), so rounds, like calls, never share a number.
+// to 2g - 1 (first phase, two-phase kernels) and 2g. The kernel advances
+// its counters (seq_end) by the call's number of rounds, which the host
+// passes (fused.Kernel.Rounds counts them as the loops below do, and
+// TestRounds holds the two together), so rounds, like calls, never share a
+// number.
 //
 // Reuse: block b writes area b of parity g & 1 at a peer (round g) only
 // after it has seen a flag that the peer's block b raised once it had
@@ -1061,10 +1099,9 @@ __device__ __forceinline__ void rsfused_body(const typename Traits<S>::T *in, ty
 // out; the block raises flags to 2g and waits; it pushes A(g + 1), then
 // C(g) copies every peer's sub-range out. A peer's flag 2g + 2 says it has
 // finished C(g).
-extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
-    const u8 *in, u8 *out, u64 bytes, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status,
-    char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
-  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+__device__ __forceinline__ void allgather_body(const u8 *in, u8 *out, u64 bytes, u32 seq, u32 rank, u32 nranks,
+                                               u64 slot_bytes, u64 area_bytes, u64 timeout_ns, u32 *status,
+                                               char *const *base) {
   const u64 area = block_area(slot_bytes, area_bytes);
   if (area == 0) return;
   const u64 span = area * gridDim.x;
@@ -1086,6 +1123,14 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
     }
   };
   pipeline(bytes, span, 16, seq, base, rank, nranks, timeout_ns, status, push, take);
+}
+extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
+    const u8 *in, u8 *out, u64 bytes, u32 *seqs, u32 rounds, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
+    u32 *status, char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
+  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+  const u32 seq = seq_begin(seqs);
+  allgather_body(in, out, bytes, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base);
+  seq_end(seqs, seq + rounds);
 }
 
 // The broadcast. Up to BCAST_DIRECT_MAX bytes, and always on 2 GPUs, in
@@ -1126,13 +1171,12 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
 // calls: it pushes the call's first round at once
 // (its parity is not that of the round before, the last one a peer may
 // still read), and ends once every peer has reached its last round, so has
-// finished the one before, as the other kernels do. (cuda.OneShot.Rounds
+// finished the one before, as the other kernels do. (fused.Kernel.Rounds
 // counts rounds the same way.)
 #define BCAST_DIRECT_MAX (1 << 20)
-extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
-    u8 *buf, u64 bytes, u32 root, u32 ramp_in, u32 seq, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u8 *host,
-    u64 host_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
-  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+__device__ __forceinline__ void bcast_body(u8 *buf, u64 bytes, u32 root, u32 ramp_in, u32 seq, u32 rank, u32 nranks,
+                                           u64 slot_bytes, u64 area_bytes, u8 *host, u64 host_bytes, u64 timeout_ns,
+                                           u32 *status, char *const *base) {
   const u64 area = block_area(slot_bytes, area_bytes);
   if (nranks < 2 || area == 0) return;
   if (nranks == 2 || bytes <= BCAST_DIRECT_MAX) {
@@ -1276,20 +1320,33 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
   if (!signal_wait(base, rank, nranks, 2 * last, timeout_ns, status, false, others)) return;
   copy_out(rounds - 1, last);
 }
+extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
+    u8 *buf, u64 bytes, u32 root, u32 ramp_in, u32 *seqs, u32 rounds, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes,
+    u8 *host, u64 host_bytes, u64 timeout_ns, u32 *status, char *r0, char *r1, char *r2, char *r3, char *r4, char *r5,
+    char *r6, char *r7) {
+  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+  const u32 seq = seq_begin(seqs);
+  bcast_body(buf, bytes, root, ramp_in, seq, rank, nranks, slot_bytes, area_bytes, host, host_bytes, timeout_ns, status, base);
+  seq_end(seqs, seq + rounds);
+}
 #undef AREA
 
 // FUSED_KERNEL defines the kernel braid_<kind>_<opname>_<tname>, whose
 // parameters are those every fused kernel takes (HOST adds the multi-path
-// kernels' host region), as a call of body<S, Op, Avg> with the rest.
+// kernels' host region), as a call of body<S, Op, Avg> with the rest,
+// between seq_begin and seq_end: a body that gives up returns to here, so
+// that its block still advances the counters.
 #define HOST_PARAMS u8 *host, u64 host_bytes,
 #define NO_HOST_PARAMS
 #define FUSED_KERNEL(kind, body, opname, Op, Avg, tname, S, HOST, ...)                           \
   extern "C" __global__ void __launch_bounds__(512) braid_##kind##_##opname##_##tname(            \
-      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 seq, u32 rank, u32 nranks,           \
-      u64 slot_bytes, u64 area_bytes, HOST u64 timeout_ns, u32 *status, char *r0, char *r1,      \
-      char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {                               \
+      const Traits<S>::T *in, Traits<S>::T *out, u64 n, u32 *seqs, u32 rounds, u32 rank,         \
+      u32 nranks, u64 slot_bytes, u64 area_bytes, HOST u64 timeout_ns, u32 *status, char *r0,    \
+      char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {                     \
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                      \
+    const u32 seq = seq_begin(seqs);                                                              \
     body<S, Op, Avg>(__VA_ARGS__);                                                                \
+    seq_end(seqs, seq + rounds);                                                                  \
   }
 #define FUSED_ARGS in, out, n, seq, rank, nranks, slot_bytes
 

@@ -27,7 +27,7 @@
 //	p := sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: 16 << 20}
 //	k, ok := cfg.Shape(fused.TwoShot, p, dtype.Float32, dtype.Sum)
 //	// ok; k.Grid() blocks, k.Rounds() rounds, k.HostBytes through host.
-//	k.In, k.Out, k.Seq, k.Rank = in, out, seq, rank
+//	k.In, k.Out, k.Seqs, k.Rank = in, out, seqs, rank // seqs: fused.SeqWords counters
 //	k.Timeout, k.Status = wait, status
 //	err := fused.Launch(ctx, stream, k) // in the worker's closure
 package fused

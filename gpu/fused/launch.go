@@ -53,6 +53,8 @@ func (a *Kernel) check() error {
 		return fmt.Errorf("fused: %v kernel: %d blocks (at most %d)", a.Kind, a.Blocks, MaxBlocks)
 	case a.hostBytes() > HostFits(a.Kind, a.Grid(), n):
 		return fmt.Errorf("fused: %v kernel: %d bytes a block through the host region, at most %d", a.Kind, a.hostBytes(), HostFits(a.Kind, a.Grid(), n))
+	case a.Seqs == 0:
+		return fmt.Errorf("fused: %v kernel: no sequence counters (Kernel.Seqs)", a.Kind)
 	case a.Threads < 0 || a.Threads > Threads || a.Threads%32 != 0:
 		return fmt.Errorf("fused: %v kernel: %d threads a block (a multiple of 32, at most %d)", a.Kind, a.Threads, Threads)
 	case a.Kind == OneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
@@ -78,21 +80,22 @@ type kernelArgs interface {
 }
 
 // maxArgs is the most parameters a fused kernel takes (the broadcast's).
-const maxArgs = 21
+const maxArgs = 22
 
-// seqArgs follow each kernel's leading parameters: the call's first
-// sequence number, the ranks, and the slots (FUSED_KERNEL; the broadcast
-// and the allgather alike).
+// seqArgs follow each kernel's leading parameters: the sequence counters
+// and the rounds by which the call advances them, the ranks, and the
+// slots (FUSED_KERNEL; the broadcast and the allgather alike).
 type seqArgs struct {
-	Seq       uint32 `cu:"seq"`
-	Rank      uint32 `cu:"rank"`
-	NRanks    uint32 `cu:"nranks"`
-	SlotBytes uint64 `cu:"slot_bytes"`
-	AreaBytes uint64 `cu:"area_bytes"`
+	Seqs      cuda.DevicePtr `cu:"seqs"`
+	Rounds    uint32         `cu:"rounds"`
+	Rank      uint32         `cu:"rank"`
+	NRanks    uint32         `cu:"nranks"`
+	SlotBytes uint64         `cu:"slot_bytes"`
+	AreaBytes uint64         `cu:"area_bytes"`
 }
 
 func (p *seqArgs) pack(dst []uint64) []uint64 {
-	return append(dst, uint64(p.Seq), uint64(p.Rank), uint64(p.NRanks), p.SlotBytes, p.AreaBytes)
+	return append(dst, uint64(p.Seqs), uint64(p.Rounds), uint64(p.Rank), uint64(p.NRanks), p.SlotBytes, p.AreaBytes)
 }
 
 // hostArgs are the multi-path kernels' host region (HOST_PARAMS).
@@ -184,7 +187,7 @@ func (p *bcastArgs) pack(dst []uint64) []uint64 {
 // braid_<family>_<op>_<type>, or braid_<family> for the broadcast and the
 // allgather) and its parameters.
 func (a *Kernel) args() (string, kernelArgs) {
-	s := seqArgs{Seq: a.Seq, Rank: uint32(a.Rank), NRanks: uint32(len(a.Regions)),
+	s := seqArgs{Seqs: a.Seqs, Rounds: uint32(max(a.Rounds(), 1)), Rank: uint32(a.Rank), NRanks: uint32(len(a.Regions)),
 		SlotBytes: uint64(a.SlotBytes), AreaBytes: uint64(max(a.Area, 0))}
 	h := hostArgs{Host: a.Host, HostBytes: uint64(a.hostBytes())}
 	t := tailArgs{TimeoutNS: uint64(max(a.Timeout, 0)), Status: a.Status}

@@ -17,6 +17,13 @@ const (
 	SlotsOffset = 8192 // ONESHOT_SLOTS: where the slots start
 )
 
+// SeqWords is the number of sequence counters (32-bit words of device
+// memory) that the fused kernels of one communicator keep on each rank
+// (Kernel.Seqs): one per block index, all holding the next call's first
+// sequence number between kernels (kernels/reduce.cu, seq_begin and
+// seq_end).
+const SeqWords = MaxBlocks
+
 // Threads is the block size of a fused kernel whose Kernel.Threads is 0,
 // and the most it takes (__launch_bounds__(512)).
 const Threads = 512
@@ -152,8 +159,9 @@ func (k Kind) Slot(count, es, n int) int {
 // and combines the slots in rank order into Out. The others are
 // pipelined: they move the vector in rounds of at most one area of a slot
 // per block and peer, so they take any count (see Rounds). Every rank of
-// the call launches it with the same Kind, Seq, Count, DType, Op, Root,
-// SlotBytes, Blocks, Threads, Area, Ramp and HostBytes.
+// the call launches it with the same Kind, Count, DType, Op, Root,
+// SlotBytes, Blocks, Threads, Area, Ramp and HostBytes, and with counters
+// (Seqs) that hold the same value.
 type Kernel struct {
 	Kind  Kind
 	DType dtype.DType
@@ -161,10 +169,14 @@ type Kernel struct {
 	In    cuda.DevicePtr
 	Out   cuda.DevicePtr
 	Count int
-	// Seq is the call's first sequence number, from 1: round r of the call
-	// is number Seq+r, and flags compare with it. The next call starts at
-	// Seq+Rounds().
-	Seq  uint32
+	// Seqs is this rank's sequence counters: SeqWords 32-bit words of
+	// device memory, each holding the call's first sequence number
+	// (from 1) when the kernel starts. Round r of the call is number
+	// seq+r, and flags compare with it; the kernel advances every word
+	// to seq+Rounds() when it ends, so that the next call, launched by
+	// the host or replayed from a CUDA graph, starts there. Only the
+	// fused kernels of one communicator, on one stream, use them.
+	Seqs cuda.DevicePtr
 	Rank int
 	// Regions are the bases of every rank's region as mapped here, this
 	// rank's own among them (at most MaxRanks).
