@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/braid-ccl/braid/sched"
@@ -26,10 +27,11 @@ import (
 // another host adds an offset that Init estimates with clockRounds
 // ping-pongs with rank 0 (the round with the shortest round trip; its
 // error is at most half that round trip, which the rank's debug output
-// states). The offset is not refreshed: two hosts' monotonic clocks drift
-// apart by their frequency error (NTP keeps it to some parts per million,
-// a few µs a second).
-//
+// states). Two hosts' monotonic clocks drift apart by their frequency
+// error (NTP keeps it to some parts per million, a few µs a second), so
+// such a rank refreshes the offset every Options.ClockRefresh (10 s by
+// default) in the background with a few more ping-pongs (clockrefresh.go).
+
 // What each rank learns of the others' stamps:
 //
 //   - Calls through the host's shared area (the "shm" collectives): the
@@ -50,10 +52,17 @@ const clockRounds = 8
 
 // clock gives arrival stamps on the job's common clock.
 type clock struct {
-	base   time.Time // with its monotonic reading
-	baseNS int64     // this host's CLOCK_MONOTONIC at base, ns
-	off    int64     // added to map this host's clock to rank 0's host's
-	err    int64     // bound of off's error (half the round trip), ns
+	base   time.Time    // with its monotonic reading
+	baseNS int64        // this host's CLOCK_MONOTONIC at base, ns
+	off    atomic.Int64 // added to map this host's clock to rank 0's host's
+	err    atomic.Int64 // bound of off's error (half the round trip), ns
+
+	// The refresher's state (clockrefresh.go): the round trip of the
+	// estimate in use, and the refreshes rejected since it was made.
+	rtt      int64
+	rejected int
+	// refreshes counts the refreshes that changed the estimate.
+	refreshes atomic.Uint64
 }
 
 func newClock() *clock {
@@ -66,11 +75,12 @@ func newClock() *clock {
 }
 
 // now returns the time on the common clock, ns.
-func (k *clock) now() int64 { return k.baseNS + k.off + int64(time.Since(k.base)) }
+func (k *clock) now() int64 { return k.baseNS + k.off.Load() + int64(time.Since(k.base)) }
 
 // clockComm is the communicator id of the clock estimate's messages (a
-// point-to-point exchange, which no user communicator's id meets but by a
-// 1 in 2^32 chance, and then only during Init).
+// point-to-point exchange between rank 0 and each rank of another host,
+// at Init and at each refresh), which no user communicator's id meets but
+// by a 1 in 2^32 chance.
 func clockComm(job uint32) uint32 { return job ^ 0x636c6f63 }
 
 // syncClock estimates the offset of this rank's host clock from rank 0's
@@ -88,7 +98,7 @@ func (w *world) syncClock(ctx context.Context, job uint32) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[r] = w.clockServe(ctx, job, r)
+				errs[r] = w.clockServe(job, r, 0, clockRounds, func(q transport.Request) error { return transport.Wait(ctx, w.err, q) })
 			}()
 		}
 		wg.Wait()
@@ -102,51 +112,73 @@ func (w *world) syncClock(ctx context.Context, job uint32) error {
 	if w.hosts[w.rank] == h0 {
 		return nil
 	}
-	c := w.conns[0]
-	var buf [8]byte
-	best := int64(math.MaxInt64)
-	for i := range clockRounds {
-		t1 := w.clock.now()
-		binary.LittleEndian.PutUint64(buf[:], uint64(t1))
-		tag := transport.Tag{Comm: clockComm(job), Seq: uint32(w.rank), Step: transport.P2PBit | uint32(2*i)}
-		s, err := c.Isend(tag, buf[:])
-		if err != nil {
-			return err
-		}
-		if err := transport.Wait(ctx, w.err, s); err != nil {
-			return fmt.Errorf("estimating the clock offset from rank 0: %w", err)
-		}
-		tag.Step++
-		r, err := c.Irecv(tag, buf[:])
-		if err != nil {
-			return err
-		}
-		if err := transport.Wait(ctx, w.err, r); err != nil {
-			return fmt.Errorf("estimating the clock offset from rank 0: %w", err)
-		}
-		t2 := w.clock.now()
-		t0 := int64(binary.LittleEndian.Uint64(buf[:]))
-		if rtt := t2 - t1; rtt < best {
-			best = rtt
-			w.clock.off += t0 - (t1+t2)/2
-		}
+	rtt, delta, err := w.pingClock(ctx, job, 0, clockRounds, func(r transport.Request) error { return transport.Wait(ctx, w.err, r) })
+	if err != nil {
+		return fmt.Errorf("estimating the clock offset from rank 0: %w", err)
 	}
-	w.clock.err = best / 2
-	w.debugf("info", "clock offset from rank 0's host %v (± %v)", time.Duration(w.clock.off), time.Duration(w.clock.err))
+	w.clock.off.Add(delta)
+	w.clock.err.Store(rtt / 2)
+	w.clock.rtt = rtt
+	w.debugf("info", "clock offset from rank 0's host %v (± %v)", time.Duration(w.clock.off.Load()), time.Duration(rtt/2))
 	return nil
 }
 
-// clockServe answers rank r's pings with rank 0's time.
-func (w *world) clockServe(ctx context.Context, job uint32, r int) error {
+// pingClock runs rounds ping-pongs with rank 0, numbered from first (each
+// round's messages are steps 2i and 2i+1 of the clock's tag), waiting for
+// each request with wait, and returns the shortest round trip and the
+// correction to this rank's offset that its round gives (rank 0's time
+// less the midpoint of the round on this rank's common clock).
+func (w *world) pingClock(ctx context.Context, job uint32, first, rounds int, wait func(transport.Request) error) (rtt, delta int64, err error) {
+	c := w.conns[0]
+	var out, in [8]byte
+	rtt = math.MaxInt64
+	for i := first; i < first+rounds; i++ {
+		tag := transport.Tag{Comm: clockComm(job), Seq: uint32(w.rank), Step: transport.P2PBit | uint32(2*i)}
+		back := tag
+		back.Step++
+		// The reply's receive first, so that it is never held as
+		// unexpected.
+		r, err := c.Irecv(back, in[:])
+		if err != nil {
+			return 0, 0, err
+		}
+		t1 := w.clock.now()
+		binary.LittleEndian.PutUint64(out[:], uint64(t1))
+		s, err := c.Isend(tag, out[:])
+		if err != nil {
+			transport.Cancel(r)
+			return 0, 0, err
+		}
+		if err := wait(s); err != nil {
+			transport.Cancel(r)
+			return 0, 0, err
+		}
+		if err := wait(r); err != nil {
+			transport.Cancel(r)
+			return 0, 0, err
+		}
+		t2 := w.clock.now()
+		t0 := int64(binary.LittleEndian.Uint64(in[:]))
+		if t2-t1 < rtt {
+			rtt, delta = t2-t1, t0-(t1+t2)/2
+		}
+	}
+	return rtt, delta, nil
+}
+
+// clockServe answers rank r's pings numbered from first (see pingClock)
+// with rank 0's time, rounds of them, waiting for each request with wait.
+func (w *world) clockServe(job uint32, r, first, rounds int, wait func(transport.Request) error) error {
 	c := w.conns[r]
 	var buf [8]byte
-	for i := range clockRounds {
+	for i := first; i < first+rounds; i++ {
 		tag := transport.Tag{Comm: clockComm(job), Seq: uint32(r), Step: transport.P2PBit | uint32(2*i)}
 		q, err := c.Irecv(tag, buf[:])
 		if err != nil {
 			return err
 		}
-		if err := transport.Wait(ctx, w.err, q); err != nil {
+		if err := wait(q); err != nil {
+			transport.Cancel(q)
 			return err
 		}
 		binary.LittleEndian.PutUint64(buf[:], uint64(w.clock.now()))
@@ -155,7 +187,7 @@ func (w *world) clockServe(ctx context.Context, job uint32, r int) error {
 		if err != nil {
 			return err
 		}
-		if err := transport.Wait(ctx, w.err, s); err != nil {
+		if err := wait(s); err != nil {
 			return err
 		}
 	}
@@ -371,10 +403,10 @@ func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64) {
 // ClockOffset returns the offset this rank adds to its host's monotonic
 // clock to read the job's common clock (that of rank 0's host), and a
 // bound of its error: both zero on rank 0's host, where the ranks read the
-// clock itself; elsewhere Init's estimate from ping-pongs with rank 0 and
-// half the shortest round trip.
+// clock itself; elsewhere the latest estimate from ping-pongs with rank 0
+// (Init's, or a refresh's: Options.ClockRefresh) and half its round trip.
 func (c *Comm) ClockOffset() (offset, bound time.Duration) {
-	return time.Duration(c.w.clock.off), time.Duration(c.w.clock.err)
+	return time.Duration(c.w.clock.off.Load()), time.Duration(c.w.clock.err.Load())
 }
 
 // Small calls read the clock at their end (pattern.end: their time, α)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,8 +18,8 @@ import (
 // The planner's use of arrival statistics (issue 17, item 4). A call site
 // (a plan: collective, count, root and element size) on a communicator
 // with a shared area, whose algorithm the model chose, where the
-// arrival-aware reductions can pay (watchable: reduce above 16 KiB), is
-// watched: every arrivalWindow-th call ends with an agreement
+// arrival-aware reductions can pay (watchable: reduce above 16 KiB,
+// allreduce above the area's FlatMax), is watched: every arrivalWindow-th call ends with an agreement
 // (an allgather of four numbers a rank, as MIAD's trials end with one) on
 // the window's
 //
@@ -126,24 +127,33 @@ type arrivalWatch struct {
 
 // watchable reports whether a plan chosen by the planner (not forced) for
 // p, of es-byte elements, may be switched by arrival statistics: cand
-// offers the arrival-aware reductions, and they can pay for p. On the
-// 16-core node they paid only for reduce above the leader's chunks, where
-// they form a chain in the order of arrival: 0.26–0.67 of the best other
-// Braid algorithm's latency at 256 KiB–2 MiB under MIF 10–50. Their
-// allreduce never did better than the shared area's own (0.94–1.05 up to
-// 256 KiB, slower above), and their small reduce is the shared area's
-// flat one in another order; watching those sites would only cost the
-// trial windows (15 % on an 8-byte allreduce at MIF 20). See
-// docs/PERFORMANCE.md, issue 17.
+// offers the arrival-aware reductions, and they can differ from the
+// balanced choice for p:
+//
+//   - reduce above the root's leader chunks (16 KiB), where they form a
+//     chain in the order of arrival: on the 16-core node 0.26–0.67 of the
+//     best other Braid algorithm's latency at 256 KiB–2 MiB under MIF
+//     10–50 (the unpipelined chain); below, their reduce is the shared
+//     area's flat one in another order, and watching would only cost
+//     the trial windows (docs/PERFORMANCE.md, issue 17);
+//   - allreduce above the area's FlatMax, where they run the pipelined
+//     chain: after the last arrival one pass over the data is left (the
+//     last rank combines its input with its predecessor's partial
+//     result) and the copies out follow it a segment behind, where the
+//     area's own allreduce still copies in, reduces and copies out. Up
+//     to FlatMax their allreduce is the area's flat one (one flag line or
+//     slot read after the last arrival, which no order improves), so
+//     there is nothing to switch to.
 func (c *Comm) watchable(p sched.Params, es int, cand []string) bool {
-	if c.w.opts.DisableArrival || p.NRanks < 2 || p.Coll != sched.Reduce ||
-		int64(p.Count)*int64(es) <= shmcoll.DefaultPAPLeaderMax {
+	if c.w.opts.DisableArrival || p.NRanks < 2 || c.node == nil || !slices.Contains(cand, papAlgo) {
 		return false
 	}
-	for _, n := range cand {
-		if n == papAlgo {
-			return true
-		}
+	b := int64(p.Count) * int64(es)
+	switch p.Coll {
+	case sched.Reduce:
+		return b > shmcoll.DefaultPAPLeaderMax
+	case sched.Allreduce:
+		return b > int64(c.node.FlatMax())
 	}
 	return false
 }

@@ -65,3 +65,47 @@ func TestArrivalRule(t *testing.T) {
 	step(1e-6, 5e-6, 5e-6, true, "")
 	step(1e-6, 1.9e-6, 2.5e-6, false, "is below 2 × the call's")
 }
+
+// TestWatchable: the sites the arrival statistics may switch: reduce above
+// the root's leader chunks, allreduce above the shared area's FlatMax
+// (up to it, pap's allreduce is the area's own flat one); not the other
+// collectives, not one rank, not with DisableArrival.
+func TestWatchable(t *testing.T) {
+	for _, tc := range []struct {
+		coll    sched.Collective
+		n       int
+		bytes   int
+		disable bool
+		want    bool
+	}{
+		{sched.Allreduce, 4, 8, false, false},
+		{sched.Allreduce, 4, 2 << 10, false, false}, // FlatMax
+		{sched.Allreduce, 4, 4 << 10, false, true},
+		{sched.Allreduce, 4, 1 << 20, false, true},
+		{sched.Allreduce, 4, 1 << 20, true, false},
+		{sched.Allreduce, 1, 1 << 20, false, false},
+		{sched.Reduce, 4, 16 << 10, false, false},
+		{sched.Reduce, 4, 32 << 10, false, true},
+		{sched.Bcast, 4, 1 << 20, false, false},
+	} {
+		comms, err := NewLocal(tc.n, &Options{DisableArrival: tc.disable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := comms[0]
+		p := sched.Params{Coll: tc.coll, NRanks: tc.n, Count: tc.bytes / 4}
+		cand := []string{"shm", "ring"}
+		if tc.coll != sched.Bcast {
+			cand = append(cand, papAlgo)
+		}
+		if got := c.watchable(p, 4, cand); got != tc.want {
+			t.Errorf("%v of %d B on %d ranks (DisableArrival %v): watchable = %v, want %v", tc.coll, tc.bytes, tc.n, tc.disable, got, tc.want)
+		}
+		if got := c.watchable(p, 4, cand[:2]); got {
+			t.Errorf("%v of %d B on %d ranks: watchable without pap among the candidates", tc.coll, tc.bytes, tc.n)
+		}
+		for _, c := range comms {
+			c.Close()
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/shmcoll"
@@ -180,9 +181,10 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 		}
 		aggDone := completeFor(&k.p, agg)
 		switch {
-		case k.algo == nodeAlgo:
-			// Through the shared area, every rank reads every other's
-			// running hash instead (shmcoll's Confirm): no messages.
+		case choice.IsShared(k.p.Coll, k.algo):
+			// Through the shared area (shm or pap), every rank reads
+			// every other's running hash instead (shmcoll's Confirm): no
+			// messages.
 			if !completeFor(&k.p, c.rank) {
 				owed, owes = confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk, agg: nodeAggregator(&k.p)}, true
 			}

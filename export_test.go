@@ -1,6 +1,10 @@
 package braid
 
-import "github.com/braid-ccl/braid/transport/shmreg"
+import (
+	"time"
+
+	"github.com/braid-ccl/braid/transport/shmreg"
+)
 
 // Hooks for the external tests (package braid_test) of registered memory.
 
@@ -37,3 +41,11 @@ func RegCacheStats(c *Comm) shmreg.Stats {
 // RegShared reports whether the ranks of c's host can read this rank's
 // registered memory.
 func RegShared(c *Comm) bool { return c.w.reg.shared() }
+
+// SkewClock adds d to the clock offset of c's rank, as a drift of its
+// host's clock since the last estimate would (clockrefresh.go).
+func SkewClock(c *Comm, d time.Duration) { c.w.clock.off.Add(int64(d)) }
+
+// ClockRefreshes returns how many refreshes changed the clock offset of
+// c's rank.
+func ClockRefreshes(c *Comm) uint64 { return c.w.clock.refreshes.Load() }

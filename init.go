@@ -219,6 +219,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	if err := w.syncClock(ctx, jobComm(info.JobID)); err != nil {
 		return fail(err)
 	}
+	w.startClockRefresh(jobComm(info.JobID), o.ClockRefresh)
 	c := newComm(w, jobComm(info.JobID), info.Rank, identity(info.Size))
 	c.root = true
 	if len(remote) == 0 {

@@ -202,7 +202,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		switch k.p.Coll {
 		case sched.Allreduce:
 			if pap {
-				err = g.AllreducePAP(&cl, k.in, k.out, red, shmcoll.DefaultPAPLeaderMax)
+				err = g.AllreducePAP(&cl, k.in, k.out, red, 0) // no leader: the chain above FlatMax
 			} else {
 				err = g.Allreduce(&cl, k.in, k.out, red)
 			}

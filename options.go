@@ -61,11 +61,20 @@ type Options struct {
 	DisableMIAD bool
 
 	// DisableArrival switches off the planner's use of arrival
-	// statistics: a call site of reduce above 16 KiB on one host whose
-	// ranks arrive far apart is switched to the arrival-aware reductions
+	// statistics: a call site of reduce above 16 KiB, or of allreduce
+	// above the shared area's FlatMax (2 KiB), on one host whose ranks
+	// arrive far apart is switched to the arrival-aware reductions
 	// (arrivalplan.go). BRAID_ARRIVAL=off (or 0, false; on, 1, true or unset
 	// keep it on).
 	DisableArrival bool
+
+	// ClockRefresh is how often a rank on another host than rank 0's
+	// refreshes the offset of its clock from rank 0's host, which its
+	// arrival stamps add (Comm.ClockOffset): in the background, a few
+	// ping-pongs with rank 0 each time. BRAID_CLOCK_REFRESH (a Go
+	// duration, a number of seconds, or "off"); default
+	// DefaultClockRefresh. Negative: never (Init's estimate only).
+	ClockRefresh time.Duration
 
 	// Timeout bounds every call that has no earlier deadline in its
 	// context; a call that runs past it fails with Timeout and aborts the
@@ -267,6 +276,24 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 				return r, fmt.Errorf("BRAID_TIMEOUT=%q: %v", s, err)
 			}
 			r.Timeout = d
+		}
+	}
+	if r.ClockRefresh == 0 {
+		r.ClockRefresh = DefaultClockRefresh
+		switch s := getenv("BRAID_CLOCK_REFRESH"); strings.ToLower(s) {
+		case "":
+		case "off", "never", "0":
+			r.ClockRefresh = -1
+		default:
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				secs, err2 := strconv.ParseFloat(strings.TrimSpace(s), 64)
+				d, err = time.Duration(secs*float64(time.Second)), err2
+			}
+			if err != nil || d <= 0 || d > 24*time.Hour {
+				return r, fmt.Errorf("BRAID_CLOCK_REFRESH=%q: want a duration such as 10s or 1m, a number of seconds (at most a day), or off", s)
+			}
+			r.ClockRefresh = d
 		}
 	}
 	src = from("Bind", "BRAID_BIND", &r.Bind)

@@ -110,6 +110,35 @@ func TestResolveKnobs(t *testing.T) {
 		{name: "miad on", env: map[string]string{"BRAID_MIAD": "1"}},
 		{name: "miad unknown", env: map[string]string{"BRAID_MIAD": "no"}, want: []string{`BRAID_MIAD="no": want off`, "on"}},
 
+		// BRAID_CLOCK_REFRESH and Options.ClockRefresh.
+		{name: "clock refresh default", check: func(t *testing.T, o Options) {
+			if o.ClockRefresh != DefaultClockRefresh {
+				t.Errorf("clock refresh %v, want %v", o.ClockRefresh, DefaultClockRefresh)
+			}
+		}},
+		{name: "clock refresh", env: map[string]string{"BRAID_CLOCK_REFRESH": "2m"}, check: func(t *testing.T, o Options) {
+			if o.ClockRefresh != 2*time.Minute {
+				t.Errorf("clock refresh %v, want 2m", o.ClockRefresh)
+			}
+		}},
+		{name: "clock refresh seconds", env: map[string]string{"BRAID_CLOCK_REFRESH": "0.5"}, check: func(t *testing.T, o Options) {
+			if o.ClockRefresh != 500*time.Millisecond {
+				t.Errorf("clock refresh %v, want 500ms", o.ClockRefresh)
+			}
+		}},
+		{name: "clock refresh off", env: map[string]string{"BRAID_CLOCK_REFRESH": "Off"}, check: func(t *testing.T, o Options) {
+			if o.ClockRefresh >= 0 {
+				t.Errorf("clock refresh %v, want off (negative)", o.ClockRefresh)
+			}
+		}},
+		{name: "clock refresh field", opts: Options{ClockRefresh: time.Second}, env: map[string]string{"BRAID_CLOCK_REFRESH": "off"}, check: func(t *testing.T, o Options) {
+			if o.ClockRefresh != time.Second {
+				t.Errorf("clock refresh %v, want the field's 1s", o.ClockRefresh)
+			}
+		}},
+		{name: "clock refresh bad", env: map[string]string{"BRAID_CLOCK_REFRESH": "-3s"}, want: []string{`BRAID_CLOCK_REFRESH="-3s": want a duration`}},
+		{name: "clock refresh word", env: map[string]string{"BRAID_CLOCK_REFRESH": "often"}, want: []string{`BRAID_CLOCK_REFRESH="often"`}},
+
 		// BRAID_SHM_CMA (read by the shm transport, checked here).
 		{name: "cma 0", env: map[string]string{"BRAID_SHM_CMA": "0"}},
 		{name: "cma 1", env: map[string]string{"BRAID_SHM_CMA": "1"}},

@@ -132,47 +132,81 @@ func TestMatrixPAPBcast(t *testing.T) {
 	}
 }
 
-// TestPAPSameBits: with real values whose sums and products round, and a
-// random order of arrival each call, every rank of an arrival-aware
-// allreduce holds the same bits (one rank combines, the others copy).
+// TestPAPSameBits: with a random order of arrival each call, every rank
+// of an arrival-aware allreduce holds the same bits, for every dtype and
+// op: real values whose sums and products round for the floating-point
+// types (one rank combines, the others copy), the matrix's exact pattern
+// for the integer ones. The counts take every path of pap's allreduce:
+// inline and slot-sized chunks reduced flat (up to FlatMax), the chain in
+// one segment and in many (16 KiB segments of 256 KiB slots), calls of
+// several chunks, on 5 and 8 ranks.
 func TestPAPSameBits(t *testing.T) {
-	const n, calls = 5, 6
-	dts := []dtype.DType{dtype.Float32, dtype.Float64, dtype.Float16, dtype.BFloat16}
-	counts := []int{3, 1000, 70000} // inline, the leader, the chain
-	got := make([][][]byte, n)
-	errs := onRanks(t, n, &braid.Options{Algo: "allreduce=pap"}, func(c *braid.Comm) error {
-		r := c.Rank()
-		for _, d := range dts {
-			for _, op := range []dtype.Op{dtype.Sum, dtype.Prod} {
-				for _, count := range counts {
-					for i := range calls {
-						p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: count}
-						in, out := check.Buffers(p, r, d.Size(), false)
-						salt := i + count
-						check.FillReal(d, op, in, r, 0, salt)
-						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-						if err := c.Allreduce(context.Background(), braid.Raw{Bytes: in, Type: d}, braid.Raw{Bytes: out, Type: d}, op); err != nil {
-							return err
-						}
-						if err := check.VerifyReal(p, d, op, r, out, salt); err != nil {
-							return fmt.Errorf("%v %v count %d: %w", d, op, count, err)
-						}
-						got[r] = append(got[r], out)
-					}
-				}
+	const calls = 3
+	type key struct {
+		d     dtype.DType
+		op    dtype.Op
+		count int
+	}
+	var keys []key
+	for _, d := range dtype.All() {
+		for _, op := range opsFor(sched.Allreduce, d) {
+			for _, count := range []int{3, 300, 1000} {
+				keys = append(keys, key{d, op, count})
+			}
+			// Many segments and chunks: where sums and products round,
+			// and one integer type.
+			if d.IsFloat() && (op == dtype.Sum || op == dtype.Prod) || d == dtype.Int32 {
+				keys = append(keys, key{d, op, 70000})
 			}
 		}
-		return nil
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
 	}
-	for r := 1; r < n; r++ {
-		for i := range got[0] {
-			if string(got[r][i]) != string(got[0][i]) {
-				t.Fatalf("call %d: rank %d's result differs from rank 0's", i, r)
+	for _, n := range []int{5, 8} {
+		got := make([][][]byte, n)
+		errs := onRanks(t, n, &braid.Options{Algo: "allreduce=pap", SharedSlot: 256 << 10}, func(c *braid.Comm) error {
+			r := c.Rank()
+			rng := rand.New(rand.NewPCG(uint64(n), uint64(r)))
+			for _, k := range keys {
+				p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: k.count}
+				for i := range calls {
+					in, out := check.Buffers(p, r, k.d.Size(), false)
+					salt := i + k.count
+					real := k.d.IsFloat()
+					if real {
+						check.FillReal(k.d, k.op, in, r, 0, salt)
+					} else {
+						check.FillInput(p, k.d, k.op, in, r, salt)
+					}
+					if d := rng.IntN(300); d < 200 {
+						time.Sleep(time.Duration(d) * time.Microsecond)
+					}
+					if err := c.Allreduce(context.Background(), braid.Raw{Bytes: in, Type: k.d}, braid.Raw{Bytes: out, Type: k.d}, k.op); err != nil {
+						return err
+					}
+					var err error
+					if real {
+						err = check.VerifyReal(p, k.d, k.op, r, out, salt)
+					} else {
+						err = check.Verify(p, k.d, k.op, r, out, salt)
+					}
+					if err != nil {
+						return fmt.Errorf("%v %v count %d: %w", k.d, k.op, k.count, err)
+					}
+					got[r] = append(got[r], out)
+				}
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("%d ranks: rank %d: %v", n, r, err)
+			}
+		}
+		for r := 1; r < n; r++ {
+			for i := range got[0] {
+				if string(got[r][i]) != string(got[0][i]) {
+					k := keys[i/calls]
+					t.Fatalf("%d ranks, %v %v count %d, call %d: rank %d's result differs from rank 0's", n, k.d, k.op, k.count, i%calls, r)
+				}
 			}
 		}
 	}

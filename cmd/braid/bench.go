@@ -37,7 +37,10 @@ with the planner's own choice as "auto"; --algos LIST times the ones listed
 [0, MIF × α] on every rank, α the size's balanced latency (measured first;
 the smallest of the runs), and reports the latency of the calls alone, as
 "Efficient Process Arrival Pattern Aware Collective Communication for Deep
-Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1) does.
+Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1) does, split on the
+job's common clock into the wait for the last arrival (which no allreduce
+shortens) and the tail after it (what the algorithm does once every rank
+is there).
 --device cuda times GPU buffers instead (braid bench --device cuda -h).
 
 examples:

@@ -43,8 +43,11 @@ that names the variable):
   BRAID_MIAD       off: keep pipelined algorithms' segment as planned (default:
                    adapt it over the first calls)
   BRAID_ARRIVAL    off: keep the balanced choice whatever the ranks' arrival
-                   spread (default: a reduce above 16 KiB on one host switches to
-                   the arrival-aware pap when the ranks arrive far apart, Ω/α > 4)
+                   spread (default: a reduce above 16 KiB or an allreduce above
+                   2 KiB on one host switches to the arrival-aware pap when the
+                   ranks arrive far apart, Ω/α > 4)
+  BRAID_CLOCK_REFRESH  how often ranks of other hosts than rank 0's refresh
+                   their clock offset (default 10s; off)
   BRAID_TRANSPORT  shm (default within a host) or tcp (everywhere)
   BRAID_TIMEOUT    deadline of a call without one in its context: a duration (30s,
                    5m) or seconds, positive (default 30s); a dead peer is reported at once

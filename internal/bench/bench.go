@@ -14,6 +14,7 @@ import (
 	"github.com/braid-ccl/braid/internal/check"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
+	"golang.org/x/sys/unix"
 )
 
 // Config is one benchmark run.
@@ -76,8 +77,18 @@ type Row struct {
 	// measured first.
 	MIF        float64 `json:"mif,omitempty"`
 	BalancedUs float64 `json:"balanced_us,omitempty"`
-	Correct    Verdict `json:"correct"` // JSON true, false or null (not checked)
-	Err        string  `json:"error,omitempty"`
+	// WaitUs and TailUs split AvgUs under imbalance, on the job's common
+	// clock (braid's arrival clock: Comm.ClockOffset): a rank's mean time
+	// from its arrival to the last rank's arrival at the same call (the
+	// wait, which no allreduce can shorten: every rank needs the last
+	// one's input), and from that last arrival to its return (the tail:
+	// what the algorithm does once every rank is there; negative for a
+	// rank that left before the last arrival, as a reduce's non-roots
+	// may), averaged over the ranks.
+	WaitUs  float64 `json:"wait_us,omitempty"`
+	TailUs  float64 `json:"tail_us,omitempty"`
+	Correct Verdict `json:"correct"` // JSON true, false or null (not checked)
+	Err     string  `json:"error,omitempty"`
 }
 
 // Verdict says whether a row's results were checked and found right. The
@@ -683,16 +694,67 @@ func (m *meter) imbalanced(r run, b *buffers, row *Row, alpha float64) error {
 		return err
 	}
 	var inCalls time.Duration
+	off, _ := m.ctrl.ClockOffset()
+	clk := newCommonClock(off)
+	starts, ends := make([]int64, iters), make([]int64, iters)
 	for i := 0; i < iters; i++ {
 		compute(time.Duration(m.rng.Float64() * bound))
 		t0 := time.Now()
 		if err := call(ctx, r.comm, cfg, b); err != nil {
 			return err
 		}
-		inCalls += time.Since(t0)
+		t1 := time.Now()
+		inCalls += t1.Sub(t0)
+		starts[i], ends[i] = clk.at(t0), clk.at(t1)
 	}
 	row.Iters = iters
+	if err := m.split(row, starts, ends); err != nil {
+		return err
+	}
 	return m.spread(row, float64(inCalls.Nanoseconds())/1e3/float64(iters))
+}
+
+// commonClock maps this process's clock readings to the job's common
+// clock (braid's arrival clock): this host's CLOCK_MONOTONIC plus its
+// offset from rank 0's host, read once, so that a call's timing costs no
+// more than its two time.Now.
+type commonClock struct {
+	base   time.Time
+	baseNS int64
+}
+
+func newCommonClock(off time.Duration) commonClock {
+	var a, b unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &a)
+	base := time.Now()
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &b)
+	return commonClock{base: base, baseNS: (a.Nano()+b.Nano())/2 + int64(off)}
+}
+
+// at returns t on the common clock, ns.
+func (k commonClock) at(t time.Time) int64 { return k.baseNS + int64(t.Sub(k.base)) }
+
+// split fills row's WaitUs and TailUs from this rank's arrival and
+// return times of each call (starts, ends; ns on the common clock): every
+// rank learns each call's last arrival, and the ranks' means are
+// averaged.
+func (m *meter) split(row *Row, starts, ends []int64) error {
+	last := append([]int64(nil), starts...)
+	if err := m.ctrl.Allreduce(m.ctx, last, last, braid.Max); err != nil {
+		return err
+	}
+	var wait, tail float64
+	for i := range starts {
+		wait += float64(last[i] - starts[i])
+		tail += float64(ends[i] - last[i])
+	}
+	k := float64(max(len(starts), 1)) * 1e3
+	sum := []float64{wait / k, tail / k}
+	if err := m.ctrl.Allreduce(m.ctx, sum, sum, braid.Sum); err != nil {
+		return err
+	}
+	row.WaitUs, row.TailUs = sum[0]/float64(m.n), sum[1]/float64(m.n)
+	return nil
 }
 
 // spread fills row's latencies from every rank's mean (µs) and its

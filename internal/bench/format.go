@@ -71,19 +71,20 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 		fmt.Fprintln(w, "# latency in µs (mean per rank: avg over ranks, min, max); bandwidth in GB/s from the slowest rank")
 		if imb {
 			fmt.Fprintf(w, "# imbalance MIF %g: before each call every rank computes for a random time in [0, MIF × α], α the size's smallest balanced latency;\n", h.MIF)
-			fmt.Fprintln(w, "# latencies count the calls only (waits for late ranks included); balanced is the run's latency without the compute")
+			fmt.Fprintln(w, "# latencies count the calls only (waits for late ranks included); balanced is the run's latency without the compute;")
+			fmt.Fprintln(w, "# wait + tail = avg: from a rank's arrival to the last arrival, and from the last arrival to its return")
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		head := "size\tcount\talgo\titers\tavg µs\tmin µs\tmax µs\talgbw\tbusbw\t"
 		if imb {
-			head += "balanced µs\t"
+			head += "balanced µs\twait µs\ttail µs\t"
 		}
 		fmt.Fprintln(tw, head+"correct\t")
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t",
 				FormatSize(r.Bytes), r.Count, AlgoCell(r), r.Iters, r.AvgUs, r.MinUs, r.MaxUs, r.AlgBW, r.BusBW)
 			if imb {
-				fmt.Fprintf(tw, "%.2f\t", r.BalancedUs)
+				fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t", r.BalancedUs, r.WaitUs, r.TailUs)
 			}
 			fmt.Fprintf(tw, "%s\t\n", r.Correct)
 		}
@@ -93,12 +94,13 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 		cw.Write(CSVHeader)
 		f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 		for _, r := range rows {
-			mif, bal := "", ""
+			mif, bal, wait, tail := "", "", "", ""
 			if r.MIF > 0 {
 				mif, bal = strconv.FormatFloat(r.MIF, 'g', -1, 64), f(r.BalancedUs)
+				wait, tail = f(r.WaitUs), f(r.TailUs)
 			}
 			cw.Write([]string{r.Coll, r.Algo, r.Ran, strconv.FormatInt(r.Bytes, 10), strconv.Itoa(r.Count), strconv.Itoa(r.Iters),
-				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), mif, bal, string(r.Correct)})
+				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), mif, bal, wait, tail, string(r.Correct)})
 		}
 		cw.Flush()
 		return cw.Error()
@@ -117,6 +119,7 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 }
 
 // CSVHeader is the first record of the CSV format: one column per Row
-// field. mif and balanced_us are empty without imbalance.
+// field. mif, balanced_us, wait_us and tail_us are empty without
+// imbalance.
 var CSVHeader = []string{"collective", "algo", "ran", "bytes", "count", "iters", "avg_us", "min_us", "max_us",
-	"algbw_gbs", "busbw_gbs", "mif", "balanced_us", "correct"}
+	"algbw_gbs", "busbw_gbs", "mif", "balanced_us", "wait_us", "tail_us", "correct"}

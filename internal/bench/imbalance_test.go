@@ -15,7 +15,8 @@ import (
 // collectives paper (Alizadeh et al., EuroMPI/USA 2022) §6.1: before each
 // timed call every rank computes for a random time in [0, MIF × α], α the
 // balanced latency measured first at that size, drawn independently on each
-// rank.
+// rank; and the split of each call's time into the wait for the last
+// arrival and the tail after it.
 func TestImbalanceDelays(t *testing.T) {
 	const (
 		n     = 2
@@ -66,6 +67,11 @@ func TestImbalanceDelays(t *testing.T) {
 	row := rows[0][0]
 	if row.MIF != mif || row.BalancedUs <= 0 || row.Iters != iters {
 		t.Fatalf("row %+v: want MIF %v, a balanced latency, %d iterations", row, mif, iters)
+	}
+	// The split of the latency on the common clock: a rank's wait for the
+	// last arrival is never negative, and wait + tail is the call's time.
+	if row.WaitUs < 0 || math.Abs(row.WaitUs+row.TailUs-row.AvgUs) > 0.05*row.AvgUs+1 {
+		t.Errorf("wait %.2f µs + tail %.2f µs, want a wait ≥ 0 and a sum near the latency %.2f µs", row.WaitUs, row.TailUs, row.AvgUs)
 	}
 	if len(delays) != n*iters {
 		t.Fatalf("%d delays, want one per rank and call: %d", len(delays), n*iters)

@@ -48,9 +48,11 @@
 //   - AllreducePAP and ReducePAP (pap.go): the arrival-aware reductions of
 //     "Efficient Process Arrival Pattern Aware Collective Communication
 //     for Deep Learning" (Alizadeh et al., EuroMPI/USA 2022): small chunks
-//     combined by a leader as the inputs arrive (the first rank to arrive
-//     for an allreduce, the root for a reduce), large ones along a chain
-//     in the order of arrival, kept in an arrival word per chunk in rank
+//     combined by a leader as the inputs arrive (the root for a reduce;
+//     an allreduce's chunks up to FlatMax are reduced flat, as above),
+//     large ones along a pipelined chain in the order of arrival, whose
+//     members publish their progress a segment at a time in their res
+//     flag lines; the order is kept in an arrival word per chunk in rank
 //     0's block (the one word of the area that every rank writes, by
 //     compare-and-swap). One rank combines, so every rank gets the same
 //     bits, in the order of arrival rather than of rank.

@@ -14,21 +14,34 @@ import (
 // the ranks take their place in the order of arrival, and the work is done
 // as they come:
 //
-//   - Small chunks (Algorithm 1, "Small-PAP-aware"): the first rank to
-//     arrive leads the chunk of an allreduce (a reduce's root leads its
-//     own: it needs the result, and the others need not wait for
-//     anyone). Every rank writes its input as usual; the
-//     leader combines each input as soon as its flag is up, in whatever
-//     order the flags rise, and publishes the result, which the others
-//     copy out. After the last arrival there is one combination left.
-//   - Large chunks (Algorithm 2, "Large-PAP-aware"): the ranks form a
-//     chain in the order of arrival. The first writes its input as the
-//     chain's partial result; each next one combines its predecessor's
-//     partial result with its input into its own (one pass, no copy in)
+//   - Small chunks (Algorithm 1, "Small-PAP-aware"): a leader combines
+//     the chunk: a reduce's root (it needs the result, and the others need
+//     not wait for anyone), or for an allreduce (when the caller asks for
+//     leaders, leaderMax) the first rank to arrive. Every rank writes its
+//     input as usual; the leader combines each input as soon as its flag
+//     is up, in whatever order the flags rise, and publishes the result,
+//     which the others copy out. After the last arrival there is one
+//     combination left, and two hand-overs of a flag line (the last
+//     input to the leader, the result to the others).
+//   - An allreduce's chunks of at most FlatMax bytes are reduced as
+//     Allreduce reduces them: every rank reads every input as its flag
+//     rises, so that after the last arrival one hand-over is left (the
+//     last input to every rank), fewer than any leader or chain needs.
+//   - Large chunks (Algorithm 2, "Large-PAP-aware", pipelined): the ranks
+//     form a chain in the order of arrival. The first copies its input
+//     as the chain's partial result; each next one combines its
+//     predecessor's partial result with its input into its own (one pass,
+//     no copy in), a segment at a time, a segment behind its predecessor,
 //     and, for a reduce, leaves; the last holds the result, which the
 //     root (reduce) or every rank (allreduce: the paper's reduce followed
-//     by a broadcast from the last rank) copies out.
-//
+//     by a broadcast from the last rank) copies out a segment behind it.
+//     Early ranks have combined their inputs by the time the last one
+//     arrives: one pass over the chunk is left after it, and the copies
+//     out overlap it (the pre-reduction of Proficz's pre-reduced ring and
+//     sorted linear tree, "Improving all-reduce collective operations
+//     for imbalanced process arrival patterns", J. Supercomputing 2018,
+//     without its prediction: the order is the one observed).
+
 // The order of arrival is kept in one word per chunk (the group's arrival
 // word, in rank 0's block, which every rank updates by compare-and-swap):
 // the chunk number, how many ranks have arrived, the first of them and the
@@ -153,12 +166,16 @@ func (g *Group) peek(q int, c *Call, f uint64, nbytes int) ([]byte, bool, error)
 }
 
 // AllreducePAP is Allreduce with the arrival-aware reductions: chunks of
-// at most leaderMax bytes with a leader, larger ones with a chain.
+// at most FlatMax bytes as Allreduce reduces them (every rank reads every
+// input as it comes: after the last arrival one flag line or slot is left
+// to read, which no order of arrival shortens), chunks of at most
+// leaderMax bytes with a leader, larger ones with the pipelined chain.
 func (g *Group) AllreducePAP(c *Call, in, out []byte, r Reducer, leaderMax int) (err error) {
 	return g.reducePAP(c, in, out, r, -1, leaderMax)
 }
 
-// ReducePAP is Reduce with the arrival-aware reductions.
+// ReducePAP is Reduce with the arrival-aware reductions: chunks of at most
+// leaderMax bytes led by the root, larger ones with the pipelined chain.
 func (g *Group) ReducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax int) (err error) {
 	return g.reducePAP(c, in, out, r, root, leaderMax)
 }
@@ -171,7 +188,6 @@ func (g *Group) reducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax in
 	size, count := chunks(len(in), r.ElemSize, g.slot)
 	// Every rank must take the same path for every chunk: the chunk's
 	// size decides, and it is the same everywhere.
-	g.partial = g.n > 1 && !c.Confirmed
 	for i := range count {
 		off := i * size
 		b := min(size, len(in)-off)
@@ -179,9 +195,14 @@ func (g *Group) reducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax in
 		if root < 0 || g.rank == root {
 			o = out[off : off+b]
 		}
-		if b <= leaderMax {
+		switch {
+		case root < 0 && b <= g.flatMax:
+			err = g.reduceFlat(c, in[off:off+b], o, r, root)
+		case b <= leaderMax:
+			g.partial = g.n > 1 && !c.Confirmed
 			err = g.leaderChunk(c, in[off:off+b], o, r, root)
-		} else {
+		default:
+			g.partial = g.n > 1 && !c.Confirmed
 			err = g.chainChunk(c, in[off:off+b], o, r, root)
 		}
 		if err != nil {
@@ -285,44 +306,77 @@ func (g *Group) leaderChunk(c *Call, in, out []byte, r Reducer, root int) error 
 	return nil
 }
 
-// chainChunk is one chunk of Algorithm 2: the ranks combine in a chain in
-// the order of arrival; the last one's partial result is the result.
+// chainChunk is one chunk of Algorithm 2, pipelined: the ranks combine in
+// a chain in the order of arrival, each one segment (pipeSeg) at a time,
+// publishing its progress after each, so that its successor combines
+// segment k while it combines k+1; the last rank's partial result is the
+// result, which the root (reduce) or every rank (allreduce: the paper's
+// reduce followed by a broadcast from the last rank) copies out segment by
+// segment as it is combined. A rank that arrives long after its
+// predecessor finds its partial result complete: after the last arrival
+// one pass over the chunk is left (the last rank combines its input with
+// its predecessor's partial result), which the others' copies follow a
+// segment behind, instead of the rank-order reductions' copy in, combine
+// and copy out.
+//
+// The chain's data always goes through the slots, never inline in a flag
+// line.
 func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int) error {
 	f := g.next()
 	b := len(in)
-	if err := g.claim(c, f, b <= inline); err != nil {
+	if err := g.claim(c, f, false); err != nil {
 		return err
 	}
-	g.commit(slotIn, f, c.Sig, 0) // arrived (for the names of waits)
+	g.commit(slotIn, f, c.Sig, 0) // arrived (for the names of waits and the stamps)
 	pos, pred, _ := g.arrive(f)
 	last := pos == g.n-1
-	var mine []byte
-	if last && g.rank == root {
-		mine = out // the root arrived last: the result goes straight out
-	} else {
-		mine = g.buf(slotRes, f, b)
+	seg := pipeSeg(b, g.n, r.ElemSize, g.slot)
+	// A root that arrived last, or the only rank, combines straight into
+	// its output: nobody reads its result.
+	alone := last && (g.rank == root || g.n == 1)
+	mine := out
+	var prog *uint64
+	if !alone {
+		mine = g.slotBuf(g.rank, slotRes, int(f&1))[:b]
+		l := g.flag(g.rank, slotRes, f)
+		*u32(l[flagSig:]) = c.Sig
+		*u32(l[flagLen:]) = uint32(b)
+		prog = u64(l[flagProg:])
 	}
-	if pred < 0 {
-		copy(mine, in)
-	} else {
-		s, err := g.read(c, pred, slotRes, f, b)
-		if err != nil {
-			return err
-		}
-		r.K3(mine, s, in)
+	var src []byte
+	if pred >= 0 {
+		src = g.slotBuf(pred, slotRes, int(f&1))[:b]
 	}
-	if last {
-		if root < 0 {
-			copy(out, mine)
+	// An allreduce's last rank copies each segment out as it goes.
+	copyOut := last && root < 0 && !alone
+	for k, off := 1, 0; off < b; k, off = k+1, off+seg {
+		e := min(off+seg, b)
+		if pred < 0 {
+			copy(mine[off:e], in[off:e])
+		} else {
+			if err := g.awaitSeg(c, pred, f, k, b, "its partial result"); err != nil {
+				return err
+			}
+			r.K3(mine[off:e], src[off:e], in[off:e])
 		}
-		if root < 0 || root != g.rank {
-			g.commit(slotRes, f, c.Sig, b)
+		if prog != nil {
+			atomic.StoreUint64(prog, progWord(f, k))
+			if g.wake != nil {
+				g.wake.kick()
+			}
 		}
-		g.finish(f, c.Sig)
-		return nil
+		if copyOut {
+			copy(out[off:e], mine[off:e])
+		}
 	}
-	g.commit(slotRes, f, c.Sig, b)
-	if root >= 0 && g.rank != root {
+	if last || root >= 0 && g.rank != root {
+		// The result is this rank's (and copied out), or a reduce's
+		// non-root is done: its successor reads its partial result
+		// before it finishes chunk f, and no rank claims this slot again
+		// before that.
+		if last && g.rank == root {
+			g.readStamps(c, f)
+		}
 		g.finish(f, c.Sig)
 		return nil
 	}
@@ -331,13 +385,94 @@ func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int) error {
 	if err != nil {
 		return err
 	}
-	s, err := g.read(c, q, slotRes, f, b)
-	if err != nil {
-		return g.nameAbsent(err, f)
+	g.sawAll(f)
+	if pos == 0 || g.rank == root {
+		g.readStamps(c, f)
 	}
-	copy(out, s)
+	res := g.slotBuf(q, slotRes, int(f&1))[:b]
+	for k, off := 1, 0; off < b; k, off = k+1, off+seg {
+		e := min(off+seg, b)
+		if err := g.awaitSeg(c, q, f, k, b, "its share of the result"); err != nil {
+			return g.nameAbsent(err, f)
+		}
+		copy(out[off:e], res[off:e])
+	}
 	g.finish(f, c.Sig)
 	return nil
+}
+
+// The progress word of a chain's chunk, in its owner's res flag line at
+// flagProg (which only the chains write: inline data ends before it, and
+// only input lines carry stamps there): the chunk number above
+// progSegBits, the segments combined below. Chunk numbers only grow, and
+// a line is reused for chunk f+ring only once every rank has finished
+// chunk f, so a word of an older chunk is smaller than any of chunk f.
+const (
+	flagProg    = flagArrive
+	progSegBits = 24
+)
+
+// The progress word must lie after the inline data.
+const _ = uint(flagProg - flagBytes - inline)
+
+func progWord(f uint64, k int) uint64 { return f<<progSegBits | uint64(k) }
+
+// awaitSeg waits until rank q has combined segment k (counted from 1) of
+// its partial result of chunk f, of nbytes in all, and checks, at the
+// first segment, that q's call is this one.
+func (g *Group) awaitSeg(c *Call, q int, f uint64, k, nbytes int, what string) error {
+	l := g.flag(q, slotRes, f)
+	w := u64(l[flagProg:])
+	want := progWord(f, k)
+	if atomic.LoadUint64(w) < want {
+		if c.wake != nil {
+			c.recheck = reached(w, want)
+		}
+		for atomic.LoadUint64(w) < want {
+			if err := c.idle(q, what, f-c.chunk0); err != nil {
+				return err
+			}
+		}
+		c.arrived()
+	}
+	if k == 1 {
+		if sig, n := *u32(l[flagSig:]), int(*u32(l[flagLen:])); sig != c.Sig || n != nbytes {
+			return &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
+		}
+	}
+	return nil
+}
+
+// pipeSeg returns the segment of a chain over a chunk of b bytes on n
+// ranks with slots of slot bytes: about sqrt(b × 2 KiB / (n−1)) (the
+// pipeline's fill, n−1 segments, against one hop's cost of a flag line,
+// taken as the time to combine 2 KiB), a power of two from 4 KiB to
+// 64 KiB, at most an eighth of a slot, a whole number of elements.
+func pipeSeg(b, n, es, slot int) int {
+	s := 4 << 10
+	for s < 64<<10 && s*s*max(n-1, 1) < b*(2<<10) {
+		s *= 2
+	}
+	s = min(s, slot/8)
+	s = max(s/es*es, es)
+	return min(s, max(b, es))
+}
+
+// readStamps records every rank's arrival stamp of chunk f (Call.Arrivals)
+// from their input flags, once every rank has arrived: one rank of a
+// chain does it (the first, while it waits for the result, or the last),
+// since what the others would learn is the same (a reduce's root does
+// it too).
+func (g *Group) readStamps(c *Call, f uint64) {
+	if c.Arrivals == nil {
+		return
+	}
+	for q := range g.n {
+		l := g.flag(q, slotIn, f)
+		if atomic.LoadUint64(u64(l[flagSeq:])) == f {
+			c.Arrivals[q] = *u64(l[flagArrive:])
+		}
+	}
 }
 
 // nameAbsent returns err, a wait for the rank that holds chunk f's result
