@@ -182,9 +182,9 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 		aggDone := completeFor(&k.p, agg)
 		switch {
 		case choice.IsShared(k.p.Coll, k.algo):
-			// Through the shared area (shm or pap), every rank reads
-			// every other's running hash instead (shmcoll's Confirm): no
-			// messages.
+			// Through the shared area (shm or pap), the aggregator reads
+			// every rank's running hash and the others read its
+			// verification instead (shmcoll's Confirm): no messages.
 			if !completeFor(&k.p, c.rank) {
 				owed, owes = confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk, agg: nodeAggregator(&k.p)}, true
 			}
