@@ -376,6 +376,11 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	default:
 		return r, fmt.Errorf("%s=%q: want 0 (copy through the shared segment) or 1 (the default: single copy with process_vm_readv)", shm.EnvCMA, v)
 	}
+	if v := getenv(shm.EnvEager); v != "" {
+		if _, err := shm.ParseEager(v); err != nil {
+			return r, err
+		}
+	}
 	src = from("Host", "BRAID_HOST", &r.Host)
 	if i := strings.IndexFunc(r.Host, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }); i >= 0 {
 		return r, fmt.Errorf("%s=%q: want a host name, without blanks or control characters", src, r.Host)

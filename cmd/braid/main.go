@@ -75,6 +75,8 @@ that names the variable):
                    outnumbered), core or share
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
                    (process_vm_readv)
+  BRAID_SHM_EAGER  largest message copied through the shm transport's ring
+                   (default 64K); larger ones are one process_vm_readv copy
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same

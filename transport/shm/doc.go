@@ -14,7 +14,7 @@
 //
 // # Messages
 //
-// A message of at most Options.EagerLimit bytes (16 KiB by default) is
+// A message of at most Options.EagerLimit bytes (64 KiB by default; BRAID_SHM_EAGER) is
 // copied into the receiver's ring for this sender as one frame: a 56-byte
 // header (the tag's Comm, Seq, Step and Sig, the length) and the payload.
 // The sender publishes a frame by storing its mark atomically after the

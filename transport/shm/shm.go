@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/braid-ccl/braid/internal/shmfile"
+	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/transport"
 )
 
@@ -34,6 +35,24 @@ const (
 // EnvCMA is the environment variable that, set to 0, turns single copy off
 // as Options.NoCMA does. Connect reads it.
 const EnvCMA = "BRAID_SHM_CMA"
+
+// EnvEager is the environment variable that sets Options.EagerLimit (a
+// size: 4096, 16K, 64K), in place of the options' own. Connect reads it;
+// ParseEager checks it.
+const EnvEager = "BRAID_SHM_EAGER"
+
+// ParseEager parses a value of EnvEager: a size of at least 1 byte and at
+// most a quarter of the default ring.
+func ParseEager(v string) (int, error) {
+	n, err := size.Parse(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %v", EnvEager, v, err)
+	}
+	if n < 1 || n > DefaultRingSize/4 {
+		return 0, fmt.Errorf("%s=%q: want a size from 1 byte to %d KiB (the largest message copied through the ring; larger ones are copied once, out of the sender's memory)", EnvEager, v, DefaultRingSize/4>>10)
+	}
+	return int(n), nil
+}
 
 // Options tunes the shm transport. The zero value means the defaults.
 type Options struct {
@@ -107,6 +126,14 @@ func (t *shmTransport) Connect(ctx context.Context, cfg transport.Config) (trans
 	opts := t.opts
 	if v := os.Getenv(EnvCMA); v == "0" {
 		opts.NoCMA = true
+	}
+	if v := os.Getenv(EnvEager); v != "" {
+		n, err := ParseEager(v)
+		if err != nil {
+			return nil, err
+		}
+		opts.EagerLimit = n
+		opts = opts.withDefaults()
 	}
 	self := cfg.Self.Rank
 	if cfg.Store == nil {
