@@ -247,14 +247,14 @@ const DefaultPushMax = 4 << 30
 func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, error) {
 	g := &Comm{
 		w: w, rank: host.Rank(), n: host.Size(),
-		exports:  map[uint64]export{},
-		mapped:   map[peerBuf]cuda.DevicePtr{},
-		opened:   map[cuda.IPCEventHandle]cuda.Event{},
-		stash:    map[stashKey]notice{},
-		landing:  map[*sched.Program]landing{},
-		needs:    map[*sched.Program][]bool{},
-		graphs:   map[*Graph]struct{}{},
-		pushMax:  opts.PushMax,
+		exports: map[uint64]export{},
+		mapped:  map[peerBuf]cuda.DevicePtr{},
+		opened:  map[cuda.IPCEventHandle]cuda.Event{},
+		stash:   map[stashKey]notice{},
+		landing: map[*sched.Program]landing{},
+		needs:   map[*sched.Program][]bool{},
+		graphs:  map[*Graph]struct{}{},
+		pushMax: opts.PushMax,
 	}
 	if g.pushMax == 0 {
 		g.pushMax = DefaultPushMax
