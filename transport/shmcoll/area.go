@@ -36,6 +36,10 @@ const (
 type Options struct {
 	Slot    int // bytes of a data slot; 0 means SlotFor(the group's size)
 	FlatMax int // largest one-phase allreduce chunk; 0 means DefaultFlatMax
+	// ChainMin is the smallest allreduce chunk that goes along the
+	// rank-order chain, on ChainRanks ranks and more; 0 means
+	// DefaultChainMin (DefaultChainRanks), negative never.
+	ChainMin, ChainRanks int
 }
 
 // Check returns the options with defaults filled in for a group of n
@@ -49,6 +53,12 @@ func (o Options) resolve(n int) (Options, error) {
 	if o.FlatMax == 0 {
 		o.FlatMax = DefaultFlatMax
 	}
+	if o.ChainMin == 0 {
+		o.ChainMin = DefaultChainMin
+	}
+	if o.ChainRanks <= 0 {
+		o.ChainRanks = DefaultChainRanks
+	}
 	if o.Slot < minSlot || o.Slot > maxSlot || o.Slot%lineSize != 0 {
 		return o, fmt.Errorf("shmcoll: slot of %d bytes: want a multiple of %d from %d to %d", o.Slot, lineSize, minSlot, maxSlot)
 	}
@@ -57,7 +67,7 @@ func (o Options) resolve(n int) (Options, error) {
 }
 
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
-	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, blocks: blocks, srcs: make([][]byte, n)}
+	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, blocks: blocks, srcs: make([][]byte, n)}
 }
 
 // NewLocal returns the groups of n goroutine ranks of one process, sharing

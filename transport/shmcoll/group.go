@@ -56,6 +56,18 @@ func SlotFor(n int) int {
 	return min(DefaultSlot, max(s, 64<<10))
 }
 
+// DefaultChainMin and DefaultChainRanks: an allreduce's chunks of at least
+// DefaultChainMin bytes, on at least DefaultChainRanks ranks, go along the
+// pipelined chain in rank order (the arrival-aware chain's code with a
+// fixed order) instead of the two phases. On the 16-core node, balanced,
+// the chain took 0.61–0.91 of the two phases' time at 256 KiB–16 MiB on 8
+// and 16 ranks, and 1.6–3.2 times it at 4–32 KiB (docs/PERFORMANCE.md,
+// session 11); it loses on 2 ranks (this VM).
+const (
+	DefaultChainMin   = 256 << 10
+	DefaultChainRanks = 8
+)
+
 // DefaultFlatMax is the largest chunk an allreduce or reduce combines in one
 // phase (every rank reads every input); larger chunks take two phases
 // (reduce-scatter, then allgather) so that each rank reads each byte once.
@@ -71,8 +83,11 @@ type Group struct {
 	rank, n int
 	slot    int
 	flatMax int
-	blocks  [][]byte // blocks[q]: rank q's block, mapped here
-	srcs    [][]byte // scratch: one source per rank
+	// chunks of chainMin bytes and more, on chainRanks ranks and more,
+	// take the rank-order pipelined chain (Options.ChainMin)
+	chainMin, chainRanks int
+	blocks               [][]byte // blocks[q]: rank q's block, mapped here
+	srcs                 [][]byte // scratch: one source per rank
 
 	f     uint64 // the last chunk this rank used
 	known uint64 // every rank has finished reading chunk known
@@ -629,15 +644,20 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
-	if size > g.flatMax {
+	chain := func(b int) bool { return g.chainMin > 0 && g.n >= g.chainRanks && b >= g.chainMin }
+	if size > g.flatMax && !chain(size) {
 		g.startDirect(c, in, len(in))
 	}
 	for i := range count {
 		off := i * size
 		b := min(size, len(in)-off)
-		if b <= g.flatMax {
+		switch {
+		case b <= g.flatMax:
 			err = g.reduceFlat(c, in[off:off+b], out[off:off+b], r, -1)
-		} else {
+		case chain(b):
+			g.partial = g.n > 1 && !c.Confirmed
+			err = g.chainChunk(c, in[off:off+b], out[off:off+b], r, -1, true)
+		default:
 			err = g.reduceTwo(c, in[off:off+b], out[off:off+b], r, -1, off)
 		}
 		if err != nil {

@@ -203,7 +203,7 @@ func (g *Group) reducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax in
 			err = g.leaderChunk(c, in[off:off+b], o, r, root)
 		default:
 			g.partial = g.n > 1 && !c.Confirmed
-			err = g.chainChunk(c, in[off:off+b], o, r, root)
+			err = g.chainChunk(c, in[off:off+b], o, r, root, false)
 		}
 		if err != nil {
 			return err
@@ -321,14 +321,24 @@ func (g *Group) leaderChunk(c *Call, in, out []byte, r Reducer, root int) error 
 //
 // The chain's data always goes through the slots, never inline in a flag
 // line.
-func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int) error {
+//
+// With fixed set, the chain runs in rank order instead (Allreduce's chain,
+// for balanced calls): rank r combines after rank r−1, and rank n−1's
+// partial result is the result, so that the bits do not depend on who
+// came first.
+func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int, fixed bool) error {
 	f := g.next()
 	b := len(in)
 	if err := g.claim(c, f, false); err != nil {
 		return err
 	}
 	g.commit(slotIn, f, c.Sig, 0) // arrived (for the names of waits and the stamps)
-	pos, pred, _ := g.arrive(f)
+	var pos, pred int
+	if fixed {
+		pos, pred = g.rank, g.rank-1
+	} else {
+		pos, pred, _ = g.arrive(f)
+	}
 	last := pos == g.n-1
 	seg := pipeSeg(b, g.n, r.ElemSize, g.slot)
 	// A root that arrived last, or the only rank, combines straight into
@@ -381,13 +391,16 @@ func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int) error {
 		return nil
 	}
 	// The result is the last rank's partial result.
-	q, err := g.waitAll(c, f)
-	if err != nil {
-		return err
-	}
-	g.sawAll(f)
-	if pos == 0 || g.rank == root {
-		g.readStamps(c, f)
+	q := g.n - 1
+	if !fixed {
+		var err error
+		if q, err = g.waitAll(c, f); err != nil {
+			return err
+		}
+		g.sawAll(f)
+		if pos == 0 || g.rank == root {
+			g.readStamps(c, f)
+		}
 	}
 	res := g.slotBuf(q, slotRes, int(f&1))[:b]
 	for k, off := 1, 0; off < b; k, off = k+1, off+seg {
@@ -396,6 +409,12 @@ func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int) error {
 			return g.nameAbsent(err, f)
 		}
 		copy(out[off:e], res[off:e])
+	}
+	if fixed {
+		// Rank n−1's result passed through every rank: each had
+		// published its input flag of chunk f, so finished f−1.
+		g.sawAll(f)
+		g.readStamps(c, f)
 	}
 	g.finish(f, c.Sig)
 	return nil
