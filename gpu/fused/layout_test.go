@@ -3,6 +3,7 @@ package fused
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -15,26 +16,85 @@ import (
 	"github.com/braid-ccl/braid/plan"
 )
 
-// kernelSource is the CUDA C of the kernels, in package cuda's tree.
-const kernelSource = "../../cuda/kernels/reduce.cu"
+// kernelDir is the CUDA C of the kernels, in package cuda's tree, and
+// kernelUnit the one file nvcc compiles there, which includes the others.
+const (
+	kernelDir  = "../../cuda/kernels"
+	kernelUnit = "reduce.cu"
+)
 
-// TestKernelLayout checks, without a GPU, that the layout constants the
-// Go side computes regions and rounds with are the ones kernels/reduce.cu
-// was written with: a #define changed on one side only would make the
-// host and the kernels disagree on where flags, slots and lines are.
-func TestKernelLayout(t *testing.T) {
-	src, err := os.ReadFile(kernelSource)
+// includeLine is a #include of one of the kernels' own files.
+var includeLine = regexp.MustCompile(`(?m)^#include "([^"]+)"[ \t]*$`)
+
+// kernelSource returns the kernels' translation unit as the compiler
+// sees it before macros: kernels/reduce.cu with every #include "file"
+// replaced by that file's text, recursively, and the names of the files
+// read, in include order. A file that is missing, or included twice,
+// fails the test.
+func kernelSource(t *testing.T) (string, []string) {
+	t.Helper()
+	var files []string
+	seen := map[string]bool{}
+	var read func(name, from string) string
+	read = func(name, from string) string {
+		if seen[name] {
+			t.Fatalf("cuda/kernels/%s includes %s a second time", from, name)
+		}
+		seen[name] = true
+		files = append(files, name)
+		b, err := os.ReadFile(filepath.Join(kernelDir, name))
+		if err != nil && from != "" {
+			t.Fatalf("cuda/kernels/%s includes %s: %v", from, name, err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return includeLine.ReplaceAllStringFunc(string(b), func(line string) string {
+			return read(includeLine.FindStringSubmatch(line)[1], name)
+		})
+	}
+	src := read(kernelUnit, "")
+	return src, files
+}
+
+// TestKernelSources checks that the kernels' translation unit includes
+// every .cuh file in cuda/kernels, so that the tests here, which read
+// what reduce.cu includes, read every kernel nvcc compiles and no file
+// lies there unbuilt.
+func TestKernelSources(t *testing.T) {
+	_, files := kernelSource(t)
+	cuh, err := filepath.Glob(filepath.Join(kernelDir, "*.cuh"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range cuh {
+		if !slices.Contains(files, filepath.Base(p)) {
+			t.Errorf("cuda/kernels/%s: %s does not include it", filepath.Base(p), kernelUnit)
+		}
+	}
+	if len(files) < 2 {
+		t.Errorf("cuda/kernels/%s includes no file", kernelUnit)
+	}
+}
+
+// TestKernelLayout checks, without a GPU, that the layout constants the
+// Go side computes regions and rounds with are the ones the kernels
+// (kernels/reduce.cu and the files it includes; kernels/layout.cuh holds
+// them) were written with: a #define changed on one side only would make
+// the host and the kernels disagree on where flags, slots and lines are.
+func TestKernelLayout(t *testing.T) {
+	src, _ := kernelSource(t)
 	defs := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^#define ([A-Z_]+) \(?(\d+)(?: << (\d+))?\)?\s*$`).FindAllSubmatch(src, -1) {
-		v, _ := strconv.Atoi(string(m[2]))
+	for _, m := range regexp.MustCompile(`(?m)^#define ([A-Z_]+) \(?(\d+)(?: << (\d+))?\)?\s*$`).FindAllStringSubmatch(src, -1) {
+		v, _ := strconv.Atoi(m[2])
 		if len(m[3]) > 0 {
-			s, _ := strconv.Atoi(string(m[3]))
+			s, _ := strconv.Atoi(m[3])
 			v <<= s
 		}
-		defs[string(m[1])] = v
+		if old, ok := defs[m[1]]; ok && old != v {
+			t.Errorf("cuda/kernels: %s is defined as %d and as %d", m[1], old, v)
+		}
+		defs[m[1]] = v
 	}
 	for _, c := range []struct {
 		name string
@@ -48,11 +108,11 @@ func TestKernelLayout(t *testing.T) {
 	} {
 		got, ok := defs[c.name]
 		if !ok {
-			t.Errorf("kernels/reduce.cu has no #define %s", c.name)
+			t.Errorf("cuda/kernels: neither reduce.cu nor a file it includes has #define %s", c.name)
 			continue
 		}
 		if got != c.want {
-			t.Errorf("kernels/reduce.cu: %s is %d, the Go side %d", c.name, got, c.want)
+			t.Errorf("cuda/kernels: %s is %d, the Go side %d", c.name, got, c.want)
 		}
 	}
 	// The flags, [ONESHOT_BLOCKS][MaxRanks] words, end where the slots
@@ -60,19 +120,19 @@ func TestKernelLayout(t *testing.T) {
 	if MaxBlocks*MaxRanks*4 != SlotsOffset {
 		t.Errorf("flags of %d blocks × %d ranks take %d bytes, the slots start at %d", MaxBlocks, MaxRanks, MaxBlocks*MaxRanks*4, SlotsOffset)
 	}
-	if !strings.Contains(string(src), "blockIdx.x * 8 + rank") {
-		t.Errorf("kernels/reduce.cu: the flag of (block, rank) is no longer blockIdx.x * 8 + rank (MaxRanks = %d)", MaxRanks)
+	if !strings.Contains(src, "blockIdx.x * 8 + rank") {
+		t.Errorf("cuda/kernels: the flag of (block, rank) is no longer blockIdx.x * 8 + rank (MaxRanks = %d)", MaxRanks)
 	}
-	if !strings.Contains(string(src), "char *r7") {
-		t.Errorf("kernels/reduce.cu: the kernels no longer take r0..r7 (MaxRanks = %d)", MaxRanks)
+	if !strings.Contains(src, "char *r7") {
+		t.Errorf("cuda/kernels: the kernels no longer take r0..r7 (MaxRanks = %d)", MaxRanks)
 	}
-	if n := strings.Count(string(src), "__launch_bounds__(512)"); n == 0 {
-		t.Errorf("kernels/reduce.cu: no kernel is bounded at 512 threads a block (Threads = %d)", Threads)
+	if n := strings.Count(src, "__launch_bounds__(512)"); n == 0 {
+		t.Errorf("cuda/kernels: no kernel is bounded at 512 threads a block (Threads = %d)", Threads)
 	}
 }
 
 // field is one parameter of a typed argument list: its name in
-// kernels/reduce.cu (the cu tag), its size in bytes and its value.
+// the kernels' source (the cu tag), its size in bytes and its value.
 type field struct {
 	name  string
 	size  int
@@ -104,16 +164,14 @@ func flatten(t *testing.T, v reflect.Value) []field {
 
 // TestKernelArgs checks, without a GPU, that every fused kernel's typed
 // argument list is the kernel's parameter list: the names in the order
-// kernels/reduce.cu declares them, the sizes the embedded PTX gives them
+// the kernels' source (kernels/reduce.cu and the files it includes)
+// declares them, the sizes the embedded PTX gives them
 // (a u32 where the kernel takes a u32), and that pack writes each field
 // at its place. It also checks that Kernel's fields land in the
 // parameters of the same meaning.
 func TestKernelArgs(t *testing.T) {
-	src, err := os.ReadFile(kernelSource)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(strings.Fields(strings.ReplaceAll(string(src), "\\\n", " ")), " ")
+	src, _ := kernelSource(t)
+	text := strings.Join(strings.Fields(strings.ReplaceAll(src, "\\\n", " ")), " ")
 	params := func(sig string) []string {
 		var names []string
 		for _, p := range strings.Split(sig, ",") {
@@ -127,7 +185,7 @@ func TestKernelArgs(t *testing.T) {
 	sigOf := func(re string) string {
 		m := regexp.MustCompile(re).FindStringSubmatch(text)
 		if m == nil {
-			t.Fatalf("kernels/reduce.cu: no match for %s", re)
+			t.Fatalf("cuda/kernels: no match for %s", re)
 		}
 		return m[1]
 	}
@@ -178,14 +236,14 @@ func TestKernelArgs(t *testing.T) {
 			names, sizes, values = append(names, f.name), append(sizes, f.size), append(values, f.value)
 		}
 		if !slices.Equal(names, source[c.list]) {
-			t.Errorf("%v: the typed arguments are (%s), kernels/reduce.cu declares (%s)", c.kind, strings.Join(names, " "), strings.Join(source[c.list], " "))
+			t.Errorf("%v: the typed arguments are (%s), the kernels' source declares (%s)", c.kind, strings.Join(names, " "), strings.Join(source[c.list], " "))
 		}
 		entry := "braid_" + family
 		if family != "bcast_fused" && family != "allgather_fused" {
 			entry += "_sum_f32"
 		}
 		if w := widths[entry]; !slices.Equal(sizes, w) {
-			t.Errorf("%v: the typed arguments' sizes are %v, the PTX's %s takes %v (a PTX older than kernels/reduce.cu? cuda/kernels/gen.sh regenerates it; BRAID_CUDA_KERNELS tries a build)", c.kind, sizes, entry, w)
+			t.Errorf("%v: the typed arguments' sizes are %v, the PTX's %s takes %v (a PTX older than the kernels' source? cuda/kernels/gen.sh regenerates it; BRAID_CUDA_KERNELS tries a build)", c.kind, sizes, entry, w)
 		}
 		if got := args.pack(nil); !slices.Equal(got, values) {
 			t.Errorf("%v: pack writes %v, the fields in order are %v", c.kind, got, values)
