@@ -8,9 +8,10 @@ import (
 )
 
 // TestKernelNames checks, without a GPU, that the embedded PTX holds every
-// kernel LoadKernels looks up: a kernel renamed or dropped in
-// kernels/reduce.cu, or a family added to the loader before the kernels
-// were regenerated, fails here instead of on the first device run.
+// kernel LoadKernels looks up: a kernel renamed or dropped in the kernels'
+// source (kernels/reduce.cu and the .cuh files it includes), or a family
+// added to the loader before the kernels were regenerated, fails here
+// instead of on the first device run.
 func TestKernelNames(t *testing.T) {
 	ptx, what, err := kernelImage(0, 0)
 	if err != nil {

@@ -274,8 +274,10 @@
 // devDecider, the caps of DeviceOptions), over plan.DeviceModel and the
 // device tuning table. Package cuda is the binding under both: the
 // driver, the worker, contexts, modules, the reduction kernel and NVML,
-// 2,596 lines in its 12 non-test .go files (wc -l cuda/*.go without the
-// tests), beside kernels/reduce.cu (1,333 lines).
+// 2,853 lines in its 13 non-test .go files (wc -l cuda/*.go without the
+// tests), beside the kernels: kernels/reduce.cu and the 12 .cuh files,
+// one per family, that it includes (1,465 lines; wc -l
+// cuda/kernels/*.cu cuda/kernels/*.cuh).
 //
 // Limits: one rank per process (a process cannot open its own IPC
 // handles); several processes may share a GPU, which the driver

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates the kernels package cuda embeds from cuda/kernels/reduce.cu with
 # nvcc (CUDA 13.0 was used for the committed files; the GPU machine has it at
-# /usr/local/cuda/bin/nvcc). Run from anywhere:
+# /usr/local/cuda/bin/nvcc). reduce.cu is the one translation unit: it
+# includes the .cuh files beside it, one per kernel family (its top says
+# which holds what), so a change to any of them needs this run. Run from
+# anywhere:
 #
 #     bash cuda/kernels/gen.sh [DIR]
 #
