@@ -115,6 +115,9 @@ type DeviceComm struct {
 	closed bool
 	// capturing: Capture's fn runs, and calls are recorded into a graph.
 	capturing bool
+	// p2pSend and p2pRecv count the point-to-point messages sent to and
+	// received from each (peer, tag), made on first use (device_p2p.go).
+	p2pSend, p2pRecv map[[2]int]uint32
 }
 
 // devKey is what a device call's plan depends on.
