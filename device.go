@@ -296,7 +296,16 @@ func deviceError(rank int, call string, err error) error {
 	if errors.Is(err, gpu.ErrNotCapturable) {
 		return &Error{Kind: Unsupported, Rank: rank, Call: call, Peer: -1, Err: err}
 	}
-	return classify(rank, call, err)
+	var sm *gpu.SizeMismatchError
+	if errors.As(err, &sm) { // a point-to-point message's ends differ
+		return &Error{Kind: Mismatch, Rank: rank, Call: call, Peer: sm.Peer, Err: err}
+	}
+	e := classify(rank, call, err)
+	var pw *gpu.PeerWaitError
+	if e.Peer < 0 && errors.As(err, &pw) {
+		e.Peer = pw.Peer
+	}
+	return e
 }
 
 // deviceHost lets package gpu use the communicator for its set-up.

@@ -28,7 +28,8 @@ import (
 // the call's deadline passes, with the peer named. With
 // DeviceOptions.StreamOrdered the calls are queued on Stream() and return
 // at once, like the collectives; their errors come back from a later call
-// or Synchronize.
+// or Synchronize (a refused message's from Synchronize only, and it leaves
+// the DeviceComm usable, as it does a synchronous call's).
 
 // Send sends buf to rank peer with tag (0 ≤ tag < 2^31) and returns when
 // the data is in the peer's buffer, or with DeviceOptions.StreamOrdered
@@ -183,21 +184,12 @@ func (d *DeviceComm) p2p(ctx context.Context, name string, send *Device, to int,
 
 // p2pError turns an error of the executor in a point-to-point call into
 // an *Error that names the peer: the one of the refused message or the
-// one waited for, else peer where the call has one (-1 where not).
+// one waited for (deviceError), else peer where the call has one.
 func p2pError(rank int, name string, err error, peer int) error {
-	var sm *gpu.SizeMismatchError
-	if errors.As(err, &sm) {
-		return &Error{Kind: Mismatch, Rank: rank, Call: name, Peer: sm.Peer, Err: err}
-	}
 	e := deviceError(rank, name, err)
 	var be *Error
 	if errors.As(e, &be) && be.Peer < 0 {
-		var pw *gpu.PeerWaitError
-		if errors.As(err, &pw) {
-			be.Peer = pw.Peer
-		} else {
-			be.Peer = peer
-		}
+		be.Peer = peer
 	}
 	return e
 }

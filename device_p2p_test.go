@@ -93,7 +93,8 @@ const deviceP2PEnv = "BRAID_DEVICE_TEST_P2P"
 // point-to-point calls leave the collectives' sequence in step), each
 // synchronous, stream-ordered and by pull; then a size mismatch (both
 // ends fail with Mismatch naming the other, and the next messages still
-// arrive) and a receive whose peer stays away (a Timeout naming it).
+// arrive), and, synchronous, a receive whose peer stays away (a Timeout
+// naming it).
 func TestDeviceP2P(t *testing.T) {
 	if os.Getenv(deviceP2PEnv) != "" {
 		deviceP2PRank(t)
@@ -325,9 +326,10 @@ func deviceP2PRank(t *testing.T) {
 			allreduce(salt)
 		}
 
-		if mode.name == "synchronous" && rank < 2 {
-			// The ends of a message differ: both fail, naming each other,
-			// and nothing is written; the next message arrives whole.
+		if rank < 2 {
+			// The ends of a message differ: both fail, naming each other
+			// (stream-ordered: from Synchronize), and nothing is written;
+			// the next message arrives whole.
 			peer := 1 - rank
 			put(b, nil)
 			var err error
@@ -335,6 +337,9 @@ func deviceP2PRank(t *testing.T) {
 				err = d.Send(ctx, Device{Ptr: a, Count: 10, Type: Float32}, 1, 3)
 			} else {
 				err = d.Recv(ctx, Device{Ptr: b, Count: 12, Type: Float32}, 0, 3)
+			}
+			if err == nil && mode.opts.StreamOrdered {
+				err = d.Synchronize(ctx)
 			}
 			var e *Error
 			if !errors.As(err, &e) || e.Kind != Mismatch || e.Peer != peer || !strings.Contains(err.Error(), "10 float32 elements") {

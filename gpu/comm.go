@@ -53,6 +53,10 @@ type Comm struct {
 	// or Synchronize to report.
 	aerrMu sync.Mutex
 	aerr   error
+	// refusedErr is a queued lone Send or Recv's refused message
+	// (SizeMismatchError), which the next Synchronize returns and clears:
+	// it leaves the ranks in step.
+	refusedErr error
 
 	fused    *fusedState // nil: one-shot allreduces run as programs
 	fusedOff string      // why fused is nil, if it was asked for
@@ -574,7 +578,12 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	g.w.Go(func(c *cuda.Ctx) error {
 		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true, cp); err != nil {
 			g.aerrMu.Lock()
-			if g.aerr == nil {
+			var sm *SizeMismatchError
+			if errors.As(err, &sm) && len(kc.Prog.Steps) == 1 {
+				if g.refusedErr == nil {
+					g.refusedErr = err
+				}
+			} else if g.aerr == nil {
 				g.aerr = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
 			}
 			g.aerrMu.Unlock()
@@ -585,7 +594,9 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 }
 
 // Synchronize waits until every call queued so far has run on the GPU,
-// and returns the first error of a call queued by Enqueue.
+// and returns the first error of a call queued by Enqueue. A queued lone
+// Send or Recv whose message was refused (SizeMismatchError) is reported
+// here once, and leaves the Comm usable.
 func (g *Comm) Synchronize(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -599,6 +610,16 @@ func (g *Comm) Synchronize(ctx context.Context) error {
 	}
 	if aerr := g.asyncErr(); aerr != nil {
 		err = aerr
+	}
+	g.aerrMu.Lock()
+	if err == nil {
+		err = g.refusedErr
+	}
+	g.refusedErr = nil
+	g.aerrMu.Unlock()
+	var sm *SizeMismatchError
+	if errors.As(err, &sm) {
+		return err // the ranks are in step
 	}
 	if err != nil && g.err == nil {
 		g.err = err
