@@ -115,6 +115,9 @@ type DeviceComm struct {
 	closed bool
 	// capturing: Capture's fn runs, and calls are recorded into a graph.
 	capturing bool
+	// p2pSend and p2pRecv count the point-to-point messages sent to and
+	// received from each (peer, tag), made on first use (device_p2p.go).
+	p2pSend, p2pRecv map[[2]int]uint32
 }
 
 // devKey is what a device call's plan depends on.
@@ -293,7 +296,16 @@ func deviceError(rank int, call string, err error) error {
 	if errors.Is(err, gpu.ErrNotCapturable) {
 		return &Error{Kind: Unsupported, Rank: rank, Call: call, Peer: -1, Err: err}
 	}
-	return classify(rank, call, err)
+	var sm *gpu.SizeMismatchError
+	if errors.As(err, &sm) { // a point-to-point message's ends differ
+		return &Error{Kind: Mismatch, Rank: rank, Call: call, Peer: sm.Peer, Err: err}
+	}
+	e := classify(rank, call, err)
+	var pw *gpu.PeerWaitError
+	if e.Peer < 0 && errors.As(err, &pw) {
+		e.Peer = pw.Peer
+	}
+	return e
 }
 
 // deviceHost lets package gpu use the communicator for its set-up.

@@ -38,6 +38,7 @@ extern int braidgo_test(braid_request h, int *done, braid_error *e);
 extern int braidgo_noreq(char *name, braid_error *e);
 extern int braidgo_device(int coll, braid_comm h, void *send, void *recv, size_t count, int dtype, int op, int root, void *stream, braid_error *e);
 extern int braidgo_device_synchronize(braid_comm h, braid_error *e);
+extern int braidgo_device_p2p(int kind, braid_comm h, void *send, size_t scount, int to, void *recv, size_t rcount, int from, int dtype, int tag, void *stream, braid_error *e);
 
 static __thread braid_error braid_tls_error;
 
@@ -185,6 +186,17 @@ int braid_device_alltoall(braid_comm c, const void *s, void *r, size_t n, braid_
 	return braidgo_device(7, c, (void *)s, r, n, d, 0, 0, stream, E);
 }
 int braid_device_synchronize(braid_comm c) { return braidgo_device_synchronize(c, E); }
+// The device point-to-point calls: the numbers are device.go's.
+int braid_device_send(braid_comm c, const void *b, size_t n, braid_dtype d, int peer, int tag, void *stream) {
+	return braidgo_device_p2p(0, c, (void *)b, n, peer, NULL, 0, -1, d, tag, stream, E);
+}
+int braid_device_recv(braid_comm c, void *b, size_t n, braid_dtype d, int peer, int tag, void *stream) {
+	return braidgo_device_p2p(1, c, NULL, 0, -1, b, n, peer, d, tag, stream, E);
+}
+int braid_device_sendrecv(braid_comm c, const void *s, size_t sn, int to, void *r, size_t rn, int from, braid_dtype d,
+                          int tag, void *stream) {
+	return braidgo_device_p2p(2, c, (void *)s, sn, to, r, rn, from, d, tag, stream, E);
+}
 
 int braid_wait(braid_request req) { return braidgo_wait(req, E); }
 int braid_test(braid_request req, int *done) { return braidgo_test(req, done, E); }

@@ -304,6 +304,38 @@ int braid_device_alltoall(braid_comm comm, const void *send, void *recv, size_t 
  * it too, then releases the communicator's GPU resources. */
 int braid_device_synchronize(braid_comm comm);
 
+/*
+ * Point-to-point on GPU memory: count elements of dtype at buf, to or from
+ * rank peer with tag (0 <= tag < 2^31), ordered on stream as the device
+ * collectives are (NULL: blocking). The rules are the host calls': the
+ * messages between two ranks with one tag arrive in the order they were
+ * sent, and the receive has exactly the sent count and dtype, else both
+ * ends fail with BRAID_ERR_MISMATCH and nothing is written. A bad peer or
+ * tag, or a pointer that is not GPU memory, fails with
+ * BRAID_ERR_INVALID_ARGUMENT naming it; a peer that never makes the
+ * matching call makes the call fail once its deadline passes, naming the
+ * peer (with a stream: a later call or braid_device_synchronize).
+ *
+ * The receiver's GPU offers its buffer and the sender's copies into it,
+ * so a send completes only once the peer has called the matching receive,
+ * as NCCL's do: two ranks that both send first, blocking or on streams,
+ * wait for each other. braid_device_sendrecv sends send (sendcount
+ * elements) to rank to and receives recv (recvcount) from rank from at
+ * once, which a ring or an exchange needs; send and recv must not
+ * overlap.
+ *
+ * The communicator's first device call must be a collective, on every
+ * rank: it sets up the GPU path, which a call between two ranks cannot
+ * (BRAID_ERR_INVALID_ARGUMENT before that). A message of count 0 may pass
+ * NULL and is still matched.
+ */
+int braid_device_send(braid_comm comm, const void *buf, size_t count, braid_dtype dtype, int peer, int tag,
+                      void *stream);
+int braid_device_recv(braid_comm comm, void *buf, size_t count, braid_dtype dtype, int peer, int tag,
+                      void *stream);
+int braid_device_sendrecv(braid_comm comm, const void *send, size_t sendcount, int to, void *recv,
+                          size_t recvcount, int from, braid_dtype dtype, int tag, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -266,7 +266,7 @@ func deviceCall(c *braid.Comm, h uint64, coll int, send, recv unsafe.Pointer, co
 	if err != nil {
 		return err
 	}
-	run := func() error {
+	return s.ordered(c, d, name, dev, stream, func() error {
 		switch coll {
 		case devAllreduce:
 			return d.Allreduce(ctx, sb, rb, p)
@@ -284,7 +284,13 @@ func deviceCall(c *braid.Comm, h uint64, coll int, send, recv unsafe.Pointer, co
 			return d.Scatter(ctx, sb, rb, root)
 		}
 		return d.Alltoall(ctx, sb, rb)
-	}
+	})
+}
+
+// ordered runs a device call (run) on d in the order stream gives it, as
+// the package's doc says. s.mu is held.
+func (s *devState) ordered(c *braid.Comm, d *braid.DeviceComm, name string, dev cuda.Device, stream uintptr, run func() error) error {
+	ctx := context.Background()
 	// The call's work follows the work queued before it on the caller's
 	// stream, or without one on the legacy default stream: the buffers
 	// may have been written by a synchronous copy from pageable memory
@@ -341,4 +347,102 @@ func braidgo_device_synchronize(h C.braid_comm, e *C.braid_error) (ret C.int) {
 		return C.BRAID_OK
 	}
 	return fail(e, s.d.Synchronize(context.Background()))
+}
+
+// The point-to-point calls of braidgo_device_p2p.
+const (
+	devSend = iota
+	devRecv
+	devSendRecv
+)
+
+var p2pNames = [...]string{"send", "recv", "sendrecv"}
+
+//export braidgo_device_p2p
+func braidgo_device_p2p(kind C.int, h C.braid_comm, send unsafe.Pointer, scount C.size_t, to C.int, recv unsafe.Pointer, rcount C.size_t, from C.int, dtype, tag C.int, stream unsafe.Pointer, e *C.braid_error) (ret C.int) {
+	defer guard(e, &ret)
+	name := p2pNames[kind]
+	c, err := comms.get(uint64(h), name)
+	if err != nil {
+		return fail(e, err)
+	}
+	return fail(e, deviceP2P(c, uint64(h), int(kind), send, scount, int(to), recv, rcount, int(from), dtype, int(tag), uintptr(stream)))
+}
+
+// deviceP2P checks a device point-to-point call's arguments and runs it
+// on the communicator's DeviceComm, which its first device call, a
+// collective, made: a point-to-point call concerns two ranks, and making
+// the DeviceComm takes every rank.
+func deviceP2P(c *braid.Comm, h uint64, kind int, send unsafe.Pointer, scount C.size_t, to int, recv unsafe.Pointer, rcount C.size_t, from int, dtype C.int, tag int, stream uintptr) error {
+	name := p2pNames[kind]
+	if stream == streamPerThread {
+		return argErr(c, name, "the per-thread default stream (cudaStreamPerThread) is the calling thread's, and Braid issues its work from a thread of its own: pass the stream itself")
+	}
+	type end struct {
+		what string
+		b    braid.Device
+	}
+	var ends []end
+	what := func(w string) string {
+		if kind != devSendRecv {
+			return "buf"
+		}
+		return w
+	}
+	if kind != devRecv {
+		b, err := devBuffer(c, name, what("send"), send, scount, dtype)
+		if err != nil {
+			return err
+		}
+		ends = append(ends, end{what("send"), b})
+	}
+	if kind != devSend {
+		b, err := devBuffer(c, name, what("recv"), recv, rcount, dtype)
+		if err != nil {
+			return err
+		}
+		ends = append(ends, end{what("recv"), b})
+	}
+	dev := cuda.Device(-1)
+	for _, x := range ends {
+		if x.b.Count == 0 {
+			continue // an empty message reads and writes nothing
+		}
+		if x.b.Ptr == 0 {
+			return argErr(c, name, "%s is NULL with count %d", x.what, x.b.Count)
+		}
+		dv, err := pointerDevice(c, name, x.what, x.b.Ptr)
+		if err != nil {
+			return err
+		}
+		if dev >= 0 && dv != dev {
+			return argErr(c, name, "send is on GPU %d and recv on GPU %d", dev, dv)
+		}
+		dev = dv
+	}
+	s := deviceState(h, false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return devErr(c, braid.Aborted, name, errors.New("communicator is destroyed"))
+	}
+	if s.d == nil {
+		return devErr(c, braid.InvalidArgument, name, errors.New("no device call has been made on this communicator yet: its first device call, on every rank, must be a collective (braid_device_allreduce of one element, say), which sets up the GPU path; a point-to-point call concerns two ranks only"))
+	}
+	if dev < 0 {
+		dev = s.gpu
+	}
+	if dev != s.gpu {
+		return devErr(c, braid.InvalidArgument, name, fmt.Errorf("the buffers are on GPU %d, and this communicator's device calls run on GPU %d (its first device call's)", dev, s.gpu))
+	}
+	d, ctx := s.d, context.Background()
+	return s.ordered(c, d, name, dev, stream, func() error {
+		switch kind {
+		case devSend:
+			return d.Send(ctx, ends[0].b, to, tag)
+		case devRecv:
+			return d.Recv(ctx, ends[0].b, from, tag)
+		}
+		return d.SendRecv(ctx, ends[0].b, to, ends[1].b, from, tag)
+	})
 }

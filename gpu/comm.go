@@ -53,6 +53,10 @@ type Comm struct {
 	// or Synchronize to report.
 	aerrMu sync.Mutex
 	aerr   error
+	// refusedErr is a queued lone Send or Recv's refused message
+	// (SizeMismatchError), which the next Synchronize returns and clears:
+	// it leaves the ranks in step.
+	refusedErr error
 
 	fused    *fusedState // nil: one-shot allreduces run as programs
 	fusedOff string      // why fused is nil, if it was asked for
@@ -481,6 +485,38 @@ type Call struct {
 	Op    dtype.Op
 	In    cuda.DevicePtr // Params.InLen(rank) elements; may be 0 when that is 0
 	Out   cuda.DevicePtr // Params.OutLen(rank) elements
+	// P2P, where not nil, makes the call point-to-point: only the ranks
+	// its Prog's Send and Recv steps name take part (Params.Coll is
+	// InvalidCollective, Params.Count unused, and In and Out hold what
+	// the steps' chunks address). P2P[i] is the number of step i's
+	// message among those of its (peer, tag) pair in its direction,
+	// which the caller counts from 1: the call takes no sequence number
+	// of the communicator's, so the collectives of every rank stay in
+	// step, and its notices never meet a collective's. A message whose
+	// ends differ in length or type is refused on both (a
+	// *SizeMismatchError), before anything is written.
+	P2P []uint32
+}
+
+// SizeMismatchError says that the two ends of a point-to-point message
+// differ in length or type: nothing was written.
+type SizeMismatchError struct {
+	Rank, Peer int
+	Tag        int32
+	Send       bool // this rank's end is the Send
+	Count      int  // this rank's elements
+	DType      dtype.DType
+	PeerCount  int // the peer's
+	PeerDType  dtype.DType
+}
+
+func (e *SizeMismatchError) Error() string {
+	me, other := "recv", "send"
+	if e.Send {
+		me, other = other, me
+	}
+	return fmt.Sprintf("gpu: rank %d: %s of %d %v elements with tag %d, and rank %d's matching %s has %d %v elements: the two ends must have the same length and type",
+		e.Rank, me, e.Count, e.DType, e.Tag, e.Peer, other, e.PeerCount, e.PeerDType)
 }
 
 // Run runs k on this rank and returns once its results are in k.Out and no
@@ -495,7 +531,7 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 	if err := g.capturable(k); err != nil {
 		return err
 	}
-	seq, err := g.next()
+	seq, err := g.next(k)
 	if err != nil {
 		return err
 	}
@@ -508,7 +544,10 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 	if g.stats != nil {
 		g.stats.run += time.Since(t0)
 	}
-	if err != nil {
+	var sm *SizeMismatchError
+	if err != nil && !(errors.As(err, &sm) && len(k.Prog.Steps) == 1) {
+		// A refused message of a lone Send or Recv leaves nothing behind:
+		// both ends refused it before anything moved.
 		g.err = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
 	}
 	return err
@@ -530,7 +569,7 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	if err := g.capturable(k); err != nil {
 		return err
 	}
-	seq, err := g.next()
+	seq, err := g.next(k)
 	if err != nil {
 		return err
 	}
@@ -539,7 +578,12 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	g.w.Go(func(c *cuda.Ctx) error {
 		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true, cp); err != nil {
 			g.aerrMu.Lock()
-			if g.aerr == nil {
+			var sm *SizeMismatchError
+			if errors.As(err, &sm) && len(kc.Prog.Steps) == 1 {
+				if g.refusedErr == nil {
+					g.refusedErr = err
+				}
+			} else if g.aerr == nil {
 				g.aerr = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
 			}
 			g.aerrMu.Unlock()
@@ -550,7 +594,9 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 }
 
 // Synchronize waits until every call queued so far has run on the GPU,
-// and returns the first error of a call queued by Enqueue.
+// and returns the first error of a call queued by Enqueue. A queued lone
+// Send or Recv whose message was refused (SizeMismatchError) is reported
+// here once, and leaves the Comm usable.
 func (g *Comm) Synchronize(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -564,6 +610,16 @@ func (g *Comm) Synchronize(ctx context.Context) error {
 	}
 	if aerr := g.asyncErr(); aerr != nil {
 		err = aerr
+	}
+	g.aerrMu.Lock()
+	if err == nil {
+		err = g.refusedErr
+	}
+	g.refusedErr = nil
+	g.aerrMu.Unlock()
+	var sm *SizeMismatchError
+	if errors.As(err, &sm) {
+		return err // the ranks are in step
 	}
 	if err != nil && g.err == nil {
 		g.err = err
@@ -583,12 +639,17 @@ func (g *Comm) capturable(k *Call) error {
 
 // next returns the sequence number of a new call, or the error of an
 // earlier call (a failed call leaves the ranks out of step). g.mu is held.
-func (g *Comm) next() (uint32, error) {
+// A point-to-point call (Call.P2P) takes none: it numbers its own
+// messages.
+func (g *Comm) next(k *Call) (uint32, error) {
 	if g.err == nil {
 		g.err = g.asyncErr()
 	}
 	if g.err != nil {
 		return 0, g.err
+	}
+	if k.P2P != nil {
+		return 0, nil
 	}
 	g.seq++
 	return g.seq, nil
@@ -611,6 +672,19 @@ func (g *Comm) check(k *Call) error {
 		}
 	} else if k.Prog == nil || k.Prog.Rank != g.rank {
 		return fmt.Errorf("gpu: rank %d was given no program of its own", g.rank)
+	}
+	if k.P2P != nil {
+		if k.Fused != nil || len(k.P2P) != len(k.Prog.Steps) || k.Params.Coll != sched.InvalidCollective {
+			return fmt.Errorf("gpu: rank %d: a point-to-point call is a program with a message number per step", g.rank)
+		}
+		for i, st := range k.Prog.Steps {
+			switch {
+			case st.Kind != sched.KindSend && st.Kind != sched.KindRecv && st.Kind != sched.KindCopy:
+				return fmt.Errorf("gpu: rank %d: step %d (%v) of a point-to-point call: only sends, receives and copies", g.rank, i, &st)
+			case st.Kind != sched.KindCopy && (st.Peer < 0 || st.Peer >= g.n || st.Peer == g.rank):
+				return fmt.Errorf("gpu: rank %d: step %d (%v) names no other rank of %d", g.rank, i, &st, g.n)
+			}
+		}
 	}
 	if !k.DType.Valid() {
 		return fmt.Errorf("gpu: invalid dtype %v", k.DType)

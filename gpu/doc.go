@@ -176,6 +176,19 @@
 // destination, once everything that copy depends on (pushes included) is
 // waited for.
 //
+// # Point-to-point
+//
+// A point-to-point call (Call.P2P; DeviceComm.Send, Recv and SendRecv in
+// package braid) is a program of Send and Recv steps run as above, by
+// push or pull, between the two ranks it names only. It takes no sequence
+// number of the Comm's: each message is numbered within its (peer, tag)
+// pair, and its notices are marked noticeP2P, so the collectives of every
+// rank stay in step and never take a message's notice. Its notices carry
+// the end's length and type; the other end checks them before anything
+// moves, and a mismatch is refused on both (SizeMismatchError), which
+// leaves a lone Send or Recv's Comm usable. A Send completes once the
+// peer's Recv has offered its buffer.
+//
 // # Calls
 //
 // Run is synchronous: it returns when the result is in place and no peer

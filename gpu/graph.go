@@ -236,7 +236,7 @@ func (gr *Graph) next() (uint32, error) {
 	case g.capture != nil:
 		return 0, fmt.Errorf("gpu: rank %d: a graph launched during a capture: %w", g.rank, ErrNotCapturable)
 	}
-	return g.next()
+	return g.next(&Call{})
 }
 
 // launch queues gr on the stream, on the worker: the launch takes the

@@ -30,12 +30,21 @@ const (
 	noticeDest    uint32 = 3 // a chunk may be written here
 	noticeWritten uint32 = 4 // a chunk has been written
 	noticeReset   uint32 = 5 // a step of the fused kernels' reset (resetFused)
+
+	// noticeP2P marks the notices of point-to-point calls (Call.P2P):
+	// their Seq numbers the messages of a (peer, tag) pair, not the
+	// communicator's calls, so that they never meet a collective's.
+	noticeP2P uint32 = 1 << 16
 )
 
 // Notice flags.
 const (
 	flagEvent uint32 = 1 // wait for Event before the chunk may be read (ready) or overwritten (done)
 	flagBuf   uint32 = 2 // Mem, BufID and Off locate the chunk (ready with a non-empty chunk)
+	// flagRefused: a point-to-point message whose two ends differ in
+	// length or type; Count and DType are the refusing end's. Nothing was
+	// written or read, and no event comes with it.
+	flagRefused uint32 = 4
 )
 
 // notice is one message between the executors of two ranks.
@@ -48,6 +57,10 @@ type notice struct {
 	Off   uint64 // bytes from the allocation's base to the chunk
 	Mem   cuda.IPCMemHandle
 	Event cuda.IPCEventHandle
+	// Count and DType are, in a point-to-point call's notices, the
+	// elements and type of the step's end (checked by the other end).
+	Count uint64
+	DType uint32
 }
 
 func (n *notice) encode(b []byte) {
@@ -60,6 +73,8 @@ func (n *notice) encode(b []byte) {
 	le.PutUint64(b[24:], n.Off)
 	copy(b[32:96], n.Mem[:])
 	copy(b[96:160], n.Event[:])
+	le.PutUint64(b[160:], n.Count)
+	le.PutUint32(b[168:], n.DType)
 }
 
 func (n *notice) decode(b []byte) {
@@ -72,6 +87,8 @@ func (n *notice) decode(b []byte) {
 	n.Off = le.Uint64(b[24:])
 	copy(n.Mem[:], b[32:96])
 	copy(n.Event[:], b[96:160])
+	n.Count = le.Uint64(b[160:])
+	n.DType = le.Uint32(b[168:])
 }
 
 // mailbox is this rank's view of the shared rings.

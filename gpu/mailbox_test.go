@@ -52,7 +52,7 @@ func TestMailbox(t *testing.T) {
 	}
 
 	// Round trip of every field.
-	x = notice{Kind: noticeDone, Seq: 7, Tag: -3, Flags: flagEvent | flagBuf, BufID: 1 << 40, Off: 12345}
+	x = notice{Kind: noticeDone | noticeP2P, Seq: 7, Tag: -3, Flags: flagEvent | flagBuf | flagRefused, BufID: 1 << 40, Off: 12345, Count: 1<<33 + 5, DType: 9}
 	for i := range x.Mem {
 		x.Mem[i], x.Event[i] = byte(i), byte(255-i)
 	}

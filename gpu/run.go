@@ -56,6 +56,48 @@ type call struct {
 
 func (k *call) addr(ch sched.Chunk) cuda.DevicePtr { return k.bases[ch.Buf].Add(ch.Off * k.es) }
 
+// note returns a notice of the given kind for steps[i]: in a collective
+// numbered by the call's sequence number; in a point-to-point call
+// (Call.P2P) by the message's own number, marked noticeP2P, with the
+// step's elements and type for the other end to check.
+func (k *call) note(kind uint32, i int) notice {
+	st := &k.steps[i]
+	if k.k.P2P == nil {
+		return notice{Kind: kind, Seq: k.seq, Tag: st.Tag}
+	}
+	return notice{Kind: kind | noticeP2P, Seq: k.k.P2P[i], Tag: st.Tag, Count: uint64(st.Len()), DType: uint32(k.k.DType)}
+}
+
+// takeStep removes from the stash the notice of the given kind for
+// steps[i] from its peer (note's numbering).
+func (g *Comm) takeStep(k *call, kind uint32, i int) (notice, bool) {
+	w := k.note(kind, i)
+	return g.take(k.steps[i].Peer, w.Kind, w.Seq, w.Tag)
+}
+
+// refused checks, in a point-to-point call, the notice n of the other
+// end of steps[i]: it returns a *SizeMismatchError if that end refused
+// the message (flagRefused) or differs from this one in length or type,
+// after telling it with reply (a notice of kind that carries
+// flagRefused) unless it refused first.
+func (g *Comm) refused(k *call, i int, n *notice, kind uint32) error {
+	if k.k.P2P == nil {
+		return nil
+	}
+	st := &k.steps[i]
+	if n.Flags&flagRefused == 0 && n.Count == uint64(st.Len()) && n.DType == uint32(k.k.DType) {
+		return nil
+	}
+	if n.Flags&flagRefused == 0 {
+		r := k.note(kind, i)
+		r.Flags = flagRefused
+		g.send(st.Peer, r)
+		g.flush()
+	}
+	return &SizeMismatchError{Rank: g.rank, Peer: st.Peer, Tag: st.Tag, Send: st.Kind == sched.KindSend,
+		Count: st.Len(), DType: k.k.DType, PeerCount: int(n.Count), PeerDType: dtype.DType(n.DType)}
+}
+
 // landAt returns the landing area of the pushed RecvReduce steps[i].
 func (k *call) landAt(i int) cuda.DevicePtr {
 	return k.bases[sched.Tmp].Add((k.tmpLen + k.land.off[i]) * k.es)
@@ -74,6 +116,13 @@ func (g *Comm) needsOf(p *sched.Program) []bool {
 	if n, ok := g.needs[p]; ok {
 		return n
 	}
+	n := needsOf(p)
+	g.needs[p] = n
+	return n
+}
+
+// needsOf is Comm.needsOf, not cached.
+func needsOf(p *sched.Program) []bool {
 	n := make([]bool, len(p.Steps))
 	for _, st := range p.Steps {
 		if st.Kind == sched.KindSend {
@@ -82,7 +131,6 @@ func (g *Comm) needsOf(p *sched.Program) []bool {
 			}
 		}
 	}
-	g.needs[p] = n
 	return n
 }
 
@@ -162,7 +210,9 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 	es := k.DType.Size()
 	kc := call{k: k, steps: prog.Steps, seq: seq, es: es, ordered: ordered, tmpLen: prog.TmpLen}
 	kc.push = g.pushMax >= 0 && (!k.Params.Coll.Reduces() || k.Params.Count*es <= g.pushMax)
-	if kc.push {
+	if kc.push && k.P2P == nil {
+		// A point-to-point program has no RecvReduce, hence no landing
+		// areas; and it is made per call, so nothing is cached for it.
 		kc.land = g.landingOf(prog)
 	}
 	if err := g.growScratch(c, (prog.TmpLen+kc.land.total)*es); err != nil {
@@ -193,7 +243,11 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 		}
 		clear(g.synced)
 		clear(g.usedS)
-		g.needEv = g.needsOf(prog)
+		if k.P2P == nil {
+			g.needEv = g.needsOf(prog)
+		} else {
+			g.needEv = needsOf(prog)
+		}
 		if ordered {
 			ev, err := g.localEvent(c)
 			if err == nil {
@@ -273,6 +327,9 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 		bo.Idle(nil)
 		if idle%1024 == 0 {
 			if err := ctx.Err(); err != nil {
+				if k.P2P != nil {
+					return &PeerWaitError{Rank: g.rank, Peer: waitingOn(steps, state), Err: err}
+				}
 				return fmt.Errorf("gpu: rank %d waited for its peers until the call's context ended (%d of %d steps done): %w",
 					g.rank, countDone(state), len(steps), err)
 			}
@@ -428,7 +485,7 @@ func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
 		}
 		peer := st.Peer
 		if state[i] == stPending {
-			n := notice{Kind: noticeReady, Seq: k.seq, Tag: st.Tag}
+			n := k.note(noticeReady, i)
 			if st.Src.Len > 0 {
 				p := k.addr(st.Src)
 				ex, id, err := g.export(c, p)
@@ -450,9 +507,12 @@ func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
 			state[i] = stPosted
 			return true, nil
 		}
-		n, ok := g.take(peer, noticeDone, k.seq, st.Tag)
+		n, ok := g.takeStep(k, noticeDone, i)
 		if !ok {
 			return false, nil
+		}
+		if n.Flags&flagRefused != 0 {
+			return false, g.refused(k, i, &n, noticeReady)
 		}
 		if err := g.waitFor(c, &n); err != nil {
 			return false, err
@@ -468,9 +528,12 @@ func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
 				state[i] = stPosted
 				return true, nil
 			}
-			n, ok := g.take(st.Peer, noticeWritten, k.seq, st.Tag)
+			n, ok := g.takeStep(k, noticeWritten, i)
 			if !ok {
 				return false, nil
+			}
+			if err := g.refused(k, i, &n, noticeWritten); err != nil {
+				return false, err
 			}
 			if err := g.waitFor(c, &n); err != nil {
 				return false, err
@@ -478,9 +541,12 @@ func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
 			state[i] = stDone
 			return true, nil
 		}
-		n, ok := g.take(st.Peer, noticeReady, k.seq, st.Tag)
+		n, ok := g.takeStep(k, noticeReady, i)
 		if !ok {
 			return false, nil
+		}
+		if err := g.refused(k, i, &n, noticeDone); err != nil {
+			return false, err
 		}
 		src, err := g.source(c, st, &n)
 		if err != nil {
@@ -491,7 +557,7 @@ func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
 				return false, err
 			}
 		}
-		if err := g.readDone(c, st, k.seq); err != nil {
+		if err := g.readDone(c, k, i); err != nil {
 			return false, err
 		}
 		state[i] = stDone
@@ -505,7 +571,7 @@ func (g *Comm) step(c *cuda.Ctx, k *call, i int) (bool, error) {
 // work queued so far, after which the sender may write.
 func (g *Comm) postDest(c *cuda.Ctx, k *call, i int, dst cuda.DevicePtr, event bool) error {
 	st := &k.steps[i]
-	n := notice{Kind: noticeDest, Seq: k.seq, Tag: st.Tag}
+	n := k.note(noticeDest, i)
 	if st.Dst.Len > 0 {
 		ex, id, err := g.export(c, dst)
 		if err != nil {
@@ -536,11 +602,14 @@ func (g *Comm) postDest(c *cuda.Ctx, k *call, i int, dst cuda.DevicePtr, event b
 func (g *Comm) pushSend(c *cuda.Ctx, k *call, i int) (bool, error) {
 	st := &k.steps[i]
 	peer := st.Peer
-	n, ok := g.take(peer, noticeDest, k.seq, st.Tag)
+	n, ok := g.takeStep(k, noticeDest, i)
 	if !ok {
 		return false, nil
 	}
-	w := notice{Kind: noticeWritten, Seq: k.seq, Tag: st.Tag}
+	if err := g.refused(k, i, &n, noticeWritten); err != nil {
+		return false, err
+	}
+	w := k.note(noticeWritten, i)
 	if st.Src.Len > 0 {
 		if n.Flags&flagBuf == 0 {
 			return false, fmt.Errorf("rank %d offered no room for %d elements (the ranks run different schedules)", peer, st.Src.Len)
@@ -695,7 +764,7 @@ func (g *Comm) reduce(c *cuda.Ctx, k *call, j int, a cuda.DevicePtr) (bool, erro
 	var b cuda.DevicePtr
 	switch {
 	case st.Kind == sched.KindRecvReduce && k.push:
-		n, ok := g.take(st.Peer, noticeWritten, k.seq, st.Tag)
+		n, ok := g.takeStep(k, noticeWritten, j)
 		if !ok {
 			return false, nil
 		}
@@ -704,7 +773,7 @@ func (g *Comm) reduce(c *cuda.Ctx, k *call, j int, a cuda.DevicePtr) (bool, erro
 		}
 		b = k.landAt(j)
 	case st.Kind == sched.KindRecvReduce:
-		n, ok := g.take(st.Peer, noticeReady, k.seq, st.Tag)
+		n, ok := g.takeStep(k, noticeReady, j)
 		if !ok {
 			return false, nil
 		}
@@ -742,7 +811,7 @@ func (g *Comm) reduce(c *cuda.Ctx, k *call, j int, a cuda.DevicePtr) (bool, erro
 		}
 	}
 	if st.Kind == sched.KindRecvReduce && !k.push {
-		if err := g.readDone(c, st, k.seq); err != nil {
+		if err := g.readDone(c, k, j); err != nil {
 			return false, err
 		}
 	}
@@ -837,10 +906,11 @@ func (g *Comm) source(c *cuda.Ctx, st *sched.Step, n *notice) (cuda.DevicePtr, e
 	return base.Add(int(n.Off)), nil
 }
 
-// readDone tells the sender of st that its chunk has been read, after an
-// event recorded behind the read.
-func (g *Comm) readDone(c *cuda.Ctx, st *sched.Step, seq uint32) error {
-	done := notice{Kind: noticeDone, Seq: seq, Tag: st.Tag}
+// readDone tells the sender of steps[i] that its chunk has been read,
+// after an event recorded behind the read.
+func (g *Comm) readDone(c *cuda.Ctx, k *call, i int) error {
+	st := &k.steps[i]
+	done := k.note(noticeDone, i)
 	if st.Dst.Len > 0 {
 		h, err := g.signal(c, g.done, g.nrecv, st.Peer, g.s)
 		if err != nil {
@@ -861,6 +931,29 @@ func depsDone(st *sched.Step, state []uint8) bool {
 	}
 	return true
 }
+
+// waitingOn returns the peer of the first step not done, or -1.
+func waitingOn(steps []sched.Step, state []uint8) int {
+	for i, s := range state {
+		if s != stDone && steps[i].Kind != sched.KindCopy {
+			return steps[i].Peer
+		}
+	}
+	return -1
+}
+
+// PeerWaitError says that a point-to-point call waited for its peer until
+// the call's context ended.
+type PeerWaitError struct {
+	Rank, Peer int
+	Err        error // the context's
+}
+
+func (e *PeerWaitError) Error() string {
+	return fmt.Sprintf("gpu: rank %d waited for rank %d until the call's context ended (the peer did not make the matching call, or is gone): %v", e.Rank, e.Peer, e.Err)
+}
+
+func (e *PeerWaitError) Unwrap() error { return e.Err }
 
 func countDone(state []uint8) int {
 	n := 0

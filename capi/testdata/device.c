@@ -23,7 +23,8 @@
  * landing when a copy on this stream read the buffer). Then a chain of in-place allreduces
  * queued on the stream with one synchronisation at the end, on the legacy
  * default stream too, and the errors of bad pointers and streams, after
- * which the communicator still works. It reaches the driver through
+ * which the communicator still works; then the point-to-point calls
+ * (p2p below). It reaches the driver through
  * dlopen("libcuda.so.1"), so it builds without CUDA's headers.
  *
  * MODE "nodriver" is for a process without a driver (BRAID_CUDA_LIB set
@@ -341,6 +342,93 @@ static void errors(void) {
     run_one(ALLREDUCE, 100, 4, 1); /* still works */
 }
 
+/* p2p runs device point-to-point calls between ranks 0 and 1 (a
+ * ping-pong, blocking and on the stream, on counts from 1 to 4 MiB, every
+ * element checked), a ring of braid_device_sendrecv on every rank, and
+ * the errors: a bad peer or tag (INVALID_ARGUMENT naming it), and ends of
+ * different counts (MISMATCH on both ends, after which the next message
+ * arrives). */
+static void p2p(void) {
+    size_t counts[] = {1, 1000, 12345, (size_t)1 << 20};
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        size_t n = counts[ci];
+        for (int ordered = 0; ordered < 2; ordered++) {
+            int k = (int)ci * 2 + ordered + 40;
+            void *st = ordered ? (void *)stream : NULL;
+            void *ds = (void *)(uintptr_t)dsend, *dr = (void *)(uintptr_t)drecv;
+            if (rank > 1) continue;
+            int peer = 1 - rank;
+            for (size_t i = 0; i < n; i++) hin[i] = val(rank, i, k);
+            if (rank == 0) {
+                CU(cuMemcpyHtoDAsync(dsend, hin, n * sizeof *hin, stream));
+                CU(cuStreamSynchronize(stream));
+                OK(braid_device_send(comm_, ds, n, BRAID_FLOAT32, peer, k, st));
+                CU(cuMemsetD8Async(drecv, 0xff, n * sizeof *hin, stream));
+                if (!ordered) CU(cuStreamSynchronize(stream));
+                OK(braid_device_recv(comm_, dr, n, BRAID_FLOAT32, peer, k, st));
+            } else {
+                CU(cuMemsetD8Async(drecv, 0xff, n * sizeof *hin, stream));
+                if (!ordered) CU(cuStreamSynchronize(stream));
+                OK(braid_device_recv(comm_, dr, n, BRAID_FLOAT32, peer, k, st));
+                /* the reply: this rank's own values */
+                CU(cuMemcpyHtoDAsync(dsend, hin, n * sizeof *hin, stream));
+                if (!ordered) CU(cuStreamSynchronize(stream));
+                OK(braid_device_send(comm_, ds, n, BRAID_FLOAT32, peer, k, st));
+            }
+            CU(cuMemcpyDtoHAsync(hout, drecv, n * sizeof *hout, stream));
+            CU(cuStreamSynchronize(stream));
+            for (size_t i = 0; i < n; i++)
+                CHECK(hout[i] == val(peer, i, k), "ping-pong of %zu (%s): [%zu] = %g, want %g", n,
+                      ordered ? "stream" : "blocking", i, hout[i], val(peer, i, k));
+        }
+    }
+    OK(braid_device_synchronize(comm_));
+
+    /* a ring: to the right, from the left, at once */
+    size_t n = 54321;
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    for (size_t i = 0; i < n; i++) hin[i] = val(rank, i, 60);
+    CU(cuMemcpyHtoDAsync(dsend, hin, n * sizeof *hin, stream));
+    CU(cuMemsetD8Async(drecv, 0xff, n * sizeof *hin, stream));
+    OK(braid_device_sendrecv(comm_, (void *)(uintptr_t)dsend, n, right, (void *)(uintptr_t)drecv, n, left,
+                             BRAID_FLOAT32, 60, stream));
+    CU(cuMemcpyDtoHAsync(hout, drecv, n * sizeof *hout, stream));
+    CU(cuStreamSynchronize(stream));
+    for (size_t i = 0; i < n; i++)
+        CHECK(hout[i] == val(left, i, 60), "ring: [%zu] = %g from rank %d, want %g", i, hout[i], left, val(left, i, 60));
+
+    void *d = (void *)(uintptr_t)dsend;
+    int rc = braid_device_send(comm_, d, 16, BRAID_FLOAT32, rank, 0, NULL);
+    CHECK(rc == BRAID_ERR_INVALID_ARGUMENT && strstr(braid_last_error()->message, "peer") &&
+              strcmp(braid_last_error()->call, "send") == 0,
+          "send to itself -> %d (%s): %s", rc, braid_last_error()->call, braid_last_error()->message);
+    rc = braid_device_recv(comm_, d, 16, BRAID_FLOAT32, (rank + 1) % size, -1, NULL);
+    CHECK(rc == BRAID_ERR_INVALID_ARGUMENT && strstr(braid_last_error()->message, "tag -1"), "tag -1 -> %d: %s", rc,
+          braid_last_error()->message);
+    if (rank < 2) {
+        /* the ends differ: both refuse, naming the other */
+        if (rank == 0)
+            rc = braid_device_send(comm_, d, 10, BRAID_FLOAT32, 1, 3, NULL);
+        else
+            rc = braid_device_recv(comm_, (void *)(uintptr_t)drecv, 12, BRAID_FLOAT32, 0, 3, NULL);
+        const braid_error *e = braid_last_error();
+        CHECK(rc == BRAID_ERR_MISMATCH && e->peer == 1 - rank && strstr(e->message, "10 float32 elements"),
+              "10 elements sent into 12 -> %d (peer %d): %s", rc, e->peer, e->message);
+        for (size_t i = 0; i < 10; i++) hin[i] = val(0, i, 61);
+        if (rank == 0) {
+            CU(cuMemcpyHtoD(dsend, hin, 10 * sizeof *hin));
+            OK(braid_device_send(comm_, d, 10, BRAID_FLOAT32, 1, 3, NULL));
+        } else {
+            OK(braid_device_recv(comm_, (void *)(uintptr_t)drecv, 10, BRAID_FLOAT32, 0, 3, NULL));
+            CU(cuMemcpyDtoH(hout, drecv, 10 * sizeof *hout));
+            for (size_t i = 0; i < 10; i++)
+                CHECK(hout[i] == val(0, i, 61), "after a refused message: [%zu] = %g", i, hout[i]);
+        }
+    }
+    OK(braid_device_synchronize(comm_));
+    run_one(ALLREDUCE, 1000, 62, 1); /* the collectives are still in step */
+}
+
 static void gpu(void) {
     load_driver();
     CU(cuInit(0));
@@ -373,6 +461,7 @@ static void gpu(void) {
     chain(stream, stream, (size_t)1 << 18, 6);
     chain(NULL, BRAID_STREAM_LEGACY, 3000, 5);
     errors();
+    p2p();
     CU(cuCtxSynchronize());
     OK(braid_comm_destroy(comm_));
     if (rank == 0) {
@@ -397,6 +486,9 @@ static void nodriver(void) {
         }
     }
     CHECK(strcmp(braid_last_error()->call, "alltoall") == 0, "the error names call %s", braid_last_error()->call);
+    int prc = braid_device_send(comm_, h, 8, BRAID_FLOAT32, (rank + 1) % size, 0, NULL);
+    CHECK(prc == BRAID_ERR_UNSUPPORTED && strstr(braid_last_error()->message, "CUDA driver"), "send without a driver -> %d: %s",
+          prc, braid_last_error()->message);
     OK(braid_device_allreduce(comm_, NULL, NULL, 0, BRAID_FLOAT32, BRAID_SUM, NULL));
     int rc = braid_device_allreduce(comm_, h, h, 8, (braid_dtype)0, BRAID_SUM, NULL);
     CHECK(rc == BRAID_ERR_INVALID_ARGUMENT, "dtype 0 without a driver -> %d: %s", rc, braid_last_error()->message);

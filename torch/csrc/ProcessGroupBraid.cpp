@@ -8,8 +8,12 @@
 // CUDA tensors (a build with BRAID_TORCH_CUDA, device.h) go through
 // braid_device_* on the tensor's current CUDA stream, as NCCL's calls do:
 // a call returns once queued, and its Work is complete for that stream.
-// Point-to-point calls and all-to-alls of uneven blocks on CUDA tensors
-// are refused: the C API has no device point-to-point.
+// Point-to-point calls on CUDA tensors go through braid_device_send and
+// braid_device_recv, whose send completes once the peer has posted the
+// receive, as NCCL's do (a send and a receive between two ranks that both
+// send first wait for each other); all-to-alls of uneven blocks through
+// n-1 rounds of braid_device_sendrecv. The first call on CUDA tensors must
+// be a collective, which sets up the GPU path on every rank.
 //
 // Every collective on CPU tensors is issued at once, from the caller's thread, so that
 // all ranks issue in the caller's order: a small one runs there blocking,
@@ -633,8 +637,6 @@ class ProcessGroupBraid : public Base {
       }, nullptr, {in});
     }
     // Uneven splits: one send and one receive per peer.
-    TORCH_CHECK(!in.is_cuda(), "braid: all_to_all of uneven splits on CUDA tensors is not supported (Braid's C API has "
-                "no device point-to-point)");
     auto rows = [&](std::vector<int64_t>& splits, const at::Tensor& t) {
       if (splits.empty()) splits.assign(n, t.size(0) / n);
       TORCH_CHECK(int(splits.size()) == n, "braid: alltoall_base wants ", n, " split sizes");
@@ -644,10 +646,15 @@ class ProcessGroupBraid : public Base {
       return off;
     };
     auto inOff = rows(inSplits, in), outOff = rows(outSplits, out);
-    return alltoallP2P(OpType::ALLTOALL_BASE, {out}, [&](int peer) {
+    auto slices = [&](int peer) {
       return std::make_pair(in.narrow(0, inOff[peer], inOff[peer + 1] - inOff[peer]),
                             out.narrow(0, outOff[peer], outOff[peer + 1] - outOff[peer]));
-    });
+    };
+    if (in.is_cuda()) {
+      sameDevice(in, {out}, "alltoall_base");
+      return deviceAlltoall(OpType::ALLTOALL_BASE, {out}, in, slices);
+    }
+    return alltoallP2P(OpType::ALLTOALL_BASE, {out}, slices);
   }
 
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
@@ -661,13 +668,14 @@ class ProcessGroupBraid : public Base {
                   "braid: alltoall of mixed dtypes");
     }
     if (n > 0 && ins[0].is_cuda()) {
-      // Blocks of one size: one all-to-all of their concatenation.
+      // Blocks of one size: one all-to-all of their concatenation; of
+      // different sizes: a send and a receive per peer.
       sameDevice(ins[0], ins, "alltoall");
       sameDevice(ins[0], outs, "alltoall");
-      for (int i = 0; i < n; i++)
-        TORCH_CHECK(ins[i].numel() == ins[0].numel() && outs[i].numel() == ins[0].numel(),
-                    "braid: all_to_all of blocks of different sizes on CUDA tensors is not supported (Braid's C API has "
-                    "no device point-to-point)");
+      bool even = true;
+      for (int i = 0; i < n; i++) even = even && ins[i].numel() == ins[0].numel() && outs[i].numel() == ins[0].numel();
+      if (!even)
+        return deviceAlltoall(OpType::ALLTOALL, outs, ins[0], [&](int peer) { return std::make_pair(ins[peer], outs[peer]); });
       std::vector<at::Tensor> flat_in;
       for (auto& t : ins) flat_in.push_back(t.reshape({-1}));
       auto fin = at::cat(flat_in);
@@ -688,7 +696,11 @@ class ProcessGroupBraid : public Base {
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     auto t = single(ts, "send");
-    TORCH_CHECK(!t.is_cuda(), "braid: send of a CUDA tensor is not supported (Braid's C API has no device point-to-point)");
+    if (t.is_cuda()) {
+      return device(OpType::SEND, {t}, t, [&](void* s) {
+        return braid_device_send(comm_, t.data_ptr(), t.numel(), dtypeOf(t), dst, tag, s);
+      });
+    }
     return issue(OpType::SEND, {t}, kNeverEager, [&](braid_request* r) {
       return braid_isend(comm_, t.data_ptr(), t.numel(), dtypeOf(t), dst, tag, r);  // never eager: r is set
     });
@@ -696,7 +708,11 @@ class ProcessGroupBraid : public Base {
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
     auto t = single(ts, "recv");
-    TORCH_CHECK(!t.is_cuda(), "braid: recv into a CUDA tensor is not supported (Braid's C API has no device point-to-point)");
+    if (t.is_cuda()) {
+      return device(OpType::RECV, {t}, t, [&](void* s) {
+        return braid_device_recv(comm_, t.data_ptr(), t.numel(), dtypeOf(t), src, tag, s);
+      });
+    }
     return issue(OpType::RECV, {t}, kNeverEager, [&](braid_request* r) {
       return braid_irecv(comm_, t.data_ptr(), t.numel(), dtypeOf(t), src, tag, r);
     });
@@ -743,6 +759,32 @@ class ProcessGroupBraid : public Base {
     buffers.insert(buffers.end(), outputs.begin(), outputs.end());
     auto call = std::make_shared<Call>(std::vector<braid_request>{req}, std::move(post), std::move(buffers));
     return c10::make_intrusive<BraidWork>(getRank(), type, std::move(outputs), std::move(call), completer_);
+  }
+
+  // deviceAlltoall runs an all-to-all of blocks of any sizes on CUDA
+  // tensors, on the current stream: its own block is a copy, and the
+  // others go in n-1 rounds of braid_device_sendrecv, round k to rank
+  // me+k and from rank me-k, so that the two ends of every message are in
+  // the same round on their ranks (a send completes only once its
+  // receiver has posted). slices(peer) gives the block for peer and the
+  // one from it, contiguous (narrowed along the rows of a contiguous
+  // tensor, or checked), of one dtype (checked by the callers).
+  c10::intrusive_ptr<Work> deviceAlltoall(OpType type, std::vector<at::Tensor> outputs, const at::Tensor& any,
+                                          const std::function<std::pair<at::Tensor, at::Tensor>(int)>& slices) {
+    int n = getSize(), me = getRank();
+    auto own = slices(me);
+    TORCH_CHECK(own.first.numel() == own.second.numel(), "braid: alltoall's own block differs in size");
+    return device(type, std::move(outputs), any, [&](void* s) {
+      own.second.copy_(own.first.view_as(own.second));
+      for (int k = 1; k < n; k++) {
+        int to = (me + k) % n, from = (me + n - k) % n;
+        at::Tensor sb = slices(to).first, rb = slices(from).second;
+        int rc = braid_device_sendrecv(comm_, sb.data_ptr(), sb.numel(), to, rb.data_ptr(), rb.numel(), from,
+                                       dtypeOf(sb), alltoallTag, s);
+        if (rc != BRAID_OK) return rc;
+      }
+      return int(BRAID_OK);
+    });
   }
 
   // alltoallP2P runs an alltoall of blocks of any sizes as a receive and a

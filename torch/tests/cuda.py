@@ -8,7 +8,9 @@ Rank r works on GPU (LOCAL_RANK mod the GPUs visible), so that ranks share
 a GPU where they outnumber them. Every call is ordered on the current
 stream: the default (legacy) stream, and a side stream whose input is
 written behind tens of milliseconds of GPU sleep, so that a call that did
-not wait for its stream reads stale input. Prints "ok" on rank 0.
+not wait for its stream reads stale input. Then point-to-point calls on
+CUDA tensors (send/recv, isend/irecv, a ring) and all-to-alls of uneven
+blocks. Prints "ok" on rank 0.
 """
 
 import os
@@ -126,15 +128,80 @@ def main():
     dist.all_reduce(x)
     check(x, torch.full_like(x, n * (n - 1) / 2.0), "all_reduce of 64 MiB")
 
-    # Refused: point-to-point on CUDA tensors; the group goes on working.
-    try:
-        dist.send(torch.ones(1, device=dev), (r + 1) % n)
-        raise AssertionError("send of a CUDA tensor succeeded")
-    except RuntimeError as e:
-        assert "point-to-point" in str(e), e
+    # Point-to-point on CUDA tensors: a ping-pong between ranks 0 and 1 over
+    # dtypes and counts (the receive on the current stream, read after
+    # it), isend/irecv with their Work, and on a side stream behind a
+    # sleep; every rank then meets in an all_reduce.
+    for count in (1, 7, 12345, 1 << 20):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.uint8):
+            mine = base(count, dtype) + (r + 1) % 5
+            if r == 0:
+                dist.send(mine, 1, tag=count % 100)
+                got = torch.full_like(mine, 9)
+                dist.recv(got, 1, tag=count % 100)
+                check(got, base(count, dtype) + 2, f"recv of {dtype} × {count} from rank 1")
+            elif r == 1:
+                got = torch.full_like(mine, 9)
+                dist.recv(got, 0, tag=count % 100)
+                check(got, base(count, dtype) + 1, f"recv of {dtype} × {count} from rank 0")
+                dist.send(mine, 0, tag=count % 100)
     x = torch.ones(10, device=dev)
     dist.all_reduce(x)
-    check(x, torch.full_like(x, float(n)), "all_reduce after a refused send")
+    check(x, torch.full_like(x, float(n)), "all_reduce after the ping-pong")
+    if r < 2:
+        got = torch.zeros(4099, device=dev)
+        if r == 0:
+            w = dist.isend(base(4099) + 5, 1, tag=3)
+        else:
+            w = dist.irecv(got, 0, tag=3)
+        w.wait()
+        if r == 1:
+            check(got, base(4099) + 5, "irecv")
+        with torch.cuda.stream(s):
+            y = torch.empty(1 << 18, device=dev)
+            if r == 0:
+                torch.cuda._sleep(50_000_000)
+                y.fill_(4.0)
+                dist.send(y, 1, tag=4)
+            else:
+                y.fill_(-1.0)
+                dist.recv(y, 0, tag=4)
+                z = y * 2
+        torch.cuda.current_stream().wait_stream(s)
+        if r == 1:
+            check(z, torch.full_like(z, 8.0), "recv on a side stream from a send behind a sleep")
+    # A ring of exchanges, in two phases so that no two ranks both send
+    # first (a send completes once its receiver has posted, as NCCL's).
+    right, left = (r + 1) % n, (r - 1) % n
+    got = torch.zeros(3000, device=dev)
+    if r % 2 == 0:
+        dist.send(base(3000) + r, right)
+        if n % 2 == 0 or r != 0:
+            dist.recv(got, left)
+    else:
+        dist.recv(got, left)
+        dist.send(base(3000) + r, right)
+    if n % 2 == 1 and r == 0:
+        dist.recv(got, left)
+    check(got, base(3000) + left, "a ring of sends")
+
+    # All-to-all of uneven blocks: rank r sends q + r + 1 rows to rank q.
+    cols = 3
+    in_splits = [q + r + 1 for q in range(n)]
+    out_splits = [r + q + 1 for q in range(n)]
+    send = torch.cat([torch.full((q + r + 1, cols), 100.0 * r + q, device=dev) for q in range(n)])
+    recv = torch.full((sum(out_splits), cols), -1.0, device=dev)
+    dist.all_to_all_single(recv, send, out_splits, in_splits)
+    check(recv, torch.cat([torch.full((r + q + 1, cols), 100.0 * q + r, device=dev) for q in range(n)]),
+          "all_to_all_single of uneven splits")
+    outs = [torch.full((r + q + 1,), -1, dtype=torch.int64, device=dev) for q in range(n)]
+    dist.all_to_all(outs, [torch.full((q + r + 1,), 10 * r + q, dtype=torch.int64, device=dev) for q in range(n)])
+    for q in range(n):
+        check(outs[q], torch.full((r + q + 1,), 10 * q + r, dtype=torch.int64, device=dev),
+              f"all_to_all of uneven blocks, block {q}")
+    x = torch.ones(10, device=dev)
+    dist.all_reduce(x)
+    check(x, torch.full_like(x, float(n)), "all_reduce after the point-to-point calls")
 
     torch.cuda.synchronize()
     dist.barrier()
