@@ -122,7 +122,9 @@ func deviceP2PRank(t *testing.T) {
 	defer c.Close()
 	dev := deviceTestGPU(t, c)
 	n, rank := c.Size(), c.Rank()
-	const maxBytes = 4<<20 + 64
+	// The largest message (the ring's 1 Mi + 1 four-byte elements) and
+	// the 64 guard bytes get reads past it.
+	const maxBytes = 4<<20 + 4 + 64
 	for _, mode := range []struct {
 		name string
 		opts DeviceOptions
