@@ -71,16 +71,27 @@ type ipcHandle struct {
 	Reserved [64]byte
 }
 
-// driverSymbols lists every function of api with the names to try, the
-// first found wins.
-func driverSymbols() []struct {
+// cuSym is a function of api and the names to try for it, the first found
+// wins.
+type cuSym struct {
 	p     *uintptr
 	names []string
-} {
-	type s = struct {
-		p     *uintptr
-		names []string
+}
+
+// find sets *s.p to the first of s.names that library h exports, and
+// reports whether one was found.
+func (s cuSym) find(h uintptr) bool {
+	for _, n := range s.names {
+		if *s.p = symbol(h, n); *s.p != 0 {
+			return true
+		}
 	}
+	return false
+}
+
+// driverSymbols lists every function of api that the package needs.
+func driverSymbols() []cuSym {
+	type s = cuSym
 	return []s{
 		{&api.cuInit, []string{"cuInit"}},
 		{&api.cuDriverGetVersion, []string{"cuDriverGetVersion"}},
@@ -144,14 +155,8 @@ func driverSymbols() []struct {
 // optionalSymbols lists the functions of api that a driver may lack
 // without making the package unusable: their callers report the absence
 // (graph.go). Names as in driverSymbols.
-func optionalSymbols() []struct {
-	p     *uintptr
-	names []string
-} {
-	type s = struct {
-		p     *uintptr
-		names []string
-	}
+func optionalSymbols() []cuSym {
+	type s = cuSym
 	return []s{
 		{&api.cuStreamBeginCapture, []string{"cuStreamBeginCapture_v2"}},
 		{&api.cuStreamEndCapture, []string{"cuStreamEndCapture"}},
@@ -194,21 +199,12 @@ func loadDriver() error {
 	}
 	driver.lib = h
 	for _, s := range driverSymbols() {
-		for _, n := range s.names {
-			if *s.p = symbol(h, n); *s.p != 0 {
-				break
-			}
-		}
-		if *s.p == 0 {
+		if !s.find(h) {
 			return fmt.Errorf("%w: libcuda.so.1 has no %s (driver too old)", ErrNoDriver, s.names[0])
 		}
 	}
 	for _, s := range optionalSymbols() {
-		for _, n := range s.names {
-			if *s.p = symbol(h, n); *s.p != 0 {
-				break
-			}
-		}
+		s.find(h) // its callers report the absence
 	}
 	openMem, openEv := symbol(h, "cuIpcOpenMemHandle_v2"), symbol(h, "cuIpcOpenEventHandle")
 	if openMem == 0 {
