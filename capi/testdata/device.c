@@ -47,23 +47,7 @@
 static int rank, size;
 static braid_comm comm_;
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank,        \
-                    __FILE__, __LINE__, #cond);                                \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
-#define OK(call)                                                               \
-    do {                                                                       \
-        int rc_ = (call);                                                      \
-        CHECK(rc_ == BRAID_OK, "%s -> %d: %s", #call, rc_,                     \
-              braid_last_error()->message);                                    \
-    } while (0)
+#include "check.h"
 
 /* The driver's functions this test calls, from libcuda.so.1. */
 typedef int CUresult;

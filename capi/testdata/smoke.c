@@ -18,24 +18,7 @@
 
 static int rank, size;
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank,        \
-                    __FILE__, __LINE__, #cond);                                \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
-/* OK runs a call that must succeed, printing Braid's error if it fails. */
-#define OK(call)                                                               \
-    do {                                                                       \
-        int rc_ = (call);                                                      \
-        CHECK(rc_ == BRAID_OK, "%s -> %d: %s", #call, rc_,                     \
-              braid_last_error()->message);                                    \
-    } while (0)
+#include "check.h"
 
 /* Element i of rank r's input, small enough that sums are exact. */
 static double val(int r, size_t i) { return (double)((r + 1) * 3 + (i % 7)); }
