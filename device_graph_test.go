@@ -146,12 +146,7 @@ func (k *graphCase) fill(ctx context.Context, w *cuda.Worker, n, rank, salt int)
 func (k *graphCase) verify(ctx context.Context, w *cuda.Worker, n, rank, salt int) error {
 	p := k.params(n)
 	out := make([]byte, p.OutLen(rank)*k.d.Size())
-	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
-		if err := cc.CopyDtoH(out, k.out.Add(k.off), 0); err != nil {
-			return err
-		}
-		return cc.Synchronize()
-	}); err != nil {
+	if err := readDevice(ctx, w, out, k.out.Add(k.off)); err != nil {
 		return err
 	}
 	if err := check.Verify(p, k.d, k.op, rank, out, salt); err != nil {

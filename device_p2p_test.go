@@ -172,12 +172,7 @@ func deviceP2PRank(t *testing.T) {
 				t.Fatalf("rank %d: %s: synchronize: %v", rank, mode.name, err)
 			}
 			out := make([]byte, nb+64)
-			if err := w.Do(ctx, func(cc *cuda.Ctx) error {
-				if err := cc.CopyDtoH(out, p, 0); err != nil {
-					return err
-				}
-				return cc.Synchronize()
-			}); err != nil {
+			if err := readDevice(ctx, w, out, p); err != nil {
 				t.Fatal(err)
 			}
 			for i, v := range out[nb:] {
@@ -222,12 +217,7 @@ func deviceP2PRank(t *testing.T) {
 			if err := d.Synchronize(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := w.Do(ctx, func(cc *cuda.Ctx) error {
-				if err := cc.CopyDtoH(v, s, 0); err != nil {
-					return err
-				}
-				return cc.Synchronize()
-			}); err != nil {
+			if err := readDevice(ctx, w, v, s); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 7 {

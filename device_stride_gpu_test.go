@@ -147,12 +147,7 @@ func strideChain(ctx context.Context, d *DeviceComm, w *cuda.Worker, buf cuda.De
 	if err := d.Synchronize(ctx); err != nil {
 		return err
 	}
-	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
-		if err := cc.CopyDtoH(b, buf, 0); err != nil {
-			return err
-		}
-		return cc.Synchronize()
-	}); err != nil {
+	if err := readDevice(ctx, w, b, buf); err != nil {
 		return err
 	}
 	for i, v := range x {

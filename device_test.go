@@ -241,6 +241,17 @@ func deviceTestRanks(t *testing.T) int {
 	return n
 }
 
+// readDevice copies len(dst) bytes at src on w's GPU into dst and waits
+// for the copy.
+func readDevice(ctx context.Context, w *cuda.Worker, dst []byte, src cuda.DevicePtr) error {
+	return w.Do(ctx, func(cc *cuda.Ctx) error {
+		if err := cc.CopyDtoH(dst, src, 0); err != nil {
+			return err
+		}
+		return cc.Synchronize()
+	})
+}
+
 // deviceTestGPU is the GPU of c's rank in the device tests: its local rank
 // modulo the GPUs there are (deviceTestRanks).
 func deviceTestGPU(t *testing.T, c *Comm) cuda.Device {
@@ -599,12 +610,7 @@ func orderedChain(ctx context.Context, d *DeviceComm, w *cuda.Worker, buf cuda.D
 	if err := d.Synchronize(ctx); err != nil {
 		return err
 	}
-	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
-		if err := cc.CopyDtoH(b, buf, 0); err != nil {
-			return err
-		}
-		return cc.Synchronize()
-	}); err != nil {
+	if err := readDevice(ctx, w, b, buf); err != nil {
 		return err
 	}
 	// After the first step every element is the same on every rank:
@@ -682,12 +688,7 @@ func runDeviceCase(ctx context.Context, w *cuda.Worker, call func(send, recv Dev
 	if outLen == 0 {
 		return nil
 	}
-	if err := w.Do(ctx, func(cc *cuda.Ctx) error {
-		if err := cc.CopyDtoH(out, outPtr, 0); err != nil {
-			return err
-		}
-		return cc.Synchronize()
-	}); err != nil {
+	if err := readDevice(ctx, w, out, outPtr); err != nil {
 		return fmt.Errorf("reading the result: %w", err)
 	}
 	return check.Verify(p, k.d, k.op, rank, out, salt)
