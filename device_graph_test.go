@@ -157,14 +157,7 @@ func (k *graphCase) verify(ctx context.Context, w *cuda.Worker, n, rank, salt in
 
 // deviceGraphRank is one rank of TestDeviceGraph.
 func deviceGraphRank(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	c, err := Init(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dev := deviceTestGPU(t, c)
+	ctx, c, dev := deviceTestInit(t, 5*time.Minute)
 	rank := c.Rank()
 	for _, v := range []struct {
 		name string

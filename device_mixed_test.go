@@ -293,14 +293,7 @@ func (s *mixedState) one(ctx context.Context, t *testing.T, coll sched.Collectiv
 
 // deviceMixedRank is one rank of TestDeviceMixedOneComm.
 func deviceMixedRank(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := Init(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dev := deviceTestGPU(t, c)
+	ctx, c, dev := deviceTestInit(t, 3*time.Minute)
 	n, rank := c.Size(), c.Rank()
 	d, err := c.NewDeviceComm(ctx, dev, &DeviceOptions{StreamOrdered: true})
 	if err != nil {

@@ -113,14 +113,7 @@ func p2pPattern(b []byte, from, salt int) {
 }
 
 func deviceP2PRank(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	c, err := Init(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dev := deviceTestGPU(t, c)
+	ctx, c, dev := deviceTestInit(t, 5*time.Minute)
 	n, rank := c.Size(), c.Rank()
 	// The largest message (the ring's 1 Mi + 1 four-byte elements) and
 	// the 64 guard bytes get reads past it.

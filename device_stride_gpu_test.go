@@ -35,14 +35,7 @@ func TestDeviceReduceScatterStride(t *testing.T) {
 
 // deviceStrideRank is one rank of TestDeviceReduceScatterStride.
 func deviceStrideRank(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
-	defer cancel()
-	c, err := Init(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dev := deviceTestGPU(t, c)
+	ctx, c, dev := deviceTestInit(t, 7*time.Minute)
 	n, rank := c.Size(), c.Rank()
 	var comms []*DeviceComm
 	defer func() {

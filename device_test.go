@@ -241,6 +241,20 @@ func deviceTestRanks(t *testing.T) int {
 	return n
 }
 
+// deviceTestInit starts one rank of a device test: a context that ends
+// after timeout, the communicator (closed, then the context cancelled,
+// when the test ends) and the rank's GPU (deviceTestGPU).
+func deviceTestInit(t *testing.T, timeout time.Duration) (context.Context, *Comm, cuda.Device) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	c, err := Init(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return ctx, c, deviceTestGPU(t, c)
+}
+
 // readDevice copies len(dst) bytes at src on w's GPU into dst and waits
 // for the copy.
 func readDevice(ctx context.Context, w *cuda.Worker, dst []byte, src cuda.DevicePtr) error {
@@ -290,14 +304,7 @@ func (k deviceCase) String() string {
 
 // deviceRank is one rank of TestDeviceCollectives.
 func deviceRank(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
-	defer cancel()
-	c, err := Init(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dev := deviceTestGPU(t, c)
+	ctx, c, dev := deviceTestInit(t, 7*time.Minute)
 	n, rank := c.Size(), c.Rank()
 	counts := []int{0, 1, 7, 1000, 65537, 1<<20 + 3}
 	if testing.Short() {
@@ -465,6 +472,7 @@ func deviceRank(t *testing.T) {
 	// the driver to switch between the ranks' contexts.
 	every := 1
 	if s := os.Getenv("BRAID_TEST_DEVICE_SAMPLE"); s != "" {
+		var err error
 		if every, err = strconv.Atoi(s); err != nil || every < 1 {
 			t.Fatalf("BRAID_TEST_DEVICE_SAMPLE=%q: want a positive integer", s)
 		}
