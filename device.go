@@ -462,6 +462,23 @@ func deviceParams(coll sched.Collective, n, rank int, send, recv Device, op Op, 
 	return p, dt, in, out, nil
 }
 
+// submit hands a call to the GPU the communicator's way: stream-ordered,
+// it queues it (enqueue) with the context's deadline, else the
+// communicator's timeout, and returns, since the call outlives this
+// function; otherwise it runs it (run) under the call's deadline.
+func (d *DeviceComm) submit(ctx context.Context, enqueue func(time.Time) error, run func(context.Context) error) error {
+	if d.opts.StreamOrdered {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(d.c.w.opts.Timeout)
+		}
+		return enqueue(dl)
+	}
+	ctx, cancel := d.c.deadline(ctx)
+	defer cancel()
+	return run(ctx)
+}
+
 func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Collective, send, recv Device, op Op, root int) error {
 	c := d.c
 	if err := c.usable(name); err != nil {
@@ -487,22 +504,12 @@ func (d *DeviceComm) collective(ctx context.Context, name string, coll sched.Col
 		return d.capturingError(name, pl, p.Count)
 	}
 	k := gpu.Call{Params: p, Algo: pl.algo, Fused: pl.fused, Prog: pl.prog, DType: dt, Op: op, In: in, Out: out}
-	if d.opts.StreamOrdered {
-		// The call outlives this function: only a deadline is passed on.
-		dl, ok := ctx.Deadline()
-		if !ok {
-			dl = time.Now().Add(c.w.opts.Timeout)
-		}
-		err = d.g.Enqueue(dl, &k)
-	} else {
-		ctx, cancel := c.deadline(ctx)
-		defer cancel()
+	err = d.submit(ctx, func(dl time.Time) error { return d.g.Enqueue(dl, &k) }, func(ctx context.Context) error {
 		if m := pl.miad; m != nil {
-			err = m.run(ctx, d, pl, &k)
-		} else {
-			err = d.g.Run(ctx, &k)
+			return m.run(ctx, d, pl, &k)
 		}
-	}
+		return d.g.Run(ctx, &k)
+	})
 	if err != nil {
 		return deviceError(c.rank, name, err)
 	}

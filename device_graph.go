@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/braid-ccl/braid/gpu"
 )
@@ -128,19 +127,7 @@ func (dg *DeviceGraph) Launch(ctx context.Context) error {
 	if d.closed {
 		return &Error{Kind: Aborted, Rank: c.rank, Call: call, Peer: -1, Err: errors.New("device communicator is closed")}
 	}
-	var err error
-	if d.opts.StreamOrdered {
-		dl, ok := ctx.Deadline()
-		if !ok {
-			dl = time.Now().Add(c.w.opts.Timeout)
-		}
-		err = dg.g.Enqueue(dl)
-	} else {
-		ctx, cancel := c.deadline(ctx)
-		defer cancel()
-		err = dg.g.Launch(ctx)
-	}
-	if err != nil {
+	if err := d.submit(ctx, dg.g.Enqueue, dg.g.Launch); err != nil {
 		return deviceError(c.rank, call, err)
 	}
 	return nil

@@ -157,18 +157,7 @@ func (d *DeviceComm) p2p(ctx context.Context, name string, send *Device, to int,
 		m[key]++
 		k.P2P[i] = m[key]
 	}
-	var err error
-	if d.opts.StreamOrdered {
-		dl, ok := ctx.Deadline()
-		if !ok {
-			dl = time.Now().Add(c.w.opts.Timeout)
-		}
-		err = d.g.Enqueue(dl, &k)
-	} else {
-		ctx, cancel := c.deadline(ctx)
-		defer cancel()
-		err = d.g.Run(ctx, &k)
-	}
+	err := d.submit(ctx, func(dl time.Time) error { return d.g.Enqueue(dl, &k) }, func(ctx context.Context) error { return d.g.Run(ctx, &k) })
 	if err == nil {
 		return nil
 	}
