@@ -233,27 +233,15 @@ func deviceCall(c *braid.Comm, h uint64, coll int, send, recv unsafe.Pointer, co
 	// The buffers this rank has (a NULL recv off the root of a reduce or
 	// gather, a NULL send off the root of a scatter, are none) must be on
 	// one GPU, the one of the communicator's device calls.
-	bufs := []struct {
-		what string
-		b    braid.Device
-	}{{"send", sb}, {"recv", rb}}
+	bufs := []devBuf{{"send", sb}, {"recv", rb}}
 	if coll == devBcast {
 		bufs = bufs[1:]
 		bufs[0].what = "buf"
 	}
-	dev := cuda.Device(-1)
-	for _, x := range bufs {
-		if x.b.Ptr == 0 {
-			continue // DeviceComm's call says whether the rank needs it
-		}
-		dv, err := pointerDevice(c, name, x.what, x.b.Ptr)
-		if err != nil {
-			return err
-		}
-		if dev >= 0 && dv != dev {
-			return argErr(c, name, "send is on GPU %d and recv on GPU %d", dev, dv)
-		}
-		dev = dv
+	// A NULL buffer: DeviceComm's call says whether the rank needs it.
+	dev, err := bufsDevice(c, name, bufs)
+	if err != nil {
+		return err
 	}
 	if dev < 0 {
 		return argErr(c, name, "no device buffer: NULL with count %d", uint64(count))
@@ -369,6 +357,33 @@ func braidgo_device_p2p(kind C.int, h C.braid_comm, send unsafe.Pointer, scount 
 	return fail(e, deviceP2P(c, uint64(h), int(kind), send, scount, int(to), recv, rcount, int(from), dtype, int(tag), uintptr(stream)))
 }
 
+// devBuf is one buffer of a device call, named as errors name it.
+type devBuf struct {
+	what string
+	b    braid.Device
+}
+
+// bufsDevice returns the GPU that holds every buffer of bufs that is not
+// NULL, or -1 if all are NULL; buffers on two GPUs are an invalid
+// argument.
+func bufsDevice(c *braid.Comm, name string, bufs []devBuf) (cuda.Device, error) {
+	dev := cuda.Device(-1)
+	for _, x := range bufs {
+		if x.b.Ptr == 0 {
+			continue
+		}
+		dv, err := pointerDevice(c, name, x.what, x.b.Ptr)
+		if err != nil {
+			return -1, err
+		}
+		if dev >= 0 && dv != dev {
+			return -1, argErr(c, name, "send is on GPU %d and recv on GPU %d", dev, dv)
+		}
+		dev = dv
+	}
+	return dev, nil
+}
+
 // deviceP2P checks a device point-to-point call's arguments and runs it
 // on the communicator's DeviceComm, which its first device call, a
 // collective, made: a point-to-point call concerns two ranks, and making
@@ -378,11 +393,7 @@ func deviceP2P(c *braid.Comm, h uint64, kind int, send unsafe.Pointer, scount C.
 	if stream == streamPerThread {
 		return argErr(c, name, "the per-thread default stream (cudaStreamPerThread) is the calling thread's, and Braid issues its work from a thread of its own: pass the stream itself")
 	}
-	type end struct {
-		what string
-		b    braid.Device
-	}
-	var ends []end
+	var ends []devBuf
 	what := func(w string) string {
 		if kind != devSendRecv {
 			return "buf"
@@ -394,16 +405,16 @@ func deviceP2P(c *braid.Comm, h uint64, kind int, send unsafe.Pointer, scount C.
 		if err != nil {
 			return err
 		}
-		ends = append(ends, end{what("send"), b})
+		ends = append(ends, devBuf{what("send"), b})
 	}
 	if kind != devSend {
 		b, err := devBuffer(c, name, what("recv"), recv, rcount, dtype)
 		if err != nil {
 			return err
 		}
-		ends = append(ends, end{what("recv"), b})
+		ends = append(ends, devBuf{what("recv"), b})
 	}
-	dev := cuda.Device(-1)
+	var full []devBuf
 	for _, x := range ends {
 		if x.b.Count == 0 {
 			continue // an empty message reads and writes nothing
@@ -411,14 +422,11 @@ func deviceP2P(c *braid.Comm, h uint64, kind int, send unsafe.Pointer, scount C.
 		if x.b.Ptr == 0 {
 			return argErr(c, name, "%s is NULL with count %d", x.what, x.b.Count)
 		}
-		dv, err := pointerDevice(c, name, x.what, x.b.Ptr)
-		if err != nil {
-			return err
-		}
-		if dev >= 0 && dv != dev {
-			return argErr(c, name, "send is on GPU %d and recv on GPU %d", dev, dv)
-		}
-		dev = dv
+		full = append(full, x)
+	}
+	dev, err := bufsDevice(c, name, full)
+	if err != nil {
+		return err
 	}
 	s := deviceState(h, false)
 	s.mu.Lock()
