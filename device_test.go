@@ -255,6 +255,20 @@ func deviceTestInit(t *testing.T, timeout time.Duration) (context.Context, *Comm
 	return ctx, c, deviceTestGPU(t, c)
 }
 
+// deviceTestSample returns k of BRAID_TEST_DEVICE_SAMPLE=k, which runs
+// every k-th case of a device test only (1 without it).
+func deviceTestSample(t *testing.T) int {
+	s := os.Getenv("BRAID_TEST_DEVICE_SAMPLE")
+	if s == "" {
+		return 1
+	}
+	every, err := strconv.Atoi(s)
+	if err != nil || every < 1 {
+		t.Fatalf("BRAID_TEST_DEVICE_SAMPLE=%q: want a positive integer", s)
+	}
+	return every
+}
+
 // readDevice copies len(dst) bytes at src on w's GPU into dst and waits
 // for the copy.
 func readDevice(ctx context.Context, w *cuda.Worker, dst []byte, src cuda.DevicePtr) error {
@@ -470,13 +484,7 @@ func deviceRank(t *testing.T) {
 	// different first case on each run of the test binary is not wanted:
 	// from case 0), for the shared test mode, where every call waits for
 	// the driver to switch between the ranks' contexts.
-	every := 1
-	if s := os.Getenv("BRAID_TEST_DEVICE_SAMPLE"); s != "" {
-		var err error
-		if every, err = strconv.Atoi(s); err != nil || every < 1 {
-			t.Fatalf("BRAID_TEST_DEVICE_SAMPLE=%q: want a positive integer", s)
-		}
-	}
+	every := deviceTestSample(t)
 	start := time.Now()
 	failures, ran := 0, 0
 	for i, k := range cases {

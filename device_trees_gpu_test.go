@@ -102,12 +102,7 @@ func deviceTreesRank(t *testing.T) {
 
 	// BRAID_TEST_DEVICE_SAMPLE=k runs every k-th case only, as in
 	// TestDeviceCollectives.
-	every := 1
-	if s := os.Getenv("BRAID_TEST_DEVICE_SAMPLE"); s != "" {
-		if every, err = strconv.Atoi(s); err != nil || every < 1 {
-			t.Fatalf("BRAID_TEST_DEVICE_SAMPLE=%q: want a positive integer", s)
-		}
-	}
+	every := deviceTestSample(t)
 	start, ran, failures, i := time.Now(), 0, 0, 0
 	for _, d := range []*DeviceComm{tuned, small} {
 		for _, coll := range []sched.Collective{sched.Bcast, sched.Reduce, sched.Allreduce} {
