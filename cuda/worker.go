@@ -82,7 +82,11 @@ type Worker struct {
 	pending  atomic.Int32
 	sleeping atomic.Bool
 	stopping atomic.Bool
-	wake     chan struct{} // capacity 1
+	// inFn is set while a closure runs: only then can a caller of Do,
+	// WaitEvent or Sync be that closure, and only then does onWorker ask
+	// the kernel for the caller's thread.
+	inFn atomic.Bool
+	wake chan struct{} // capacity 1
 
 	done      chan struct{} // closed when the loop has returned
 	closeOnce sync.Once
@@ -232,7 +236,7 @@ func (w *Worker) await(ctx context.Context, ch chan error, cancel func() bool) (
 // should not block for long: other closures and event waits of the device
 // queue behind it. A panic in fn is recovered and returned as an error.
 func (w *Worker) Do(ctx context.Context, fn func(*Ctx) error) error {
-	if gettid() == w.tid {
+	if w.onWorker() {
 		return fmt.Errorf("cuda: device %d: Do called from a closure running on the same worker", int(w.dev))
 	}
 	if err := ctx.Err(); err != nil {
@@ -272,7 +276,7 @@ func (w *Worker) Go(fn func(*Ctx) error) <-chan error {
 // ev must stay valid until WaitEvent returns. An error of the GPU work
 // (an illegal address in a kernel, say) is returned.
 func (w *Worker) WaitEvent(ctx context.Context, ev Event) error {
-	if gettid() == w.tid {
+	if w.onWorker() {
 		return fmt.Errorf("cuda: device %d: WaitEvent called from a closure running on the same worker", int(w.dev))
 	}
 	if err := ctx.Err(); err != nil {
@@ -466,9 +470,18 @@ func (w *Worker) run(j *job) {
 	j.reply <- w.call(j.fn)
 }
 
+// onWorker reports whether the caller is a closure running on the worker.
+// The worker's thread sets inFn before it calls a closure, so a closure
+// calling back sees it set; any other caller that sees it set pays for a
+// gettid(2), which a synchronous device call would otherwise pay every
+// time (a system call each, on a machine where they are dear).
+func (w *Worker) onWorker() bool { return w.inFn.Load() && gettid() == w.tid }
+
 // call runs fn, turning a panic into an error.
 func (w *Worker) call(fn func(*Ctx) error) (err error) {
+	w.inFn.Store(true)
 	defer func() {
+		w.inFn.Store(false)
 		if p := recover(); p != nil {
 			err = fmt.Errorf("cuda: device %d: closure panicked: %v\n%s", int(w.dev), p, debug.Stack())
 		}
