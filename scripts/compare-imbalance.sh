@@ -121,7 +121,9 @@ EOF
             for lib in $libs; do
                 var=MPIIMB_${lib^^}; run=MPIRUN_${lib^^}
                 extra=""; [ "$lib" = openmpi ] && extra="$asroot $ov"
-                afile=""; [ "$MPI_ALPHA" = braid ] && afile="-a $OUT/alpha_$tag.txt"
+                # braid's α, unless asked for MPI's own or braid wrote none
+                # (a failed run, or a braid from before alpha_us).
+                afile=""; [ "$MPI_ALPHA" = braid ] && [ -s "$OUT/alpha_$tag.txt" ] && afile="-a $OUT/alpha_$tag.txt"
                 echo "== $lib $tag ($(date -u +%T))" >&2
                 timeout "$TIMEOUT" "${!run}" $extra -np "$np" "${!var}" -l "$lib" -t "$coll" -f "$mif" -s "$SEED" \
                     -A "$ALPHA" $afile -b "$budget_s" > "$OUT/${lib}_$tag.txt" 2> "$OUT/${lib}_$tag.err" \
