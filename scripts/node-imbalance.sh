@@ -23,7 +23,13 @@
 # it measured; the table goes to standard output and $OUT/table.md.
 # Defaults (each can be set in the environment): NPS="8 16" MIFS="10 50"
 # COLLS=allreduce LIBS=openmpi SIZES=8,4K,32K,256K,1M,4M,16M BUDGET=60ms
-# TIMEOUT=150, and compare-imbalance.sh's ALPHA and MPI_ALPHA.
+# TIMEOUT=150, and compare-imbalance.sh's ALPHA and MPI_ALPHA. Issue 17's
+# full run (8 and 16 ranks, MIF 10, 20, 50 and balanced, allreduce and
+# reduce, 8 B-16 MiB; about 4-5 minutes estimated from this VM, not yet
+# timed on the node):
+#
+#   NPS="8 16" MIFS="10 20 50" COLLS="allreduce reduce" SIZES=8,64,256,1K,4K,16K,64K,256K,1M,4M,16M \
+#     BUDGET=50ms TIMEOUT=100 timeout 440 bash DIR/scripts/node-imbalance.sh DIR
 set -u
 if [ "${1:-}" != prepare ]; then
     D=$(cd "${1:?usage: node-imbalance.sh DIR (or prepare DIR)}" && pwd) || exit 2
