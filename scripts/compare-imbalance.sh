@@ -10,17 +10,25 @@
 # For each rank count, collective and MIF it runs `braid bench COLL
 # --imbalance MIF --algos ALGOS` (pap, the arrival-aware one; the
 # planner's choice "auto"; the collective's other algorithms), takes from
-# its CSV the α braid used at each size (the smallest balanced latency of
-# its runs), and runs scripts/mpi-imbalance.c built against each MPI with
-# that α, so that MPI meets the same bound, the same distribution and the
-# same seed (Go's PCG, ported). It prints markdown tables:
+# its CSV the α braid drew with at each size (alpha_us: by default the
+# paper's, one point-to-point message of the size, half the median round
+# trip of a ping-pong between ranks 0 and 1), and runs
+# scripts/mpi-imbalance.c built against each MPI with that α, so that MPI
+# meets the same bound, the same distribution and the same seed (Go's PCG,
+# ported): the same delays. mpi-imbalance measures its own α too, by the
+# same ping-pong over MPI_Send/MPI_Recv, and reports it (the table's
+# "Open MPI α" column); MPI_ALPHA=own makes each MPI draw with its own α
+# instead of braid's. ALPHA=collective takes α as the size's balanced
+# collective latency on both sides (braid bench --imbalance-alpha
+# collective, mpi-imbalance -A collective). It prints markdown tables:
 #
 #   - per collective, rank count and MIF: pap's latency under imbalance
 #     against the best non-arrival-aware Braid run and each MPI; braid
 #     bench's split of Braid's latencies into the wait for the last
 #     arrival and the tail after it (the part an algorithm controls), and
-#     pap's tail over the best run's; and the wait floor: with every rank's compute uniform in [0, B] (B = MIF ×
-#     α) and the ranks leaving the previous call together, a rank waits
+#     pap's tail over the best run's; α (braid's, and Open MPI's own
+#     ping-pong); and the wait floor: with every rank's compute uniform in
+#     [0, B] (B = MIF × α) and the ranks leaving the previous call together, a rank waits
 #     on average B(n−1)/(2(n+1)) for the last arrival, which no allreduce
 #     avoids (every rank needs the last rank's input); floor / best is
 #     then the lowest ratio to the best run that any allreduce could show,
@@ -39,8 +47,10 @@
 # each; default: built here with mpicc.openmpi / mpicc.mpich), LIBS
 # (default "openmpi mpich"), ALGOS_ALLREDUCE, ALGOS_REDUCE (braid's
 # --algos), SIZES (comma-separated), BUDGET (braid's --budget; the MPI
-# benchmark gets the same), SEED, TIMEOUT (seconds a run may take, default
-# 300), OUT (default out/compare-imbalance).
+# benchmark gets the same), SEED, ALPHA (p2p, the default, or collective),
+# MPI_ALPHA (braid, the default: MPI draws with braid's α; own: with its
+# own), TIMEOUT (seconds a run may take, default 300), OUT (default
+# out/compare-imbalance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -52,6 +62,10 @@ SIZES=${SIZES:-8,64,512,4K,32K,256K,2M,16M}
 BUDGET=${BUDGET:-100ms}
 SEED=${SEED:-1}
 TIMEOUT=${TIMEOUT:-300}
+ALPHA=${ALPHA:-p2p}
+MPI_ALPHA=${MPI_ALPHA:-braid}
+case $ALPHA in p2p|collective) ;; *) echo "compare-imbalance: ALPHA=$ALPHA: want p2p or collective" >&2; exit 2 ;; esac
+case $MPI_ALPHA in braid|own) ;; *) echo "compare-imbalance: MPI_ALPHA=$MPI_ALPHA: want braid or own" >&2; exit 2 ;; esac
 LIBS=${LIBS:-"openmpi mpich"}
 ALGOS_ALLREDUCE=${ALGOS_ALLREDUCE:-pap,auto,shm,recdouble,rabenseifner,segring,direct}
 ALGOS_REDUCE=${ALGOS_REDUCE:-pap,auto,shm,binomial,knomial,linear}
@@ -91,25 +105,28 @@ for np in $NPS; do
         for mif in $MIFS; do
             tag=${coll}_np${np}_mif$mif
             echo "== braid $tag ($(date -u +%T))" >&2
-            timeout "$TIMEOUT" "$BRAID" run -n "$np" -- "$BRAID" bench "$coll" --imbalance "$mif" --seed "$SEED" --algos "$algos" \
+            timeout "$TIMEOUT" "$BRAID" run -n "$np" -- "$BRAID" bench "$coll" --imbalance "$mif" --imbalance-alpha "$ALPHA" --seed "$SEED" --algos "$algos" \
                 --sizes "$SIZES" --budget "$BUDGET" --format csv > "$OUT/braid_$tag.csv" 2> "$OUT/braid_$tag.err" \
                 || echo "braid $tag failed: $? ($(tail -1 "$OUT/braid_$tag.err"))" >&2
             python3 - "$OUT/braid_$tag.csv" > "$OUT/alpha_$tag.txt" <<'EOF'
 import csv, sys
+# The α braid drew with at each size (the same for every run of a size).
 alpha = {}
 for r in csv.DictReader(open(sys.argv[1])):
-    if r["balanced_us"]:
-        b = int(r["bytes"])
-        alpha[b] = min(alpha.get(b, 1e300), float(r["balanced_us"]))
+    if r.get("alpha_us"):
+        alpha[int(r["bytes"])] = float(r["alpha_us"])
 for b in sorted(alpha):
     print(b, alpha[b])
 EOF
             for lib in $libs; do
                 var=MPIIMB_${lib^^}; run=MPIRUN_${lib^^}
                 extra=""; [ "$lib" = openmpi ] && extra="$asroot $ov"
+                # braid's α, unless asked for MPI's own or braid wrote none
+                # (a failed run, or a braid from before alpha_us).
+                afile=""; [ "$MPI_ALPHA" = braid ] && [ -s "$OUT/alpha_$tag.txt" ] && afile="-a $OUT/alpha_$tag.txt"
                 echo "== $lib $tag ($(date -u +%T))" >&2
                 timeout "$TIMEOUT" "${!run}" $extra -np "$np" "${!var}" -l "$lib" -t "$coll" -f "$mif" -s "$SEED" \
-                    -a "$OUT/alpha_$tag.txt" -b "$budget_s" > "$OUT/${lib}_$tag.txt" 2> "$OUT/${lib}_$tag.err" \
+                    -A "$ALPHA" $afile -b "$budget_s" > "$OUT/${lib}_$tag.txt" 2> "$OUT/${lib}_$tag.err" \
                     || echo "$lib $tag failed: $?" >&2
             done
         done
@@ -127,6 +144,7 @@ def size(b):
             return f"{b >> s}{u}"
     return str(b)
 def fmt(x): return f"{x:.1f}" if x is not None else "—"
+def us(x): return "—" if x is None else f"{x:.2f}" if x < 10 else f"{x:.1f}"
 def rat(x, y): return f"{x / y:.2f}" if x is not None and y else "—"
 def num(r, k): return float(r[k]) if r and r.get(k) else None
 def name(r): return (r["ran"] or r["algo"]) if r else ""
@@ -148,7 +166,12 @@ def load(tag):
             for line in open(q):
                 if line.startswith("RES,"):
                     f = line.strip().split(",")
-                    peer[(lib, int(f[4]))] = (float(f[6]), float(f[10]))
+                    # latency under imbalance, balanced, the α drawn with,
+                    # its own ping-pong α (the last two: runs since
+                    # braid bench measured α by ping-pong).
+                    a = float(f[11]) if len(f) > 11 else None
+                    pp = float(f[12]) if len(f) > 12 else None
+                    peer[(lib, int(f[4]))] = (float(f[6]), float(f[10]), a, pp)
     return rows, peer
 def others(rs):
     # Runs that are not arrival-aware: every run but pap's, and auto only
@@ -168,8 +191,9 @@ for coll in colls:
             print(f"\n### {coll}, {np_} ranks, MIF {mif}\n")
             if coll == "allreduce":
                 print("wait floor: the mean wait for the last arrival, B(n−1)/(2(n+1)) with B = MIF × α, that no allreduce avoids; floor / best: the lowest ratio any allreduce could show.\n")
-            print("| size | pap µs (wait + tail) | best other Braid µs (wait + tail) (algo) | auto µs (ran) | Open MPI µs | MPICH µs | pap / best Braid | pap / Open MPI | tail: pap / best | wait floor µs | floor / best |")
-            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            print("α: braid's (what every run drew with), and Open MPI's own ping-pong of the size (MPI_Send/MPI_Recv; drawn with only under MPI_ALPHA=own).\n")
+            print("| size | α µs | Open MPI α µs | pap µs (wait + tail) | best other Braid µs (wait + tail) (algo) | auto µs (ran) | Open MPI µs | MPICH µs | pap / best Braid | pap / Open MPI | tail: pap / best | wait floor µs | floor / best |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for b in sorted(rows):
                 rs = rows[b]
                 pap = rs.get("pap")
@@ -179,13 +203,17 @@ for coll in colls:
                 best = min(others(rs), key=lambda r: float(r["avg_us"]), default=None)
                 bv = num(best, "avg_us")
                 auto = rs.get("auto")
-                o = peer.get(("openmpi", b), (None, None))[0]
-                m = peer.get(("mpich", b), (None, None))[0]
-                alpha = min((float(r["balanced_us"]) for r in rs.values() if r["balanced_us"]), default=None)
+                o, _, _, opp = peer.get(("openmpi", b), (None,) * 4)
+                m = peer.get(("mpich", b), (None,) * 4)[0]
+                # braid's α: its alpha_us column, or in a CSV from before
+                # it had one, the smallest balanced latency (what α was).
+                alpha = next((float(r["alpha_us"]) for r in rs.values() if r.get("alpha_us")), None)
+                if alpha is None:
+                    alpha = min((float(r["balanced_us"]) for r in rs.values() if r["balanced_us"]), default=None)
                 floor = None
                 if coll == "allreduce" and alpha is not None:
                     floor = float(mif) * alpha * (n - 1) / (2 * (n + 1))
-                print(f"| {size(b)} | {pv:.1f}{split(pap)} | {fmt(bv)}{split(best)} ({name(best)}) | {fmt(num(auto, 'avg_us'))} ({name(auto)}) | {fmt(o)} | {fmt(m)} | {rat(pv, bv)} | {rat(pv, o)} | {rat(num(pap, 'tail_us'), num(best, 'tail_us'))} | {fmt(floor)} | {rat(floor, bv)} |")
+                print(f"| {size(b)} | {us(alpha)} | {us(opp)} | {pv:.1f}{split(pap)} | {fmt(bv)}{split(best)} ({name(best)}) | {fmt(num(auto, 'avg_us'))} ({name(auto)}) | {fmt(o)} | {fmt(m)} | {rat(pv, bv)} | {rat(pv, o)} | {rat(num(pap, 'tail_us'), num(best, 'tail_us'))} | {fmt(floor)} | {rat(floor, bv)} |")
                 summary.append((tag, pv / bv if bv else None, pv / o if o else None, floor / bv if floor and bv else None))
         if balanced_from is None:
             continue
@@ -201,8 +229,8 @@ for coll in colls:
             fast = min((r for r in others(rs) if r["balanced_us"]), key=lambda r: float(r["balanced_us"]), default=None)
             fb = num(fast, "balanced_us")
             auto = rs.get("auto")
-            o = peer.get(("openmpi", b), (None, None))[1]
-            m = peer.get(("mpich", b), (None, None))[1]
+            o = peer.get(("openmpi", b), (None,) * 4)[1]
+            m = peer.get(("mpich", b), (None,) * 4)[1]
             print(f"| {size(b)} | {pb:.1f} | {fmt(fb)} ({name(fast)}) | {fmt(num(auto, 'balanced_us'))} ({name(auto)}) | {fmt(o)} | {fmt(m)} | {rat(pb, fb)} | {rat(pb, o)} |")
             summary.append((coll + f"_np{np_}_balanced", pb / fb if fb else None, None, None))
 print("\n### cells meeting the targets (pap ≤ 0.70 × the best other Braid run and × Open MPI under imbalance; balanced ≤ 1.05 × the fastest other run)\n")

@@ -34,13 +34,15 @@ when that is a terminal.
 with the planner's own choice as "auto"; --algos LIST times the ones listed
 (names may carry parameters: segring:seg=64K,knomial:k=4,auto).
 --imbalance MIF injects, before each call, compute of a random length in
-[0, MIF × α] on every rank, α the size's balanced latency (measured first;
-the smallest of the runs), and reports the latency of the calls alone, as
+[0, MIF × α] on every rank, and reports the latency of the calls alone, as
 "Efficient Process Arrival Pattern Aware Collective Communication for Deep
-Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1) does, split on the
-job's common clock into the wait for the last arrival (which no allreduce
-shortens) and the tail after it (what the algorithm does once every rank
-is there).
+Learning" (EuroMPI/USA 2022, §6.1) does, split on the job's common clock
+into the wait for the last arrival (which no allreduce shortens) and the
+tail after it (what the algorithm does once every rank is there). α is the
+paper's (§2.2): the time of one point-to-point message of the size, half
+the median round trip of a ping-pong between ranks 0 and 1 measured before
+each size's imbalanced runs (the α µs column); --imbalance-alpha collective
+takes the size's smallest balanced latency of the collective instead.
 --device cuda times GPU buffers instead (braid bench --device cuda -h).
 
 examples:
@@ -74,7 +76,8 @@ func benchCmd(args []string) error {
 	inplace := fs.Bool("inplace", false, "in-place calls")
 	registered := fs.Bool("registered", false, "take the buffers from braid.Alloc: registered memory, which the host's shared area (algorithm shm) reads in place instead of copying")
 	format := fs.String("format", "table", "table, csv or json")
-	imb := fs.Float64("imbalance", 0, "inject random compute before each call, up to MIF × the call's balanced latency")
+	imb := fs.Float64("imbalance", 0, "inject random compute before each call, up to MIF × α (one message's time)")
+	alphaF := fs.String("imbalance-alpha", bench.AlphaP2P, "α of --imbalance: p2p (one point-to-point message of the size, by ping-pong) or collective (the size's smallest balanced latency)")
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
 	allAlgos := fs.Bool("all-algos", false, "time every algorithm of the collective side by side, and the planner's choice (auto)")
 	algosF := fs.String("algos", "", "time these algorithms side by side (comma-separated; auto is the planner's choice)")
@@ -113,6 +116,15 @@ func benchCmd(args []string) error {
 	}
 	if *imb < 0 || math.IsNaN(*imb) || math.IsInf(*imb, 0) {
 		return usageError{fmt.Sprintf("bench: --imbalance %v: want a factor ≥ 0", *imb)}
+	}
+	if err := bench.CheckAlpha(*alphaF); err != nil {
+		return usageError{fmt.Sprintf("bench: --imbalance-alpha %q: want %s or %s", *alphaF, bench.AlphaP2P, bench.AlphaCollective)}
+	}
+	if set["imbalance-alpha"] && *imb == 0 {
+		return usageError{"bench: --imbalance-alpha applies only to --imbalance"}
+	}
+	if *imb > 0 && *alphaF == bench.AlphaP2P && set["n"] && *n < 2 {
+		return usageError{"bench: --imbalance with α p2p (one message between two ranks) needs -n 2 or more (or --imbalance-alpha collective)"}
 	}
 	if *iters < 0 {
 		return usageError{fmt.Sprintf("bench: --iters %d: want a count ≥ 1 (or 0: as many as fit in --budget)", *iters)}
@@ -173,7 +185,7 @@ func benchCmd(args []string) error {
 		}
 	}
 	cfg := bench.Config{Coll: col, MinSize: lo, MaxSize: hi, SizeList: sizeList, Iters: *iters, Warmup: *warmup,
-		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Registered: *registered, Imbalance: *imb, Seed: *seed,
+		Check: *chk, DType: d, Op: op, Root: *root, InPlace: *inplace, Registered: *registered, Imbalance: *imb, Alpha: *alphaF, Seed: *seed,
 		Algos: algos, Budget: *budget}
 	if !col.Reduces() {
 		cfg.Op = 0
@@ -289,6 +301,9 @@ func benchCmd(args []string) error {
 		}
 		h := bench.Header{Coll: col.String(), DType: d.String(), Transport: tr, Ranks: c.Size(), Hosts: c.Hosts(),
 			InPlace: *inplace, Registered: *registered, Algo: *algoF, MIF: *imb}
+		if *imb > 0 {
+			h.Alpha = *alphaF
+		}
 		if col.Reduces() {
 			h.Op = op.String()
 		}

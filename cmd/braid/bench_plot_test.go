@@ -92,7 +92,8 @@ func TestBenchAllAlgosPlot(t *testing.T) {
 }
 
 // TestBenchImbalanceJSON: --imbalance reports the calls' latencies with
-// the balanced ones beside them, and --plot draws an SVG.
+// the balanced ones and α (one message's time, the same for every run of a
+// size) beside them, and --plot draws an SVG.
 func TestBenchImbalanceJSON(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "out.svg")
 	out, errOut, err := runSplit(t, 120*time.Second, "bench", "-n", "2", "allreduce", "--algos", "ring,recdouble,auto",
@@ -107,13 +108,18 @@ func TestBenchImbalanceJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("standard output is not JSON: %v\n%s", err, out)
 	}
-	if res.Run.MIF != 4 || res.Run.Ranks != 2 || len(res.Rows) != 3*3 {
-		t.Fatalf("run %+v with %d rows, want MIF 4, 2 ranks, 9 rows", res.Run, len(res.Rows))
+	if res.Run.MIF != 4 || res.Run.Alpha != bench.AlphaP2P || res.Run.Ranks != 2 || len(res.Rows) != 3*3 {
+		t.Fatalf("run %+v with %d rows, want MIF 4, α p2p, 2 ranks, 9 rows", res.Run, len(res.Rows))
 	}
+	alpha := map[int64]float64{}
 	for _, r := range res.Rows {
-		if r.MIF != 4 || r.BalancedUs <= 0 || r.AvgUs <= 0 || r.Iters != 20 {
-			t.Errorf("row %+v: want MIF 4, balanced and imbalanced latencies, 20 iterations", r)
+		if r.MIF != 4 || r.BalancedUs <= 0 || r.AvgUs <= 0 || r.AlphaUs <= 0 || r.Iters != 20 {
+			t.Errorf("row %+v: want MIF 4, balanced and imbalanced latencies, α, 20 iterations", r)
 		}
+		if a, ok := alpha[r.Bytes]; ok && a != r.AlphaUs {
+			t.Errorf("%d B: α %v µs and %v µs: want one per size", r.Bytes, a, r.AlphaUs)
+		}
+		alpha[r.Bytes] = r.AlphaUs
 	}
 	b, err := os.ReadFile(svg)
 	if err != nil || !bytes.Contains(b, []byte("<svg")) || !bytes.Contains(b, []byte("imbalance MIF 4")) {

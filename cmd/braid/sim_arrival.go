@@ -76,7 +76,8 @@ func parseStart(spec string) ([]float64, error) {
 // its exit, averaged over ranks (sim.Result.AvgLatency), and over the
 // patterns. α, the message time of the imbalance factors and of the
 // draw, is the smallest balanced average latency among the algorithms,
-// as braid bench --imbalance takes it. host[r] numbers rank r's node: with
+// as braid bench --imbalance-alpha collective takes it (braid bench's
+// default is the paper's: one point-to-point message's time). host[r] numbers rank r's node: with
 // several nodes the node-wide imbalance (§4.3.2) is printed too, and
 // --node-imbalance draws the patterns by node (arrival.DrawNodes).
 func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, host []int, a arrivals) error {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -33,9 +34,12 @@ type Config struct {
 	// Registered takes the buffers from braid.Alloc: registered memory,
 	// which the host's shared area reads in place.
 	Registered bool
-	Imbalance  float64       // MIF: random compute before each call, up to Imbalance × the balanced latency (see Run)
-	Seed       uint64        // seeds the random compute, with the rank; 0 means 1
-	Budget     time.Duration // target time of one size's timed loop when Iters is 0 (default 250 ms)
+	Imbalance  float64 // MIF: random compute before each call, up to Imbalance × α (see Run)
+	// Alpha is what α is under Imbalance: AlphaP2P (the default, "") or
+	// AlphaCollective.
+	Alpha  string
+	Seed   uint64        // seeds the random compute, with the rank; 0 means 1
+	Budget time.Duration // target time of one size's timed loop when Iters is 0 (default 250 ms)
 
 	// Algos lists the runs to time side by side at each size: algorithm
 	// names, passed to Forcer unchanged, or Auto for the planner's choice.
@@ -77,6 +81,10 @@ type Row struct {
 	// measured first.
 	MIF        float64 `json:"mif,omitempty"`
 	BalancedUs float64 `json:"balanced_us,omitempty"`
+	// AlphaUs is the α the injected compute was drawn with (up to
+	// MIF × AlphaUs before each call; see Run), the same for every run
+	// of a size.
+	AlphaUs float64 `json:"alpha_us,omitempty"`
 	// WaitUs and TailUs split AvgUs under imbalance, on the job's common
 	// clock (braid's arrival clock: Comm.ClockOffset): a rank's mean time
 	// from its arrival to the last rank's arrival at the same call (the
@@ -360,14 +368,21 @@ type run struct {
 // At each size each run is checked if asked, warmed up, and timed in a loop
 // of back-to-back calls: a rank's latency is its loop's time over the
 // iterations. With cfg.Imbalance (the maximum imbalance factor, MIF) set,
-// the runs are then timed again as the PAP-aware collectives paper
-// (Alizadeh et al., EuroMPI/USA 2022) §6.1 does, with the balanced latency
-// as α: before each call every rank computes for a random time drawn
-// uniformly from [0, MIF × α], where α is the smallest balanced average
-// latency among the runs at that size, so that every algorithm meets the
-// same arrival pattern. Each call is then timed alone, the compute left
-// out, as OSU's benchmarks time MPI_Allreduce: a rank's latency includes
-// its wait for the ranks that arrive after it.
+// the runs are then timed again as "Efficient Process Arrival Pattern
+// Aware Collective Communication for Deep Learning" (EuroMPI/USA 2022)
+// §6.1 does: before each call every rank computes for a random time drawn
+// uniformly from [0, MIF × α], so that every algorithm meets the same
+// arrival pattern. α is the paper's (§2.2: "the time it takes to
+// communicate a message (equal to the size of the message in the
+// collective)"): the one-way time of one point-to-point message of the
+// row's size between ranks 0 and 1, half the median round trip of a
+// ping-pong that rank 0 then broadcasts (see messageTime), measured once
+// per size before the imbalanced runs. With cfg.Alpha AlphaCollective α
+// is instead the smallest balanced average latency among the runs at that
+// size (the collective's whole time, far more than one message's).
+// Each call is then timed alone, the compute left out, as OSU's
+// benchmarks time MPI_Allreduce: a rank's latency includes its wait for
+// the ranks that arrive after it.
 func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	if cfg.Budget == 0 {
 		cfg.Budget = 250 * time.Millisecond
@@ -380,6 +395,12 @@ func Run(ctx context.Context, c *braid.Comm, cfg Config) ([]Row, error) {
 	}
 	if cfg.Imbalance < 0 || math.IsNaN(cfg.Imbalance) || math.IsInf(cfg.Imbalance, 0) {
 		return nil, fmt.Errorf("bench: imbalance factor %v: want a finite number ≥ 0", cfg.Imbalance)
+	}
+	if err := CheckAlpha(cfg.Alpha); err != nil {
+		return nil, err
+	}
+	if cfg.Imbalance > 0 && cfg.Alpha != AlphaCollective && c.Size() < 2 {
+		return nil, errAlphaOneRank
 	}
 	runs, err := setup(ctx, c, cfg)
 	if err != nil {
@@ -464,9 +485,14 @@ func (m *meter) point(runs []run, p sched.Params, size int64) (at []Row, err err
 		on = append(on, r)
 	}
 	if cfg.Imbalance > 0 && len(at) > 0 {
-		alpha := at[0].AvgUs
-		for _, row := range at {
-			alpha = math.Min(alpha, row.AvgUs)
+		var alpha float64
+		if cfg.Alpha == AlphaCollective {
+			alpha = at[0].AvgUs
+			for _, row := range at {
+				alpha = math.Min(alpha, row.AvgUs)
+			}
+		} else if alpha, err = m.messageTime(size); err != nil {
+			return nil, err
 		}
 		for i, r := range on {
 			m.report(size, r.name, true)
@@ -479,6 +505,74 @@ func (m *meter) point(runs []run, p sched.Params, size int64) (at []Row, err err
 		}
 	}
 	return at, nil
+}
+
+// The definitions of α under Config.Imbalance (Config.Alpha, braid bench
+// --imbalance-alpha).
+const (
+	// AlphaP2P, the default, is the paper's α: the one-way time of one
+	// point-to-point message of the row's size between two ranks.
+	AlphaP2P = "p2p"
+	// AlphaCollective is the size's smallest balanced latency among the
+	// runs: the collective's whole time (braid bench's α before
+	// 2026-11-27).
+	AlphaCollective = "collective"
+)
+
+// CheckAlpha returns an error unless a names a definition of α ("" is
+// AlphaP2P).
+func CheckAlpha(a string) error {
+	switch a {
+	case "", AlphaP2P, AlphaCollective:
+		return nil
+	}
+	return fmt.Errorf("bench: α %q: want %s (one message between two ranks) or %s (the balanced collective)", a, AlphaP2P, AlphaCollective)
+}
+
+var errAlphaOneRank = fmt.Errorf("bench: imbalance with α of %s (one message between two ranks) needs 2 ranks or more (or α %s)", AlphaP2P, AlphaCollective)
+
+// The ping-pong that measures α: pingPongWarm round trips not timed, then
+// pingPongTrips timed one by one.
+const (
+	pingPongWarm  = 3
+	pingPongTrips = 11
+	pingPongTag   = 0x61 // 'a'; the control communicator carries no other point-to-point message
+)
+
+// messageTime returns α at a row of size bytes, µs, the same on every
+// rank: ranks 0 and 1 bounce one message of size bytes (one byte at
+// least) back and forth, and α is half the median of rank 0's timed round
+// trips, which rank 0 broadcasts. The other ranks wait in the broadcast.
+func (m *meter) messageTime(size int64) (float64, error) {
+	ctx, c := m.ctx, m.ctrl
+	alpha := []float64{0}
+	if m.rank <= 1 {
+		buf := make([]byte, max(size, 1))
+		trips := make([]float64, pingPongTrips)
+		for i := -pingPongWarm; i < pingPongTrips; i++ {
+			t0 := time.Now()
+			var err error
+			if m.rank == 0 {
+				if err = c.Send(ctx, buf, 1, pingPongTag); err == nil {
+					err = c.Recv(ctx, buf, 1, pingPongTag)
+				}
+			} else if err = c.Recv(ctx, buf, 0, pingPongTag); err == nil {
+				err = c.Send(ctx, buf, 0, pingPongTag)
+			}
+			if err != nil {
+				return 0, fmt.Errorf("bench: ping-pong for α at %s: %w", FormatSize(size), err)
+			}
+			if i >= 0 {
+				trips[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+			}
+		}
+		slices.Sort(trips)
+		alpha[0] = trips[len(trips)/2] / 2
+	}
+	if err := c.Bcast(ctx, alpha, 0); err != nil {
+		return 0, err
+	}
+	return alpha[0], nil
 }
 
 // setup returns the runs of cfg: one communicator per algorithm, split
@@ -678,7 +772,7 @@ func (m *meter) balanced(r run, p sched.Params, b *buffers, size int64) (Row, er
 }
 
 // imbalanced times r again with random compute before each call, up to
-// MIF × alpha µs, and replaces row's latencies with those of the calls.
+// MIF × alpha µs (alpha: see Run), and replaces row's latencies with those of the calls.
 func (m *meter) imbalanced(r run, b *buffers, row *Row, alpha float64) error {
 	ctx, cfg := m.ctx, m.cfg
 	bound := cfg.Imbalance * alpha * 1e3 // ns
@@ -690,6 +784,7 @@ func (m *meter) imbalanced(r run, b *buffers, row *Row, alpha float64) error {
 	}
 	row.MIF = cfg.Imbalance
 	row.BalancedUs = row.AvgUs
+	row.AlphaUs = alpha
 	if err := m.ctrl.Barrier(ctx); err != nil {
 		return err
 	}

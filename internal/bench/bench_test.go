@@ -141,7 +141,7 @@ var sampleHeader = bench.Header{Coll: "allreduce", DType: "float32", Op: "sum", 
 
 // imbalancedRows are rows of a run with --imbalance.
 var imbalancedRows = []bench.Row{
-	{Coll: "allreduce", Algo: "recdouble", Ran: "recdouble", Bytes: 8, Count: 2, Iters: 100, AvgUs: 30.5, MinUs: 20, MaxUs: 41, AlgBW: 0.0002, BusBW: 0.0003, MIF: 10, BalancedUs: 2.5, WaitUs: 27.25, TailUs: 3.25, Correct: "yes"},
+	{Coll: "allreduce", Algo: "recdouble", Ran: "recdouble", Bytes: 8, Count: 2, Iters: 100, AvgUs: 30.5, MinUs: 20, MaxUs: 41, AlgBW: 0.0002, BusBW: 0.0003, MIF: 10, AlphaUs: 0.75, BalancedUs: 2.5, WaitUs: 27.25, TailUs: 3.25, Correct: "yes"},
 }
 
 func TestWriteTable(t *testing.T) {
@@ -177,10 +177,20 @@ func TestWriteTableImbalance(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"imbalance MIF 10", "balanced µs", "wait µs", "tail µs", "30.50", "2.50", "27.25", "3.25"} {
+	for _, want := range []string{"imbalance MIF 10", "one point-to-point message", "α µs", "balanced µs", "wait µs", "tail µs",
+		"30.50", "0.75", "2.50", "27.25", "3.25"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	// The old definition, named.
+	buf.Reset()
+	h.Alpha = bench.AlphaCollective
+	if err := bench.Write(&buf, "table", h, imbalancedRows); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "smallest balanced latency (--imbalance-alpha collective)") || strings.Contains(out, "point-to-point") {
+		t.Errorf("table of α collective:\n%s", out)
 	}
 }
 
@@ -211,15 +221,15 @@ func TestWriteCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	header := []string{"collective", "algo", "ran", "bytes", "count", "iters", "avg_us", "min_us", "max_us", "algbw_gbs", "busbw_gbs", "mif", "balanced_us", "wait_us", "tail_us", "correct"}
+	header := []string{"collective", "algo", "ran", "bytes", "count", "iters", "avg_us", "min_us", "max_us", "algbw_gbs", "busbw_gbs", "mif", "alpha_us", "balanced_us", "wait_us", "tail_us", "correct"}
 	if len(recs) != 1+len(sampleRows) || !reflect.DeepEqual(recs[0], header) {
 		t.Fatalf("csv records %v, want the header %v and %d rows", recs, header, len(sampleRows))
 	}
-	want := []string{"allreduce", "ring", "ring", "4096", "1024", "10", "12.500", "11.000", "14.250", "0.287", "0.431", "", "", "", "", "yes"}
+	want := []string{"allreduce", "ring", "ring", "4096", "1024", "10", "12.500", "11.000", "14.250", "0.287", "0.431", "", "", "", "", "", "yes"}
 	if !reflect.DeepEqual(recs[1], want) {
 		t.Errorf("row 1: %v, want %v", recs[1], want)
 	}
-	want = []string{"allreduce", "auto", "segring:seg=1M", "67108864", "16777216", "5", "1000.000", "900.000", "1100.000", "61.000", "91.500", "", "", "", "", "-"}
+	want = []string{"allreduce", "auto", "segring:seg=1M", "67108864", "16777216", "5", "1000.000", "900.000", "1100.000", "61.000", "91.500", "", "", "", "", "", "-"}
 	if !reflect.DeepEqual(recs[2], want) {
 		t.Errorf("row 2: %v, want %v", recs[2], want)
 	}
@@ -231,7 +241,7 @@ func TestWriteCSV(t *testing.T) {
 	if recs, err = csv.NewReader(&buf).ReadAll(); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"allreduce", "recdouble", "recdouble", "8", "2", "100", "30.500", "20.000", "41.000", "0.000", "0.000", "10", "2.500", "27.250", "3.250", "yes"}
+	want = []string{"allreduce", "recdouble", "recdouble", "8", "2", "100", "30.500", "20.000", "41.000", "0.000", "0.000", "10", "0.750", "2.500", "27.250", "3.250", "yes"}
 	if len(recs) != 2 || !reflect.DeepEqual(recs[1], want) {
 		t.Errorf("imbalanced csv %v, want the header and %v", recs, want)
 	}
@@ -262,7 +272,7 @@ func TestWriteJSON(t *testing.T) {
 			t.Errorf("json lacks %s", k)
 		}
 	}
-	if strings.Contains(buf.String(), `"mif"`) || strings.Contains(buf.String(), `"balanced_us"`) {
+	if strings.Contains(buf.String(), `"mif"`) || strings.Contains(buf.String(), `"balanced_us"`) || strings.Contains(buf.String(), `"alpha`) {
 		t.Errorf("json without imbalance has its fields:\n%s", buf.String())
 	}
 	// correct is a JSON boolean, or null where nothing was checked.
@@ -288,6 +298,7 @@ func TestWriteJSON(t *testing.T) {
 	buf.Reset()
 	h := sampleHeader
 	h.MIF = 10
+	h.Alpha = bench.AlphaP2P
 	if err := bench.Write(&buf, "json", h, imbalancedRows); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +309,8 @@ func TestWriteJSON(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &raw); err != nil {
 		t.Fatal(err)
 	}
-	if raw.Run["mif"] != 10.0 || len(raw.Rows) != 1 || raw.Rows[0]["mif"] != 10.0 || raw.Rows[0]["balanced_us"] != 2.5 ||
+	if raw.Run["mif"] != 10.0 || raw.Run["alpha"] != "p2p" || len(raw.Rows) != 1 || raw.Rows[0]["mif"] != 10.0 ||
+		raw.Rows[0]["alpha_us"] != 0.75 || raw.Rows[0]["balanced_us"] != 2.5 ||
 		raw.Rows[0]["wait_us"] != 27.25 || raw.Rows[0]["tail_us"] != 3.25 {
 		t.Errorf("imbalanced json %+v", raw)
 	}

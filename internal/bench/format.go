@@ -31,6 +31,9 @@ type Header struct {
 	Registered bool    `json:"registered,omitempty"`
 	Algo       string  `json:"algo,omitempty"` // what --algo forced, if anything
 	MIF        float64 `json:"mif,omitempty"`  // the imbalance factor, if any
+	// Alpha is the definition of α under imbalance (Config.Alpha):
+	// AlphaP2P or AlphaCollective; "" is AlphaP2P.
+	Alpha string `json:"alpha,omitempty"`
 }
 
 // AlgoCell is how the table shows a row's run: its name, with the
@@ -70,21 +73,21 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "# latency in µs (mean per rank: avg over ranks, min, max); bandwidth in GB/s from the slowest rank")
 		if imb {
-			fmt.Fprintf(w, "# imbalance MIF %g: before each call every rank computes for a random time in [0, MIF × α], α the size's smallest balanced latency;\n", h.MIF)
+			fmt.Fprintf(w, "# imbalance MIF %g: before each call every rank computes for a random time in [0, MIF × α], α %s;\n", h.MIF, alphaDef(h.Alpha))
 			fmt.Fprintln(w, "# latencies count the calls only (waits for late ranks included); balanced is the run's latency without the compute;")
 			fmt.Fprintln(w, "# wait + tail = avg: from a rank's arrival to the last arrival, and from the last arrival to its return")
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		head := "size\tcount\talgo\titers\tavg µs\tmin µs\tmax µs\talgbw\tbusbw\t"
 		if imb {
-			head += "balanced µs\twait µs\ttail µs\t"
+			head += "α µs\tbalanced µs\twait µs\ttail µs\t"
 		}
 		fmt.Fprintln(tw, head+"correct\t")
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t",
 				FormatSize(r.Bytes), r.Count, AlgoCell(r), r.Iters, r.AvgUs, r.MinUs, r.MaxUs, r.AlgBW, r.BusBW)
 			if imb {
-				fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t", r.BalancedUs, r.WaitUs, r.TailUs)
+				fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t%.2f\t", r.AlphaUs, r.BalancedUs, r.WaitUs, r.TailUs)
 			}
 			fmt.Fprintf(tw, "%s\t\n", r.Correct)
 		}
@@ -94,13 +97,13 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 		cw.Write(CSVHeader)
 		f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 		for _, r := range rows {
-			mif, bal, wait, tail := "", "", "", ""
+			mif, alpha, bal, wait, tail := "", "", "", "", ""
 			if r.MIF > 0 {
-				mif, bal = strconv.FormatFloat(r.MIF, 'g', -1, 64), f(r.BalancedUs)
+				mif, alpha, bal = strconv.FormatFloat(r.MIF, 'g', -1, 64), f(r.AlphaUs), f(r.BalancedUs)
 				wait, tail = f(r.WaitUs), f(r.TailUs)
 			}
 			cw.Write([]string{r.Coll, r.Algo, r.Ran, strconv.FormatInt(r.Bytes, 10), strconv.Itoa(r.Count), strconv.Itoa(r.Iters),
-				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), mif, bal, wait, tail, string(r.Correct)})
+				f(r.AvgUs), f(r.MinUs), f(r.MaxUs), f(r.AlgBW), f(r.BusBW), mif, alpha, bal, wait, tail, string(r.Correct)})
 		}
 		cw.Flush()
 		return cw.Error()
@@ -119,7 +122,15 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 }
 
 // CSVHeader is the first record of the CSV format: one column per Row
-// field. mif, balanced_us, wait_us and tail_us are empty without
+// field. mif, alpha_us, balanced_us, wait_us and tail_us are empty without
 // imbalance.
 var CSVHeader = []string{"collective", "algo", "ran", "bytes", "count", "iters", "avg_us", "min_us", "max_us",
-	"algbw_gbs", "busbw_gbs", "mif", "balanced_us", "wait_us", "tail_us", "correct"}
+	"algbw_gbs", "busbw_gbs", "mif", "alpha_us", "balanced_us", "wait_us", "tail_us", "correct"}
+
+// alphaDef says in words what α is under definition a (Config.Alpha).
+func alphaDef(a string) string {
+	if a == AlphaCollective {
+		return "the size's smallest balanced latency (--imbalance-alpha collective)"
+	}
+	return "one point-to-point message of the size between ranks 0 and 1 (half the median round trip of a ping-pong)"
+}
