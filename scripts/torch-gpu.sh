@@ -3,7 +3,7 @@
 # (and nvcc, g++) but no Go: the libraries and test binaries are built here
 # and carried there.
 #
-#   scripts/torch-gpu.sh bundle             # here: .carry/gpu/ (about 25 MB)
+#   scripts/torch-gpu.sh bundle             # here: .carry/gpu/ (about 33 MB)
 #   scripts/torch-gpu.sh run [STEP...]      # there, from the repository root, .carry/gpu carried
 #
 # The bundle: libbraid.so.gz (the C API, cgo, linking no CUDA library: the
