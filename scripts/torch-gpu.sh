@@ -3,14 +3,14 @@
 # (and nvcc, g++) but no Go: the libraries and test binaries are built here
 # and carried there.
 #
-#   scripts/torch-gpu.sh bundle             # here: .carry/gpu/ (about 20 MB)
+#   scripts/torch-gpu.sh bundle             # here: .carry/gpu/ (about 33 MB)
 #   scripts/torch-gpu.sh run [STEP...]      # there, from the repository root, .carry/gpu carried
 #
 # The bundle: libbraid.so.gz (the C API, cgo, linking no CUDA library: the
 # driver is loaded at run time) and device (capi/testdata/device.c built
-# against it) from scripts/capi-gpu.sh, and braid.test.gz (the root
-# package's tests, CGO_ENABLED=0). The steps of run, in the order given
-# (default: build check cuda cpu):
+# against it) from scripts/capi-gpu.sh, braid.test.gz (the root
+# package's tests, CGO_ENABLED=0) and braid.gz (the command, CGO_ENABLED=0).
+# The steps of run, in the order given (default: build check cuda cpu):
 #   build  the extension against the python3 there (torch/setup.py with
 #          BRAID_LIB: CUDA tensors where PyTorch has CUDA and the CUDA
 #          runtime's headers are found); what the build found is printed
@@ -22,15 +22,21 @@
 #          against nccl, 8 B to 64 MiB, one rank per GPU (skipped below 2
 #          GPUs: NCCL refuses two ranks on one GPU)
 #   cpu    torch/bench/allreduce.py: all_reduce on CPU tensors, braid
-#          against gloo, 8 B to 64 MiB, at 8 and 16 ranks
+#          against gloo, 8 B to 64 MiB, at CPU_RANKS ranks ("8 16")
+#   native the same all_reduce without PyTorch, 64 KiB to 64 MiB, at
+#          NATIVE_RANKS ranks (CPU_RANKS): capi/testdata/latency.c (the C
+#          API, in place, on C heap memory: the calls the extension makes)
+#          under torchrun, and braid bench allreduce in place and out of
+#          place: what the extension costs over Braid's own calls
 #   capi   scripts/capi-gpu.sh run 2 (the C API's device test, 2 ranks)
 #   mixed  TestDeviceMixedOneComm from braid.test, BRAID_TEST_GPUS=2
 #   race   scripts/htod-race.c, two at once on GPU 0 (the cause of
 #          session 10's wrong reduce in the C test)
 # Each step has a time limit (STEP_LIMIT seconds, 240 by default; cpu has
 # CPU_LIMIT per rank count, 150). Output goes to $OUT (or
-# /tmp/braid-torch-gpu): torch-gpu.txt holds everything, bench-cuda.txt
-# and bench-cpu.txt the tables. Exits non-zero if a step failed.
+# /tmp/braid-torch-gpu): torch-gpu.txt holds everything, bench-cuda.txt,
+# bench-cpu.txt and bench-native.txt the tables. Exits non-zero if a step
+# failed.
 #
 # NVLink multicast stays off, as the machine requires (NCCL_NVLS_ENABLE=0,
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
@@ -50,14 +56,15 @@ bundle)
     echo "libbraid.so needs: $(readelf -d /tmp/braid-libbraid.so | awk '/NEEDED/ {printf "%s ", $5}')"
     rm -f /tmp/braid-libbraid.so
     CGO_ENABLED=0 go test -c -ldflags='-s -w' -o $B/braid.test .
-    gzip -9f $B/braid.test
+    CGO_ENABLED=0 go build -ldflags='-s -w' -o $B/braid ./cmd/braid
+    gzip -9f $B/braid.test $B/braid
     ls -l $B
     du -sh $B
     exit 0
     ;;
 run) shift ;;
 *)
-    echo "usage: $0 bundle | run [build|check|cuda|cpu|capi|mixed|race]..." >&2
+    echo "usage: $0 bundle | run [build|check|cuda|cpu|native|capi|mixed|race]..." >&2
     exit 2
     ;;
 esac
@@ -119,12 +126,31 @@ cuda() {
     timeout "$limit" "${torchrun[@]}" --nproc_per_node "$ngpus" torch/bench/cuda_allreduce.py | tee -a "$OUT/bench-cuda.txt"
 }
 
+cpu_ranks=${CPU_RANKS:-8 16}
+
 cpu() {
     local r=0 n
-    for n in 8 16; do
+    for n in $cpu_ranks; do
         echo "# $n ranks" >>"$OUT/bench-cpu.txt"
         BRAID_TORCH_CUDA=0 timeout "${CPU_LIMIT:-150}" "${torchrun[@]}" --nproc_per_node $n torch/bench/allreduce.py \
             --budget 0.2 --rounds 5 | tee -a "$OUT/bench-cpu.txt" || r=1
+    done
+    return $r
+}
+
+native() {
+    local r=0 n lat=$B/latency
+    gunzip -kf $B/libbraid.so.gz $B/braid.gz && chmod +x $B/braid || return 1
+    cc -O2 -o $lat capi/testdata/latency.c -Icapi -L$B -lbraid -Wl,-rpath,"$PWD/$B" -lpthread || return 1
+    for n in ${NATIVE_RANKS:-$cpu_ranks}; do
+        echo "# $n ranks: C API (latency.c; the extension's calls: blocking to 64K, i+wait above), us per call" >>"$OUT/bench-native.txt"
+        timeout "${CPU_LIMIT:-150}" "${torchrun[@]}" --nproc_per_node $n --no-python $lat $((64 << 20)) 0.1 0 $((64 << 10)) |
+            tee -a "$OUT/bench-native.txt" || r=1
+        for how in --inplace ""; do
+            echo "# $n ranks: braid bench allreduce ${how:-out of place}" >>"$OUT/bench-native.txt"
+            timeout "${CPU_LIMIT:-150}" $B/braid bench -n $n allreduce $how --sizes 64K,256K,1M,4M,16M,32M,64M \
+                --budget 100ms | tee -a "$OUT/bench-native.txt" || r=1
+        done
     done
     return $r
 }
@@ -155,7 +181,7 @@ race() {
 built=1
 for s in "${steps[@]}"; do
     case $s in
-    build | capi | mixed | race) ;;
+    build | native | capi | mixed | race) ;;
     check | cuda | cpu)
         # Nothing of the backend runs without the extension.
         [ $built = 0 ] && fail "$s: not run, the build failed" && continue

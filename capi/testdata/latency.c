@@ -6,7 +6,11 @@
 //
 //   go build -buildmode=c-shared -o bin/libbraid.so ./capi
 //   cc -O2 -o bin/latency capi/testdata/latency.c -I capi -L bin -lbraid -Wl,-rpath,'$ORIGIN' -lpthread
-//   braid run -n 2 -- bin/latency
+//   braid run -n 2 -- bin/latency [MAXBYTES [BUDGET_S [GAP_US [MINBYTES]]]]
+//
+// PyTorch's all_reduce of a CPU tensor through the extension (torch/csrc)
+// makes the calls of its blocking column up to 64 KiB and of its i+wait
+// column above: in place, on one buffer of the C heap, back to back.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +99,7 @@ int main(int argc, char **argv) {
 	size_t maxBytes = argc > 1 ? strtoull(argv[1], NULL, 10) : 4 << 20;
 	double budget = argc > 2 ? atof(argv[2]) : 0.05;
 	gap = argc > 3 ? atof(argv[3]) * 1e-6 : 0;
+	size_t minBytes = argc > 4 ? strtoull(argv[4], NULL, 10) : 8;
 	enum { rounds = 7 };
 	check(braid_init(&comm), "init");
 	int rank;
@@ -102,7 +107,7 @@ int main(int argc, char **argv) {
 	pthread_t th;
 	pthread_create(&th, NULL, waiter, NULL);
 	if (rank == 0) printf("%8s %12s %12s %12s   (us per call, median of %d rounds)\n", "bytes", "blocking", "i+wait", "i+thread", rounds);
-	for (size_t b = 8; b <= maxBytes; b *= 2) {
+	for (size_t b = minBytes < 4 ? 4 : minBytes; b <= maxBytes; b *= 2) {
 		size_t n = b / 4 ? b / 4 : 1;
 		float *x = calloc(n, sizeof *x);
 		double res[3];
