@@ -62,10 +62,12 @@ func SlotFor(n int) int {
 // fixed order) instead of the two phases. On the 16-core node, balanced,
 // the chain took 0.61–0.91 of the two phases' time at 256 KiB–16 MiB on 8
 // and 16 ranks, and 1.6–3.2 times it at 4–32 KiB (docs/PERFORMANCE.md,
-// session 11); it loses on 2 ranks (this VM).
+// session 11); on 4 ranks 0.62–0.88 at 4 MiB, 0.89–0.99 at 16 MiB and
+// 0.86–1.07 at 64 MiB (session 12, three rounds); it loses on 2 ranks
+// (this VM), where the planner runs segring from 256 KiB anyway.
 const (
 	DefaultChainMin   = 256 << 10
-	DefaultChainRanks = 8
+	DefaultChainRanks = 4
 )
 
 // DefaultFlatMax is the largest chunk an allreduce or reduce combines in one
