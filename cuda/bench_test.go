@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/braid-ccl/braid/internal/dtype"
 )
@@ -477,4 +479,119 @@ func BenchmarkZeroCopy(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkCompletion measures one small kernel from launch to the host
+// knowing it has finished, by each way the host can learn it: inside a
+// closure (no hand-over to the worker) with cuStreamSynchronize, an event's
+// cuEventSynchronize, a loop of cuEventQuery, or a stream memory operation
+// (cuStreamWriteValue32) storing the call's number into mapped pinned host
+// memory that the thread polls without a driver call; and "go+value", where
+// the caller hands the launch and the store to the worker without waiting
+// for the closure's return and polls the word itself, as a synchronous
+// collective could.
+func BenchmarkCompletion(b *testing.B) {
+	w := benchWorker(b, 0)
+	s := stream(b, w)
+	p := alloc(b, w, 256)
+	ctx := context.Background()
+	var ev Event
+	var hb *HostBuffer
+	var word DevicePtr
+	do(b, w, func(c *Ctx) (err error) {
+		if ev, err = c.NewEvent(EventDisableTiming); err != nil {
+			return err
+		}
+		if hb, err = c.HostAlloc(64, HostAllocDeviceMap|HostAllocPortable); err != nil {
+			return err
+		}
+		word, err = c.HostDevicePointer(hb.Bytes())
+		return err
+	})
+	defer w.Do(ctx, func(c *Ctx) error { return errors.Join(c.DestroyEvent(ev), c.FreeHost(hb)) })
+	flag := (*atomic.Uint32)(unsafe.Pointer(&hb.Bytes()[0]))
+	var seq uint32
+	spin := func(want uint32) {
+		// A store that never comes (a failed closure) must not hang the
+		// run: give up after some seconds of polling.
+		for i := 0; flag.Load() != want; i++ {
+			if i == 1<<32-1 {
+				panic("cuda: BenchmarkCompletion: the stream's store never came")
+			}
+		}
+	}
+	ways := []struct {
+		name string
+		wait func(c *Ctx) error
+	}{
+		{"streamsync", func(c *Ctx) error { return c.StreamSynchronize(s) }},
+		{"eventsync", func(c *Ctx) error {
+			if err := c.Record(ev, s); err != nil {
+				return err
+			}
+			return c.EventSynchronize(ev)
+		}},
+		{"eventquery", func(c *Ctx) error {
+			if err := c.Record(ev, s); err != nil {
+				return err
+			}
+			for {
+				done, err := c.EventQuery(ev)
+				if done || err != nil {
+					return err
+				}
+			}
+		}},
+		{"value", func(c *Ctx) error {
+			seq++
+			if err := c.StreamWriteValue32(s, word, seq); err != nil {
+				return err
+			}
+			spin(seq)
+			return nil
+		}},
+	}
+	for _, way := range ways {
+		b.Run(way.name, func(b *testing.B) {
+			do(b, w, func(c *Ctx) error {
+				for range b.N {
+					if err := tiny(c, s, p); err != nil {
+						return err
+					}
+					if err := way.wait(c); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+	b.Run("go+value", func(b *testing.B) {
+		if api.cuStreamWriteValue32 == 0 {
+			b.Skip("the driver has no cuStreamWriteValue32")
+		}
+		for range b.N {
+			seq++
+			want := seq
+			w.Go(func(c *Ctx) error {
+				if err := tiny(c, s, p); err != nil {
+					return err
+				}
+				return c.StreamWriteValue32(s, word, want)
+			})
+			spin(want)
+		}
+	})
+	b.Run("do+streamsync", func(b *testing.B) {
+		for range b.N {
+			if err := w.Do(ctx, func(c *Ctx) error {
+				if err := tiny(c, s, p); err != nil {
+					return err
+				}
+				return c.StreamSynchronize(s)
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

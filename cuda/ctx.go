@@ -277,6 +277,18 @@ func (c *Ctx) StreamSynchronize(s Stream) error {
 	return check("cuStreamSynchronize", Result(ccall(api.cuStreamSynchronize, uintptr(s))))
 }
 
+// StreamWriteValue32 enqueues on s a 32-bit store of v at p (device
+// memory, or mapped pinned host memory's HostDevicePointer), made once
+// the work queued on s before it has completed (cuStreamWriteValue32, a
+// stream memory operation: no kernel). A host thread that polls a mapped
+// word so learns of the stream's progress without a driver call.
+func (c *Ctx) StreamWriteValue32(s Stream, p DevicePtr, v uint32) error {
+	if api.cuStreamWriteValue32 == 0 {
+		return fmt.Errorf("cuda: the driver has no cuStreamWriteValue32: %w", ErrNotSupported)
+	}
+	return check("cuStreamWriteValue32", Result(ccall(api.cuStreamWriteValue32, uintptr(s), uintptr(p), uintptr(v), 0)))
+}
+
 // StreamQuery reports whether all work queued on s has completed.
 func (c *Ctx) StreamQuery(s Stream) (bool, error) {
 	r := Result(ccall(api.cuStreamQuery, uintptr(s)))

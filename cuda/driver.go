@@ -55,6 +55,9 @@ var api struct {
 	cuStreamBeginCapture, cuStreamEndCapture, cuStreamIsCapturing                  uintptr
 	cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy uintptr
 	cuGraphGetNodes, cuGraphNodeGetType                                            uintptr
+
+	// Stream memory operations: optional, 0 where the driver lacks them.
+	cuStreamWriteValue32 uintptr
 }
 
 // The two IPC functions that take a 64-byte handle by value go through
@@ -167,6 +170,7 @@ func optionalSymbols() []cuSym {
 		{&api.cuGraphExecDestroy, []string{"cuGraphExecDestroy"}},
 		{&api.cuGraphGetNodes, []string{"cuGraphGetNodes"}},
 		{&api.cuGraphNodeGetType, []string{"cuGraphNodeGetType"}},
+		{&api.cuStreamWriteValue32, []string{"cuStreamWriteValue32_v2", "cuStreamWriteValue32"}},
 	}
 }
 
