@@ -540,7 +540,11 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 		t0 = time.Now()
 	}
 	cp := g.capture
-	err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false, cp) })
+	if k.Fused != nil && cp == nil && g.fused.polled() {
+		err = g.runPolled(ctx, k, seq)
+	} else {
+		err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false, cp) })
+	}
 	if g.stats != nil {
 		g.stats.run += time.Since(t0)
 	}

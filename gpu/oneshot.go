@@ -24,7 +24,14 @@ type fusedState struct {
 	fused.Config
 	own    cuda.DevicePtr   // this rank's region
 	status *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
-	seqs   cuda.DevicePtr   // the kernels' sequence counters (fused.SeqWords words), which they read and advance
+	// done is a word of mapped pinned memory that the stream stores the
+	// number of the last synchronous call into once its kernel has run
+	// (runPolled); doneDev is its device address, doneSeq the last number
+	// stored. done is nil where the driver cannot store from a stream.
+	done    *cuda.HostBuffer
+	doneDev cuda.DevicePtr
+	doneSeq uint32
+	seqs    cuda.DevicePtr // the kernels' sequence counters (fused.SeqWords words), which they read and advance
 	// seq is the next call's first sequence number, as the counters will
 	// hold it once the kernels queued so far (graph launches included)
 	// have run; the same on every rank. The host counts it to reset the counters and the flags
@@ -86,6 +93,7 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 			if f.status, err = c.HostAlloc(4, cuda.HostAllocPortable|cuda.HostAllocDeviceMap); err != nil {
 				return err
 			}
+			f.setupDone(c, g.s)
 			// The host region: a failure only leaves the host path out.
 			if hm := g.hostRegion(); hm != nil {
 				if c.HostRegister(hm, cuda.HostRegisterPortable|cuda.HostRegisterDeviceMap) == nil {
@@ -189,6 +197,9 @@ func (g *Comm) freeFused(f *fusedState) error {
 		}
 		if f.status != nil {
 			errs = append(errs, c.FreeHost(f.status))
+		}
+		if f.done != nil {
+			errs = append(errs, c.FreeHost(f.done))
 		}
 		if f.stage != 0 {
 			errs = append(errs, c.Free(f.stage))

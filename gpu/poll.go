@@ -1,0 +1,108 @@
+package gpu
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/wait"
+)
+
+// A synchronous fused call learns that its kernel has run from a word of
+// mapped pinned memory, not from the worker: the worker launches the
+// kernel and enqueues behind it a stream memory operation that stores the
+// call's number into the word (cuStreamWriteValue32), and returns at
+// once; the caller polls the word. Waiting inside a closure with
+// cuStreamSynchronize and handing the answer back cost a small kernel
+// 14–21 µs from the call to its return on an H100 machine, against
+// 9.6–11.6 µs this way (cuda's BenchmarkCompletion, "do+streamsync"
+// against "go+value", three rounds).
+
+// pollCheck is how often a caller whose word has not come asks the
+// driver whether the stream failed (a fault in a kernel stops the stream,
+// and the store behind it never comes).
+const pollCheck = time.Millisecond
+
+// setupDone allocates the word a synchronous fused call polls, and checks
+// once that the stream can store into it; where it cannot, done stays nil
+// and synchronous calls wait in the worker as before.
+func (f *fusedState) setupDone(c *cuda.Ctx, s cuda.Stream) {
+	h, err := c.HostAlloc(64, cuda.HostAllocPortable|cuda.HostAllocDeviceMap)
+	if err != nil {
+		return
+	}
+	p, err := c.HostDevicePointer(h.Bytes())
+	if err == nil {
+		err = c.StreamWriteValue32(s, p, 0)
+	}
+	if err == nil {
+		err = c.StreamSynchronize(s)
+	}
+	if err != nil {
+		c.FreeHost(h)
+		return
+	}
+	f.done, f.doneDev = h, p
+}
+
+// polled reports whether synchronous fused calls poll the done word.
+func (f *fusedState) polled() bool { return f != nil && f.done != nil }
+
+// runPolled runs the fused call k (sequence seq) and returns once its
+// kernel has run: the worker launches it and stores the call's number in
+// the done word behind it; the caller polls the word (wait.Backoff, the
+// executor's policy), and every pollCheck asks the driver whether the
+// stream has failed. The kernel's own device-side deadline (the call's)
+// bounds the wait for peers, as it bounds cuStreamSynchronize's. g.mu is
+// held.
+func (g *Comm) runPolled(ctx context.Context, k *Call, seq uint32) error {
+	f := g.fused
+	f.doneSeq++
+	want := f.doneSeq
+	reply := g.w.Go(func(c *cuda.Ctx) error {
+		if err := g.run(ctx, c, k, seq, true, nil); err != nil {
+			return err
+		}
+		return c.StreamWriteValue32(g.s, f.doneDev, want)
+	})
+	word := (*atomic.Uint32)(unsafe.Pointer(&f.done.Bytes()[0]))
+	bo := wait.Backoff{Spin: 50 * time.Microsecond, Goroutines: true}
+	var next time.Time
+	for i := 1; word.Load() != want; i++ {
+		select {
+		case err := <-reply:
+			if err != nil {
+				// Launched nothing, or the store was not queued: the
+				// word will not come.
+				return err
+			}
+			reply = nil
+		default:
+		}
+		if reply == nil && i&1023 == 0 {
+			if now := time.Now(); next.IsZero() {
+				next = now.Add(pollCheck)
+			} else if now.After(next) {
+				next = now.Add(pollCheck)
+				if err := g.w.Do(context.Background(), func(c *cuda.Ctx) error {
+					_, err := c.StreamQuery(g.s)
+					return err
+				}); err != nil {
+					return err
+				}
+			}
+		}
+		if d := bo.Step(true); d > 0 {
+			time.Sleep(d)
+		}
+	}
+	if reply != nil {
+		// The store came, so the closure has queued it and returns nil.
+		if err := <-reply; err != nil {
+			return err
+		}
+	}
+	return f.failed(g.rank)
+}
