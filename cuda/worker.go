@@ -115,6 +115,7 @@ type job struct {
 	state atomic.Int32
 	reply chan error // capacity 1
 	wait  *waitReq   // set for WaitEvent, fn nil
+	post  bool       // from Post: no one waits; the worker pools it after the run
 }
 
 // waitReq is a pending WaitEvent: the worker polls ev and sends the outcome
@@ -271,6 +272,21 @@ func (w *Worker) Go(fn func(*Ctx) error) <-chan error {
 	return j.reply
 }
 
+// Post queues fn to run on the worker, as Go does, for a caller that does
+// not want its error: fn reports failures its own way. It allocates
+// nothing of its own (the job comes from a pool), which matters to a
+// caller that posts a kernel launch per collective. If the worker is
+// closed, fn is not run.
+func (w *Worker) Post(fn func(*Ctx) error) {
+	j := jobPool.Get().(*job)
+	j.fn, j.cctx, j.post = fn, nil, true
+	j.state.Store(jobQueued)
+	if w.submit(j) != nil {
+		j.fn, j.post = nil, false
+		jobPool.Put(j)
+	}
+}
+
 // WaitEvent blocks until the work recorded in ev has completed on the GPU,
 // ctx is done, or the worker closes. The worker polls ev between closures.
 // ev must stay valid until WaitEvent returns. An error of the GPU work
@@ -310,10 +326,10 @@ func (w *Worker) Sync(ctx context.Context, s Stream) error {
 	if err != nil && ctx.Err() != nil {
 		// A cancelled wait leaves the event pending; destroy it instead of
 		// pooling it, once the worker gets to it.
-		w.Go(func(c *Ctx) error { return c.DestroyEvent(ev) })
+		w.Post(func(c *Ctx) error { return c.DestroyEvent(ev) })
 		return err
 	}
-	w.Go(func(c *Ctx) error { c.w.evPool = append(c.w.evPool, ev); return nil })
+	w.Post(func(c *Ctx) error { c.w.evPool = append(c.w.evPool, ev); return nil })
 	return err
 }
 
@@ -422,6 +438,9 @@ func (w *Worker) stop() {
 	w.queue, w.head = nil, 0
 	w.mu.Unlock()
 	for _, j := range queued {
+		if j.post {
+			continue // no one waits for it
+		}
 		if j.wait != nil {
 			j.wait.reply <- ErrWorkerClosed
 		} else {
@@ -456,6 +475,12 @@ func (w *Worker) stop() {
 func (w *Worker) run(j *job) {
 	if j.wait != nil {
 		w.waits = append(w.waits, j.wait)
+		return
+	}
+	if j.post {
+		w.call(j.fn)
+		j.fn, j.post = nil, false
+		jobPool.Put(j)
 		return
 	}
 	if !j.state.CompareAndSwap(jobQueued, jobRunning) {

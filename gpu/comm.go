@@ -579,7 +579,7 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	}
 	kc := *k
 	cp := g.capture
-	g.w.Go(func(c *cuda.Ctx) error {
+	g.w.Post(func(c *cuda.Ctx) error {
 		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true, cp); err != nil {
 			g.aerrMu.Lock()
 			var sm *SizeMismatchError

@@ -213,7 +213,7 @@ func (gr *Graph) Enqueue(dl time.Time) error {
 	if err != nil {
 		return err
 	}
-	g.w.Go(func(c *cuda.Ctx) error {
+	g.w.Post(func(c *cuda.Ctx) error {
 		if err := gr.launch(deadlineCtx{dl}, c, seq, true); err != nil {
 			g.aerrMu.Lock()
 			if g.aerr == nil {
