@@ -51,7 +51,7 @@ func (k ErrorKind) String() string {
 // reports it, the call, and where known the peer concerned.
 type Error struct {
 	Kind ErrorKind
-	Rank int    // the reporting rank in the communicator
+	Rank int    // the reporting rank in the communicator; -1 before it is known
 	Call string // "allreduce", "send", "init", ...
 	Peer int    // the peer concerned, or -1: its rank in the communicator
 	Err  error  // the underlying cause
@@ -65,6 +65,10 @@ type Error struct {
 
 func (e *Error) Error() string {
 	msg := fmt.Sprintf("braid: rank %d: %s: %s", e.Rank, e.Call, e.Kind)
+	if e.Rank < 0 {
+		// Before the rank is known (options checked at Init, NewLocal).
+		msg = fmt.Sprintf("braid: %s: %s", e.Call, e.Kind)
+	}
 	if e.Peer >= 0 {
 		msg += fmt.Sprintf(" (peer rank %d)", e.Peer)
 	}
