@@ -8,7 +8,7 @@ import (
 	"github.com/braid-ccl/braid/internal/dtype"
 )
 
-// Region layout, as kernels/reduce.cu lays out the region every rank
+// Region layout, as kernels/layout.cuh lays out the region every rank
 // registers: flags for MaxBlocks blocks and MaxRanks ranks, then the slots
 // from SlotsOffset, then the low-latency lines (LLOffset).
 const (
@@ -20,7 +20,7 @@ const (
 // SeqWords is the number of sequence counters (32-bit words of device
 // memory) that the fused kernels of one communicator keep on each rank
 // (Kernel.Seqs): one per block index, all holding the next call's first
-// sequence number between kernels (kernels/reduce.cu, seq_begin and
+// sequence number between kernels (kernels/fused.cuh, seq_begin and
 // seq_end).
 const SeqWords = MaxBlocks
 
@@ -32,7 +32,7 @@ const Threads = 512
 const MaxRamp = 4
 
 // BcastDirectMax is the largest fused broadcast that the root pushes to
-// every peer in one phase (kernels/reduce.cu, BCAST_DIRECT_MAX); larger
+// every peer in one phase (kernels/layout.cuh, BCAST_DIRECT_MAX); larger
 // ones on more than 2 GPUs scatter parts, which the others then exchange.
 const BcastDirectMax = 1 << 20
 
@@ -42,12 +42,12 @@ const DefaultBlocks = 64
 
 // LLMax is the largest vector, in bytes, of the low-latency one-shot
 // allreduce (OneShotLL). Its lines carry 8 bytes of data in 16
-// (kernels/reduce.cu, ONESHOT_LL_SLOT).
+// (kernels/layout.cuh, ONESHOT_LL_SLOT).
 const LLMax = 256 << 10
 
 // HostRegionBytes is the size of the host region of the multi-path
 // kernels (Kernel.Host): a half per parity of rounds, as the slots
-// (kernels/reduce.cu, HOST_HALF).
+// (kernels/layout.cuh, HOST_HALF).
 const HostRegionBytes = 16 << 20
 
 // RegionBytes is the size of a region for n ranks with slots of
@@ -313,7 +313,7 @@ func AlignedStride(count, es int) int {
 // StrideMin is the smallest block, in bytes, of a reduce-scatter that
 // Config.Shape stages at an aligned stride where its blocks are not a
 // multiple of 16 bytes. Unaligned, every block but the first is combined
-// an element at a time (kernels/reduce.cu: reduce_into takes 16-byte
+// an element at a time (kernels/fused.cuh: reduce_into takes 16-byte
 // words only where every pointer is 16-byte aligned): three H200s moved a
 // reduce-scatter of 64 MiB at 0.49× NCCL's speed. Staged, the call pays
 // two local copies (the n blocks in, one out: at about 4 TB/s, a block
