@@ -67,10 +67,11 @@ func (a *Kernel) check() error {
 	return nil
 }
 
-// The kernels' parameters, typed, in the order the kernels declare
-// them (kernels/*.cuh, included by reduce.cu); each field's cu tag is the parameter's name there (Regions: r0 to
-// r7), and TestKernelArgs holds every list against the source and every
-// field's size against the embedded PTX. cuda.Ctx.Launch passes each as
+// The kernels' parameters, typed, in the order the kernels declare them
+// (kernels/*.cuh, which reduce.cu includes); each field's cu tag is the
+// parameter's name there (Regions: r0 to r7), and TestKernelArgs holds
+// every list against the source and every field's size against the
+// embedded PTX. cuda.Ctx.Launch passes each as
 // the low-order bytes of a uint64, which pack writes in field order.
 
 // kernelArgs are the parameters of one of the fused kernels.
