@@ -171,15 +171,20 @@ func paramString(p sched.Params, es int) string {
 }
 
 // formatSeconds writes a duration in µs with three significant figures.
-func formatSeconds(s float64) string {
+func formatSeconds(s float64) string { return FormatMicros(s, "µs") }
+
+// FormatMicros writes s seconds in microseconds to three significant
+// figures, followed by unit ("µs" in messages, "us" where a tuning table's
+// plain text is written).
+func FormatMicros(s float64, unit string) string {
 	us := s * 1e6
 	switch {
 	case us < 10:
-		return fmt.Sprintf("%.2fµs", us)
+		return fmt.Sprintf("%.2f%s", us, unit)
 	case us < 100:
-		return fmt.Sprintf("%.1fµs", us)
+		return fmt.Sprintf("%.1f%s", us, unit)
 	}
-	return fmt.Sprintf("%.0fµs", us)
+	return fmt.Sprintf("%.0f%s", us, unit)
 }
 
 // Model returns the model a Default planner's caller should cost

@@ -471,15 +471,6 @@ func combineFits(fits []modelFit, def cost.Model) (memory, overhead float64, not
 
 // usString writes seconds in µs to three significant figures, as a
 // table's times are written ("us").
-func usString(s float64) string {
-	us := s * 1e6
-	switch {
-	case us < 10:
-		return fmt.Sprintf("%.2fus", us)
-	case us < 100:
-		return fmt.Sprintf("%.1fus", us)
-	}
-	return fmt.Sprintf("%.0fus", us)
-}
+func usString(s float64) string { return plan.FormatMicros(s, "us") }
 
 func rateString(r float64) string { return fmt.Sprintf("%.3gGB/s", r/1e9) }
