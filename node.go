@@ -110,8 +110,11 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			// the chunk before (two slots), so a chunk costs about one
 			// pass over its bytes and the reduction.
 			t = 2*sync + b/beta + (n-1)*b/n*gamma
-			if chunks == 1 {
-				t += b / beta // nothing to overlap with
+			if chunks == 1 && !(p.Coll == sched.Allreduce && g.Chained(int(b))) {
+				// Nothing to overlap with; the chain pipelines a chunk
+				// in segments (on the node, 4 ranks, 1 MiB: the chain
+				// 285 µs, the segmented ring the model preferred 374).
+				t += b / beta
 			}
 		}
 	case sched.Bcast:

@@ -133,6 +133,10 @@ func (g *Group) Slot() int { return g.slot }
 // FlatMax returns the largest chunk an allreduce reduces in one phase.
 func (g *Group) FlatMax() int { return g.flatMax }
 
+// Chained reports whether an allreduce's chunk of b bytes goes along the
+// rank-order pipelined chain rather than the two phases.
+func (g *Group) Chained(b int) bool { return g.chainMin > 0 && g.n >= g.chainRanks && b >= g.chainMin }
+
 // Close unmaps the area (or forgets it, for goroutine ranks).
 func (g *Group) Close() error {
 	if g.release == nil {
@@ -646,8 +650,7 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
-	chain := func(b int) bool { return g.chainMin > 0 && g.n >= g.chainRanks && b >= g.chainMin }
-	if size > g.flatMax && !chain(size) {
+	if size > g.flatMax && !g.Chained(size) {
 		g.startDirect(c, in, len(in))
 	}
 	for i := range count {
@@ -656,7 +659,7 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 		switch {
 		case b <= g.flatMax:
 			err = g.reduceFlat(c, in[off:off+b], out[off:off+b], r, -1)
-		case chain(b):
+		case g.Chained(b):
 			g.partial = g.n > 1 && !c.Confirmed
 			err = g.chainChunk(c, in[off:off+b], out[off:off+b], r, -1, true)
 		default:
