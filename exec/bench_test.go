@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/exec"
@@ -39,8 +40,17 @@ func BenchmarkRunLocal(b *testing.B) {
 
 // BenchmarkRunRing times a ring allreduce of 64 float32 on 2 ranks over
 // the in-process transport: the executor's sends, receives and polls.
-// Rank 1 runs in a goroutine of its own, as many calls as rank 0.
-func BenchmarkRunRing(b *testing.B) {
+// Rank 1 runs in a goroutine of its own, as many calls as rank 0. The
+// waits spin 64 polls, then block on the request (Env.Spin 0): a rank
+// mostly parks and is woken, so this times Go's scheduler as much as
+// the executor.
+func BenchmarkRunRing(b *testing.B) { benchRing(b, 0) }
+
+// BenchmarkRunRingSpin is BenchmarkRunRing with the waits of a
+// communicator whose ranks have a core each (Env.Spin 50µs).
+func BenchmarkRunRingSpin(b *testing.B) { benchRing(b, 50*time.Microsecond) }
+
+func benchRing(b *testing.B, spin time.Duration) {
 	const n, count = 2, 64
 	a, err := algo.Lookup(sched.Allreduce, "ring")
 	if err != nil {
@@ -66,6 +76,7 @@ func BenchmarkRunRing(b *testing.B) {
 	go func() {
 		defer wg.Done()
 		env := envFor(meshes[1])
+		env.Spin = spin
 		for k := range calls {
 			for range k {
 				env.Tag.Seq++
@@ -77,6 +88,7 @@ func BenchmarkRunRing(b *testing.B) {
 	}()
 	defer func() { close(calls); wg.Wait() }()
 	env := envFor(meshes[0])
+	env.Spin = spin
 	b.ReportAllocs()
 	b.ResetTimer()
 	calls <- b.N

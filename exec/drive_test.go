@@ -182,7 +182,7 @@ func TestDriveErrors(t *testing.T) {
 func TestDriveAllocs(t *testing.T) {
 	prog := chain([][]int32{nil, {0}, nil, {1, 2}})
 	f := newFake(4)
-	env := &exec.Env{Tag: baseTag, Wait: transport.Backoff{Spin: time.Microsecond, Goroutines: true}}
+	env := &exec.Env{Tag: baseTag, Wait: &transport.Backoff{Spin: time.Microsecond, Goroutines: true}}
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(100, func() {
 		f.started, f.tests = f.started[:0], f.tests[:0]

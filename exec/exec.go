@@ -26,10 +26,10 @@ type Env struct {
 	// Spin is how long a waiting executor polls before it yields (see
 	// transport.Backoff).
 	Spin time.Duration
-	// Wait, if not zero, is the wait policy's parameters in place of
+	// Wait, if not nil, is the wait policy's parameters in place of
 	// transport.Backoff{Spin: Spin}: package gpu's, whose ranks may be
 	// goroutines of one process, yields the goroutine and sleeps briefly.
-	Wait transport.Backoff
+	Wait *transport.Backoff
 	// Ahead starts every step whose dependencies have completed, not
 	// only the next in program order: for a backend whose started steps
 	// need a peer to act on them (package gpu's offers of destinations),
@@ -140,8 +140,8 @@ var runPool = sync.Pool{New: func() any { return new(run) }}
 func get(ctx context.Context, prog *sched.Program, env *Env, be Backend) *run {
 	r := runPool.Get().(*run)
 	r.ctx, r.prog, r.env, r.be = ctx, prog, *env, be
-	if env.Wait != (transport.Backoff{}) {
-		r.bo = env.Wait
+	if env.Wait != nil {
+		r.bo = *env.Wait
 	} else {
 		r.bo = transport.Backoff{Spin: env.Spin}
 	}
@@ -204,10 +204,24 @@ func (r *run) drive() error {
 		}
 		var e error
 		switch {
-		case r.be == nil:
+		case r.be != nil:
+			if r.status[i] == notStarted { // unless started ahead while it waited
+				e = r.start(i)
+			}
+		case steps[i].Kind == sched.KindCopy:
+			// The host's local steps run here, without a call.
+			s := &steps[i]
+			src, dst := r.slice(s.Src), r.slice(s.Dst)
+			if len(dst) > 0 && &src[0] != &dst[0] {
+				copy(dst, src)
+			}
+			r.status[i] = complete
+		case steps[i].Kind == sched.KindReduce:
+			s := &steps[i]
+			r.kernel(r.slice(s.Dst), r.slice(s.Src))
+			r.status[i] = complete
+		default:
 			e = r.startHost(i)
-		case r.status[i] == notStarted: // unless started ahead while it waited
-			e = r.start(i)
 		}
 		if e != nil {
 			return e
@@ -255,16 +269,15 @@ func (r *run) depsDone(i int) bool {
 	return true
 }
 
-// progress polls the backend and tests every step under way once; it
-// backs off when nothing moved.
+// progress tests every step under way once (and polls the backend); it
+// backs off when nothing moved. The host's requests are tested here, and
+// the checks of a slow wait are made every 64th empty poll (check): an
+// empty poll while spinning costs little more than its tests.
 func (r *run) progress() error {
 	moved := false
-	if r.be != nil {
-		moved, _ = r.be.Poll()
-	}
-	keep := r.pending[:0]
-	for _, i := range r.pending {
-		if r.be == nil {
+	if r.be == nil {
+		keep := r.pending[:0]
+		for _, i := range r.pending {
 			done, e := r.reqs[i].Test()
 			if e != nil {
 				return r.stepErr(int(i), e)
@@ -275,31 +288,13 @@ func (r *run) progress() error {
 				continue
 			}
 			keep = append(keep, i)
-			continue
 		}
-		if r.status[i] == complete {
-			continue // completed with the step before it
-		}
-		n, e := r.be.Test(int(i))
-		if e != nil {
-			return r.stepErr(int(i), e)
-		}
-		if n > 0 {
-			if e := r.completed(int(i), n); e != nil {
-				return e
-			}
-			moved = true
-			continue
-		}
-		keep = append(keep, i)
-	}
-	r.pending = keep
-	if r.env.Ahead {
-		started, e := r.ahead()
-		if e != nil {
+		r.pending = keep
+	} else {
+		var e error
+		if moved, e = r.testBackend(); e != nil {
 			return e
 		}
-		moved = moved || started
 	}
 	if moved {
 		r.bo.Reset()
@@ -311,25 +306,8 @@ func (r *run) progress() error {
 	}
 	r.polls++
 	if r.polls&63 == 0 {
-		if e := r.ctx.Err(); e != nil {
-			return r.waitErr(e)
-		}
-		if r.env.Timeout > 0 || !r.env.Deadline.IsZero() || r.env.Stall != nil && !r.stalled {
-			now := time.Now()
-			if r.env.Deadline.IsZero() && r.env.Timeout > 0 {
-				// Timeout counts from the first slow poll: a call that
-				// completes quickly never reads the clock.
-				r.env.Deadline = now.Add(r.env.Timeout)
-			}
-			if !r.env.Deadline.IsZero() && now.After(r.env.Deadline) {
-				return r.waitErr(context.DeadlineExceeded)
-			}
-			r.stall(now)
-		}
-		if r.env.Fail != nil {
-			if e := r.env.Fail(); e != nil {
-				return r.waitErr(e)
-			}
+		if e := r.check(); e != nil {
+			return e
 		}
 	}
 	var ch <-chan struct{}
@@ -337,6 +315,66 @@ func (r *run) progress() error {
 		ch = r.reqs[r.pending[0]].Done()
 	}
 	r.bo.Idle(ch)
+	return nil
+}
+
+// testBackend polls the backend, tests its steps under way once and, with
+// Env.Ahead, starts the later steps whose dependencies have completed; it
+// reports whether anything moved.
+func (r *run) testBackend() (bool, error) {
+	moved, _ := r.be.Poll()
+	keep := r.pending[:0]
+	for _, i := range r.pending {
+		if r.status[i] == complete {
+			continue // completed with the step before it
+		}
+		n, e := r.be.Test(int(i))
+		if e != nil {
+			return false, r.stepErr(int(i), e)
+		}
+		if n > 0 {
+			if e := r.completed(int(i), n); e != nil {
+				return false, e
+			}
+			moved = true
+			continue
+		}
+		keep = append(keep, i)
+	}
+	r.pending = keep
+	if r.env.Ahead {
+		started, e := r.ahead()
+		if e != nil {
+			return false, e
+		}
+		moved = moved || started
+	}
+	return moved, nil
+}
+
+// check is made every 64th empty poll: it ends the run at ctx's end, the
+// deadline or Env.Fail, and calls the stall.
+func (r *run) check() error {
+	if e := r.ctx.Err(); e != nil {
+		return r.waitErr(e)
+	}
+	if r.env.Timeout > 0 || !r.env.Deadline.IsZero() || r.env.Stall != nil && !r.stalled {
+		now := time.Now()
+		if r.env.Deadline.IsZero() && r.env.Timeout > 0 {
+			// Timeout counts from the first slow poll: a call that
+			// completes quickly never reads the clock.
+			r.env.Deadline = now.Add(r.env.Timeout)
+		}
+		if !r.env.Deadline.IsZero() && now.After(r.env.Deadline) {
+			return r.waitErr(context.DeadlineExceeded)
+		}
+		r.stall(now)
+	}
+	if r.env.Fail != nil {
+		if e := r.env.Fail(); e != nil {
+			return r.waitErr(e)
+		}
+	}
 	return nil
 }
 

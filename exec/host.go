@@ -14,8 +14,9 @@ import (
 
 // host is the state of the executor's own backend, Run's: steps over
 // env.Conn's transports on host memory, reductions with the host kernels.
-// Its steps are methods of run (startHost, and finish once progress
-// found a request done), which the loop calls directly.
+// The loop runs its copies and reductions itself, starts its transfers
+// with startHost, tests their requests and completes them with finish:
+// direct calls, no indirect call per step.
 type host struct {
 	in     []byte
 	out    []byte
@@ -100,24 +101,11 @@ func (r *run) slice(c sched.Chunk) []byte {
 	return base[lo:hi:hi]
 }
 
-// startHost starts step i, whose dependencies have completed: a copy or
-// a reduction runs at once; a send or a receive is posted on its
-// connection, and completes at once if its transport already could.
+// startHost starts the send or receive step i, whose dependencies have
+// completed, on its connection; it completes at once if its transport
+// already could. (The loop runs copies and reductions itself.)
 func (r *run) startHost(i int) error {
 	s := &r.prog.Steps[i]
-	switch s.Kind {
-	case sched.KindCopy:
-		src, dst := r.slice(s.Src), r.slice(s.Dst)
-		if len(dst) > 0 && &src[0] != &dst[0] {
-			copy(dst, src)
-		}
-		r.status[i] = complete
-		return nil
-	case sched.KindReduce:
-		r.kernel(r.slice(s.Dst), r.slice(s.Src))
-		r.status[i] = complete
-		return nil
-	}
 	c := r.env.Conn(s.Peer)
 	if c == nil {
 		return r.stepErr(i, fmt.Errorf("no connection to rank %d", s.Peer))

@@ -419,7 +419,7 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 // point-to-point call, a *PeerWaitError naming the peer.
 func (g *Comm) drive(ctx context.Context, c *cuda.Ctx, k *call) error {
 	g.be = backend{g: g, c: c, k: k}
-	env := exec.Env{Tag: transport.Tag{Seq: k.seq}, Wait: waitPolicy, Ahead: true}
+	env := exec.Env{Tag: transport.Tag{Seq: k.seq}, Wait: &waitPolicy, Ahead: true}
 	err := exec.Drive(ctx, k.k.Prog, &env, &g.be)
 	g.be.idle(false)
 	g.be = backend{}
@@ -488,7 +488,7 @@ func (g *Comm) rendezvous(ctx context.Context, seq uint32, tag int32) error {
 			prog.Steps = append(prog.Steps, sched.Step{Kind: sched.KindRecv, Peer: p, Tag: tag})
 		}
 	}
-	env := exec.Env{Tag: transport.Tag{Seq: seq}, Wait: waitPolicy}
+	env := exec.Env{Tag: transport.Tag{Seq: seq}, Wait: &waitPolicy}
 	if err := exec.Drive(ctx, prog, &env, &meeting{g: g, prog: prog, seq: seq}); err != nil {
 		return fmt.Errorf("gpu: rank %d waited for its peers to reset the fused kernels' flags until the call's context ended: %w", g.rank, err)
 	}
