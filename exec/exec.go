@@ -190,41 +190,44 @@ func (r *run) completed(i, n int) error {
 // every step and the backend's own work have completed.
 func (r *run) drive() error {
 	steps := r.prog.Steps
+	be, kernel := r.be, r.kernel
 	for i := range steps {
-		if r.status[i] != notStarted {
+		s := &steps[i]
+		if be != nil && r.status[i] != notStarted {
 			continue // completed with the step before it, or started ahead
 		}
-		r.next = i
-		for _, d := range steps[i].Deps {
+		for _, d := range s.Deps {
 			for r.status[d] != complete {
+				r.next = i // the steps after it may start ahead (Env.Ahead)
 				if e := r.progress(); e != nil {
 					return e
 				}
 			}
 		}
-		var e error
-		switch {
-		case r.be != nil:
-			if r.status[i] == notStarted { // unless started ahead while it waited
-				e = r.start(i)
+		if be == nil {
+			// The host's steps: copies and reductions run here, without
+			// a call; transfers start in startHost.
+			switch s.Kind {
+			case sched.KindCopy:
+				src, dst := r.slice(s.Src), r.slice(s.Dst)
+				if len(dst) > 0 && &src[0] != &dst[0] {
+					copy(dst, src)
+				}
+				r.status[i] = complete
+			case sched.KindReduce:
+				kernel(r.slice(s.Dst), r.slice(s.Src))
+				r.status[i] = complete
+			default:
+				if e := r.startHost(i); e != nil {
+					return e
+				}
 			}
-		case steps[i].Kind == sched.KindCopy:
-			// The host's local steps run here, without a call.
-			s := &steps[i]
-			src, dst := r.slice(s.Src), r.slice(s.Dst)
-			if len(dst) > 0 && &src[0] != &dst[0] {
-				copy(dst, src)
-			}
-			r.status[i] = complete
-		case steps[i].Kind == sched.KindReduce:
-			s := &steps[i]
-			r.kernel(r.slice(s.Dst), r.slice(s.Src))
-			r.status[i] = complete
-		default:
-			e = r.startHost(i)
+			continue
 		}
-		if e != nil {
-			return e
+		if r.status[i] == notStarted { // unless started ahead while it waited
+			if e := r.start(i); e != nil {
+				return e
+			}
 		}
 	}
 	r.next = len(steps)
@@ -469,7 +472,11 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 		}
 	}
 	r := get(ctx, prog, env, nil)
-	r.setHost(b, es, kernel)
+	n := len(prog.Steps)
+	r.in, r.out, r.es, r.kernel = b.In, b.Out, es, kernel
+	r.tmp = getBuf(prog.TmpLen * es)
+	r.reqs = resize(r.reqs, n)
+	r.stage = resize(r.stage, n)
 	defer func() { r.release(err != nil) }()
 	if err := r.drive(); err != nil {
 		return err

@@ -27,15 +27,6 @@ type host struct {
 	stage  []*[]byte
 }
 
-// setHost readies the host's state for a Run of b.
-func (r *run) setHost(b Buffers, es int, kernel reduce.Kernel) {
-	r.in, r.out, r.es, r.kernel = b.In, b.Out, es, kernel
-	r.tmp = getBuf(r.prog.TmpLen * es)
-	n := len(r.prog.Steps)
-	r.reqs = resize(r.reqs, n)
-	r.stage = resize(r.stage, n)
-}
-
 // bufPools recycle scratch and staging buffers by size class (bufClass),
 // so that a request takes a buffer of about its own size: with one pool
 // for every size, a small request could hold on to a huge buffer, and a
