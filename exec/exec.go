@@ -273,38 +273,32 @@ func (r *run) depsDone(i int) bool {
 }
 
 // progress tests every step under way once (and polls the backend); it
-// backs off when nothing moved. The host's requests are tested here, and
-// the checks of a slow wait are made every 64th empty poll (check): an
-// empty poll while spinning costs little more than its tests.
+// backs off when nothing moved. The host's requests are tested here, in
+// one function with the wait (an empty poll while spinning costs little
+// more than its tests); a backend's in progressBackend. Both wait alike:
+// the checks of a slow wait every 64th empty poll (check), then the
+// backoff.
 func (r *run) progress() error {
-	moved := false
-	if r.be == nil {
-		keep := r.pending[:0]
-		for _, i := range r.pending {
-			done, e := r.reqs[i].Test()
-			if e != nil {
-				return r.stepErr(int(i), e)
-			}
-			if done {
-				r.finish(i)
-				moved = true
-				continue
-			}
-			keep = append(keep, i)
-		}
-		r.pending = keep
-	} else {
-		var e error
-		if moved, e = r.testBackend(); e != nil {
-			return e
-		}
+	if r.be != nil {
+		return r.progressBackend()
 	}
+	moved := false
+	keep := r.pending[:0]
+	for _, i := range r.pending {
+		done, e := r.reqs[i].Test()
+		if e != nil {
+			return r.stepErr(int(i), e)
+		}
+		if done {
+			r.finish(i)
+			moved = true
+			continue
+		}
+		keep = append(keep, i)
+	}
+	r.pending = keep
 	if moved {
-		r.bo.Reset()
-		// Progress re-arms the stall: a run that stalled on a slow peer
-		// which then moved probes the next peer it waits StallAfter for
-		// (the timeout hold learns whether that one waits too).
-		r.stalled, r.stallAt = false, time.Time{}
+		r.moved()
 		return nil
 	}
 	r.polls++
@@ -314,11 +308,40 @@ func (r *run) progress() error {
 		}
 	}
 	var ch <-chan struct{}
-	if r.be == nil && len(r.pending) > 0 {
+	if len(r.pending) > 0 {
 		ch = r.reqs[r.pending[0]].Done()
 	}
 	r.bo.Idle(ch)
 	return nil
+}
+
+// progressBackend is progress over a backend.
+func (r *run) progressBackend() error {
+	moved, e := r.testBackend()
+	if e != nil {
+		return e
+	}
+	if moved {
+		r.moved()
+		return nil
+	}
+	r.polls++
+	if r.polls&63 == 0 {
+		if e := r.check(); e != nil {
+			return e
+		}
+	}
+	r.bo.Idle(nil)
+	return nil
+}
+
+// moved returns the wait to spinning once a poll found progress.
+// Progress re-arms the stall too: a run that stalled on a slow peer which
+// then moved probes the next peer it waits StallAfter for (the timeout
+// hold learns whether that one waits too).
+func (r *run) moved() {
+	r.bo.Reset()
+	r.stalled, r.stallAt = false, time.Time{}
 }
 
 // testBackend polls the backend, tests its steps under way once and, with
