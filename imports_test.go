@@ -39,6 +39,9 @@ func TestImportRules(t *testing.T) {
 		"internal/size":     {},
 		"internal/textfile": {},
 		"internal/arrival":  {},
+		// The shared-memory ring of frames: the shm transport's and the
+		// GPU executors' notices.
+		"internal/shmring": {},
 		// The one wait policy: the executor (through transport), the
 		// transports, the GPU loops and the CUDA worker.
 		"internal/wait": {},

@@ -235,7 +235,7 @@ func (m *mesh) connect(ctx context.Context) error {
 	unix.Unlink(m.path)
 	m.path = ""
 	for _, c := range m.list {
-		c.cma = atomic.LoadUint64(c.out.cma) == 1
+		c.cma = atomic.LoadUint64(c.out.CMA) == 1
 	}
 	return nil
 }
@@ -321,8 +321,8 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	if j < 0 {
 		return nil, fmt.Errorf("shm: rank %d: rank %d does not list it as a peer", m.rank, peer)
 	}
-	c.in = rx{ring: m.seg.ring(i)}
-	c.out = tx{ring: seg.ring(j)}
+	c.in = rx{Ring: m.seg.ring(i)}
+	c.out = tx{Ring: seg.ring(j)}
 	c.acks = l.slot(j, 0)
 	c.mySlots = m.seg.l.slot(i, 0)
 	c.unexp = make(map[key]*unexpMsg)
@@ -341,7 +341,7 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	if !m.opts.NoCMA {
 		var probe [8]byte
 		if cmaRead(pid, probe[:], base) == nil && *(*uint64)(unsafe.Pointer(&probe[0])) == magic {
-			atomic.StoreUint64(c.in.cma, 1)
+			atomic.StoreUint64(c.in.CMA, 1)
 		}
 	}
 	return c, nil
