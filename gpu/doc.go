@@ -149,9 +149,10 @@
 // older pull protocol, where receivers read the senders' memory.
 //
 // Notices travel through lock-free single-producer, single-consumer rings
-// in a shared-memory file, one ring per ordered pair of ranks; the file is
-// created by rank 0 and its name is passed through the host communicator
-// once.
+// in a shared-memory file, one ring per ordered pair of ranks: the shm
+// transport's rings of frames (internal/shmring), a notice a frame; the
+// file is created by rank 0 and its name is passed through the host
+// communicator once.
 //
 // The loop over a program's steps is the host's: exec.Drive, with this
 // package's backend (backend in run.go) doing the steps. Drive starts a
