@@ -24,7 +24,7 @@ func TestImportRules(t *testing.T) {
 		"topo":      {"sched", "cost"},
 		"pack":      {"topo", "sched", "cost"},
 		"cuda":      {"internal/dtype", "internal/wait"},
-		"gpu":       {"sched", "cuda", "gpu/fused", "exec", "transport", "internal/dtype", "internal/wait", "internal/shmring"},
+		"gpu":       {"sched", "cuda", "gpu/fused", "exec", "transport", "internal/dtype", "internal/wait", "internal/shmring", "internal/shmfile"},
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
 		"transport": {"internal/wait"},
 		// The fused kernels' layout, argument lists and choice sit above
