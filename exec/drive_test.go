@@ -123,6 +123,17 @@ func TestDriveAhead(t *testing.T) {
 		t.Errorf("started %v, want %v", f.started, want)
 	}
 
+	// Steps that become ready together start in program order, the one
+	// the loop waited to start first.
+	f = newFake(3)
+	f.polls[0] = 2
+	if err := exec.Drive(ctx, chain([][]int32{nil, {0}, {0}}), &exec.Env{Tag: baseTag, Ahead: true}, f); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{0, 1, 2}; !slices.Equal(f.started, want) {
+		t.Errorf("started %v, want %v", f.started, want)
+	}
+
 	// Without Ahead the same backend waits: step 2 never starts.
 	f = newFake(3)
 	f.waitFor = func(i int) bool { return i == 0 && !slices.Contains(f.started, 2) }

@@ -129,7 +129,7 @@ type run struct {
 
 	status  []uint8
 	pending []int32 // steps under way, in the order they started
-	next    int     // steps before next in program order have started
+	next    int     // the step the loop waits to start: steps before it have started
 
 	host // the host's steps' state (Run)
 }
@@ -198,7 +198,7 @@ func (r *run) drive() error {
 		}
 		for _, d := range s.Deps {
 			for r.status[d] != complete {
-				r.next = i // the steps after it may start ahead (Env.Ahead)
+				r.next = i // it and the steps after it may start ahead (Env.Ahead)
 				if e := r.progress(); e != nil {
 					return e
 				}
@@ -246,12 +246,13 @@ func (r *run) drive() error {
 	}
 }
 
-// ahead starts the steps after r.next whose dependencies have completed
-// (Env.Ahead); it reports whether it started any.
+// ahead starts, in program order, the steps from r.next on (the step the
+// loop waits to start, and those after it) whose dependencies have
+// completed (Env.Ahead); it reports whether it started any.
 func (r *run) ahead() (bool, error) {
 	moved := false
 	steps := r.prog.Steps
-	for i := r.next + 1; i < len(steps); i++ {
+	for i := r.next; i < len(steps); i++ {
 		if r.status[i] != notStarted || !r.depsDone(i) {
 			continue
 		}
