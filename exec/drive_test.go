@@ -14,11 +14,11 @@ import (
 )
 
 // fakeBackend is a Backend whose steps complete after a number of polls
-// each (polls[i]: 0 completes at Start), step fuse[i] completing step i+1
-// with step i, and whose own work stays busy for busy polls.
+// each (polls[i]: 0 completes at Start), step i completing fuse[i] steps
+// after it with it, and whose own work stays busy for busy polls.
 type fakeBackend struct {
 	polls   []int
-	fuse    []bool
+	fuse    []int
 	busy    int
 	failAt  int // a step whose Start fails, or -1
 	waitFor func(i int) bool
@@ -31,10 +31,7 @@ func (f *fakeBackend) result(i int) int {
 	if f.polls[i] > 0 || f.waitFor != nil && f.waitFor(i) {
 		return 0
 	}
-	if f.fuse[i] {
-		return 2
-	}
-	return 1
+	return 1 + f.fuse[i]
 }
 
 func (f *fakeBackend) Start(i int) (int, error) {
@@ -63,7 +60,7 @@ func (f *fakeBackend) Poll() (bool, bool) {
 }
 
 func newFake(n int) *fakeBackend {
-	return &fakeBackend{polls: make([]int, n), fuse: make([]bool, n), failAt: -1}
+	return &fakeBackend{polls: make([]int, n), fuse: make([]int, n), failAt: -1}
 }
 
 // chain is a program of n steps: receives from rank 1 with even indices,
@@ -82,20 +79,21 @@ func chain(deps [][]int32) *sched.Program {
 
 // TestDriveOrder checks Drive's loop over a backend: steps start in
 // program order once their dependencies have completed, a step under way
-// is polled until it completes, a fused step (Start returning 2) is never
-// started on its own, and the run waits for the backend's own work.
+// is polled until it completes, steps fused with one before them (Start
+// returning 3) are never started on their own, and the run waits for the
+// backend's own work.
 func TestDriveOrder(t *testing.T) {
-	prog := chain([][]int32{nil, {0}, nil, {1, 2}, {3}})
-	f := newFake(5)
+	prog := chain([][]int32{nil, {0}, nil, {1, 2}, {3}, {4}, {5}})
+	f := newFake(7)
 	f.polls[0] = 3 // step 1 waits for it; step 2 starts only after
-	f.fuse[3] = true
+	f.fuse[3] = 2  // steps 4 and 5 complete with step 3
 	f.busy = 4
 	env := &exec.Env{Tag: baseTag}
 	if err := exec.Drive(context.Background(), prog, env, f); err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{0, 1, 2, 3}; !slices.Equal(f.started, want) {
-		t.Errorf("started %v, want %v (program order; step 4 fused with 3)", f.started, want)
+	if want := []int{0, 1, 2, 3, 6}; !slices.Equal(f.started, want) {
+		t.Errorf("started %v, want %v (program order; steps 4 and 5 fused with 3)", f.started, want)
 	}
 	if want := []int{0, 0, 0}; !slices.Equal(f.tests, want) {
 		t.Errorf("tests %v, want %v", f.tests, want)
@@ -181,7 +179,7 @@ func TestDriveErrors(t *testing.T) {
 	f = newFake(3)
 	prog = chain([][]int32{nil, nil, nil})
 	f.polls[0], f.polls[1] = 1, 1<<30
-	f.fuse[0] = true
+	f.fuse[0] = 1
 	err = exec.Drive(context.Background(), prog, &exec.Env{Tag: baseTag}, f)
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), "had started") {
 		t.Errorf("a fusion of a started step: %v, want it refused", err)

@@ -93,9 +93,10 @@ func (e *StepError) Unwrap() error { return e.Err }
 type Backend interface {
 	// Start begins step i, whose dependencies have completed. It returns
 	// how many steps it completed: 0 if step i is still under way (Drive
-	// then polls it with Test), 1 if step i completed, 2 if step i+1,
-	// which had not started, completed with it (the backend ran the two
-	// fused).
+	// then polls it with Test), 1 if step i completed, k > 1 if steps
+	// i+1 to i+k-1, which had not started, completed with it (the
+	// backend ran them fused: package gpu's reduction kernel does a copy
+	// before it and one after it).
 	Start(i int) (int, error)
 	// Test polls step i, which Start left under way; it returns what
 	// Start returns.
@@ -176,11 +177,11 @@ func (r *run) start(i int) error {
 // completed records that n steps from i on completed (Backend.Start).
 func (r *run) completed(i, n int) error {
 	r.status[i] = complete
-	if n == 2 {
-		if i+1 >= len(r.status) || r.status[i+1] != notStarted {
-			return r.stepErr(i, fmt.Errorf("exec: the backend completed step %d with step %d, which had started or does not exist", i+1, i))
+	for j := i + 1; j < i+n; j++ {
+		if j >= len(r.status) || r.status[j] != notStarted {
+			return r.stepErr(i, fmt.Errorf("exec: the backend completed step %d with step %d, which had started or does not exist", j, i))
 		}
-		r.status[i+1] = complete
+		r.status[j] = complete
 	}
 	return nil
 }
