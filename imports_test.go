@@ -8,7 +8,8 @@ import (
 
 // TestImportRules keeps the layers apart (DESIGN.md): sched imports nothing
 // of Braid; algo only sched and cost; exec and sim never algo; transports
-// nothing above them; only the root package and cmd/ join the layers.
+// nothing above them; only the root package and cmd/ join the layers (gpu
+// is a backend of the executor: exec.Drive runs its programs).
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", "./...").CombinedOutput()
 	if err != nil {
@@ -23,7 +24,7 @@ func TestImportRules(t *testing.T) {
 		"topo":      {"sched", "cost"},
 		"pack":      {"topo", "sched", "cost"},
 		"cuda":      {"internal/dtype", "internal/wait"},
-		"gpu":       {"sched", "cuda", "gpu/fused", "internal/dtype", "internal/wait"},
+		"gpu":       {"sched", "cuda", "gpu/fused", "exec", "transport", "internal/dtype", "internal/wait", "internal/shmring", "internal/shmfile"},
 		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
 		"transport": {"internal/wait"},
 		// The fused kernels' layout, argument lists and choice sit above
@@ -38,6 +39,9 @@ func TestImportRules(t *testing.T) {
 		"internal/size":     {},
 		"internal/textfile": {},
 		"internal/arrival":  {},
+		// The shared-memory ring of frames: the shm transport's and the
+		// GPU executors' notices.
+		"internal/shmring": {},
 		// The one wait policy: the executor (through transport), the
 		// transports, the GPU loops and the CUDA worker.
 		"internal/wait": {},

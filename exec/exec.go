@@ -3,10 +3,8 @@ package exec
 import (
 	"context"
 	"fmt"
-	"math/bits"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/reduce"
@@ -16,7 +14,8 @@ import (
 
 // Env is what the executor needs from the communicator.
 type Env struct {
-	// Conn returns the connection to communicator rank peer.
+	// Conn returns the connection to communicator rank peer (Run; Drive's
+	// backend moves the data itself).
 	Conn func(peer int) transport.Conn
 	// Tag is the base tag of this call: Comm, Seq and Sig set; the executor
 	// sets Step from each step's Tag.
@@ -27,6 +26,16 @@ type Env struct {
 	// Spin is how long a waiting executor polls before it yields (see
 	// transport.Backoff).
 	Spin time.Duration
+	// Wait, if not nil, is the wait policy's parameters in place of
+	// transport.Backoff{Spin: Spin}: package gpu's, whose ranks may be
+	// goroutines of one process, yields the goroutine and sleeps briefly.
+	Wait *transport.Backoff
+	// Ahead starts every step whose dependencies have completed, not
+	// only the next in program order: for a backend whose started steps
+	// need a peer to act on them (package gpu's offers of destinations),
+	// so that a step held by its dependencies holds back no later step.
+	// Program order alone never deadlocks (sched.Validate proves it).
+	Ahead bool
 	// Deadline, if not zero, ends the run with context.DeadlineExceeded
 	// when it passes (in addition to ctx's own deadline).
 	Deadline time.Time
@@ -72,120 +81,209 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
+// Backend carries out the steps of one rank's program for Drive. Drive
+// owns the order: it starts a step once the steps it depends on have
+// completed, polls the steps under way, waits between empty polls as
+// Env.Wait says, ends the run at ctx's end, Env.Deadline, Env.Timeout or
+// Env.Fail, reports stalls (Env.Stall), and names the step of a failure
+// (StepError). A backend only moves data. Run's steps over transports are
+// the executor's own backend, which the loop calls directly (no indirect
+// call per step on the host's path); package gpu's steps on a GPU's
+// streams, with the notices between ranks, are another.
+type Backend interface {
+	// Start begins step i, whose dependencies have completed. It returns
+	// how many steps it completed: 0 if step i is still under way (Drive
+	// then polls it with Test), 1 if step i completed, k > 1 if steps
+	// i+1 to i+k-1, which had not started, completed with it (the
+	// backend ran them fused: package gpu's reduction kernel does a copy
+	// before it and one after it).
+	Start(i int) (int, error)
+	// Test polls step i, which Start left under way; it returns what
+	// Start returns.
+	Test(i int) (int, error)
+	// Poll is called at the start of every round of polls. It moves what
+	// the backend moves apart from steps (package gpu's notices), and
+	// reports whether anything moved and whether the backend still has
+	// work of the run's, which the run waits for once its steps have
+	// completed.
+	Poll() (moved, busy bool)
+}
+
 const (
 	notStarted uint8 = iota
 	running
 	complete
 )
 
-// run is the state of one Run, pooled so that a call allocates nothing.
+// run is the state of one Run or Drive, pooled so that a call allocates
+// nothing.
 type run struct {
-	ctx    context.Context
-	prog   *sched.Program
-	env    Env
-	in     []byte
-	out    []byte
-	tmp    *[]byte
-	es     int
-	kernel reduce.Kernel
-	bo     transport.Backoff
-	polls  int
+	ctx   context.Context
+	prog  *sched.Program
+	env   Env
+	be    Backend // nil: the host's steps (host.go)
+	bo    transport.Backoff
+	polls int
 
 	stallAt time.Time // when Stall is due; zero before the first slow poll
 	stalled bool
 
 	status  []uint8
-	reqs    []transport.Request
-	stage   []*[]byte
-	pending []int32
+	pending []int32 // steps under way, in the order they started
+	next    int     // the step the loop waits to start: steps before it have started
+
+	host // the host's steps' state (Run)
 }
 
 var runPool = sync.Pool{New: func() any { return new(run) }}
 
-// bufPools recycle scratch and staging buffers by size class (bufClass),
-// so that a request takes a buffer of about its own size: with one pool
-// for every size, a small request could hold on to a huge buffer, and a
-// large one, finding a small buffer, allocated anew while the small one
-// went back, so that memory grew with the spread of sizes (braid tune
-// reached 9 GiB).
-var bufPools [4*64 + 1]sync.Pool
-
-// bufClass returns the size class of an n-byte buffer and the size of its
-// buffers: 64 bytes and below share class 0; above, each power of two is
-// split in quarters (5/8, 6/8, 7/8 and 8/8 of it), so that a buffer is at
-// most 25% larger than asked for.
-func bufClass(n int) (class, size int) {
-	if n <= 64 {
-		return 0, 64
+// get returns a pooled run of prog, every step not started.
+func get(ctx context.Context, prog *sched.Program, env *Env, be Backend) *run {
+	r := runPool.Get().(*run)
+	r.ctx, r.prog, r.env, r.be = ctx, prog, *env, be
+	if env.Wait != nil {
+		r.bo = *env.Wait
+	} else {
+		r.bo = transport.Backoff{Spin: env.Spin}
 	}
-	k := bits.Len(uint(n - 1)) // 2^(k-1) < n <= 2^k, k >= 7
-	step := 1 << (k - 3)
-	q := (n + step - 1) / step // 5..8
-	return (k-7)*4 + q - 4, q * step
-}
-
-// getBuf returns a buffer of n bytes, aligned for every element type.
-func getBuf(n int) *[]byte {
-	if n == 0 {
-		return nil
-	}
-	class, size := bufClass(n)
-	if p, _ := bufPools[class].Get().(*[]byte); p != nil {
-		*p = (*p)[:n]
-		return p
-	}
-	w := make([]uint64, size/8)
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), size)[:n]
-	return &b
-}
-
-// putBuf returns a buffer from getBuf to its class's pool.
-func putBuf(p *[]byte) {
-	if p == nil {
-		return
-	}
-	class, size := bufClass(cap(*p))
-	if size != cap(*p) {
-		return // not from getBuf
-	}
-	bufPools[class].Put(p)
-}
-
-func (r *run) slice(c sched.Chunk) []byte {
-	var base []byte
-	switch c.Buf {
-	case sched.In:
-		base = r.in
-	case sched.Out:
-		base = r.out
-	default:
-		if r.tmp != nil {
-			base = *r.tmp
-		}
-	}
-	lo, hi := c.Off*r.es, (c.Off+c.Len)*r.es
-	return base[lo:hi:hi]
+	r.polls, r.next = 0, 0
+	r.stallAt, r.stalled = time.Time{}, false
+	n := len(prog.Steps)
+	r.status = resize(r.status, n)
+	clear(r.status)
+	r.pending = r.pending[:0]
+	return r
 }
 
 func (r *run) stepErr(i int, e error) error {
 	return &StepError{Rank: r.prog.Rank, Seq: r.env.Tag.Seq, Index: i, Step: r.prog.Steps[i], Err: e}
 }
 
-// finish completes step i whose request is done.
-func (r *run) finish(i int32) {
-	s := &r.prog.Steps[i]
-	if s.Kind == sched.KindRecvReduce {
-		r.kernel(r.slice(s.Dst), *r.stage[i])
-		putBuf(r.stage[i])
-		r.stage[i] = nil
+// start starts step i, whose dependencies have completed, on the
+// backend (the host's steps start in startHost).
+func (r *run) start(i int) error {
+	n, e := r.be.Start(i)
+	if e != nil {
+		return r.stepErr(i, e)
 	}
-	r.status[i] = complete
-	r.reqs[i] = nil
+	if n == 0 {
+		r.status[i] = running
+		r.pending = append(r.pending, int32(i))
+		return nil
+	}
+	return r.completed(i, n)
 }
 
-// progress tests every outstanding request once; it backs off when
-// nothing moved.
+// completed records that n steps from i on completed (Backend.Start).
+func (r *run) completed(i, n int) error {
+	r.status[i] = complete
+	for j := i + 1; j < i+n; j++ {
+		if j >= len(r.status) || r.status[j] != notStarted {
+			return r.stepErr(i, fmt.Errorf("exec: the backend completed step %d with step %d, which had started or does not exist", j, i))
+		}
+		r.status[j] = complete
+	}
+	return nil
+}
+
+// drive runs the program's steps: each in program order once its
+// dependencies have completed (with Env.Ahead, any step then), until
+// every step and the backend's own work have completed.
+func (r *run) drive() error {
+	steps := r.prog.Steps
+	be, kernel := r.be, r.kernel
+	for i := range steps {
+		s := &steps[i]
+		if be != nil && r.status[i] != notStarted {
+			continue // completed with the step before it, or started ahead
+		}
+		for _, d := range s.Deps {
+			for r.status[d] != complete {
+				r.next = i // it and the steps after it may start ahead (Env.Ahead)
+				if e := r.progress(); e != nil {
+					return e
+				}
+			}
+		}
+		if be == nil {
+			// The host's steps: copies and reductions run here, without
+			// a call; transfers start in startHost.
+			switch s.Kind {
+			case sched.KindCopy:
+				src, dst := r.slice(s.Src), r.slice(s.Dst)
+				if len(dst) > 0 && &src[0] != &dst[0] {
+					copy(dst, src)
+				}
+				r.status[i] = complete
+			case sched.KindReduce:
+				kernel(r.slice(s.Dst), r.slice(s.Src))
+				r.status[i] = complete
+			default:
+				if e := r.startHost(i); e != nil {
+					return e
+				}
+			}
+			continue
+		}
+		if r.status[i] == notStarted { // unless started ahead while it waited
+			if e := r.start(i); e != nil {
+				return e
+			}
+		}
+	}
+	r.next = len(steps)
+	for {
+		if len(r.pending) == 0 {
+			if r.be == nil {
+				return nil
+			}
+			if _, busy := r.be.Poll(); !busy {
+				return nil
+			}
+		}
+		if e := r.progress(); e != nil {
+			return e
+		}
+	}
+}
+
+// ahead starts, in program order, the steps from r.next on (the step the
+// loop waits to start, and those after it) whose dependencies have
+// completed (Env.Ahead); it reports whether it started any.
+func (r *run) ahead() (bool, error) {
+	moved := false
+	steps := r.prog.Steps
+	for i := r.next; i < len(steps); i++ {
+		if r.status[i] != notStarted || !r.depsDone(i) {
+			continue
+		}
+		if e := r.start(i); e != nil {
+			return moved, e
+		}
+		moved = true
+	}
+	return moved, nil
+}
+
+func (r *run) depsDone(i int) bool {
+	for _, d := range r.prog.Steps[i].Deps {
+		if r.status[d] != complete {
+			return false
+		}
+	}
+	return true
+}
+
+// progress tests every step under way once (and polls the backend); it
+// backs off when nothing moved. The host's requests are tested here, in
+// one function with the wait (an empty poll while spinning costs little
+// more than its tests); a backend's in progressBackend. Both wait alike:
+// the checks of a slow wait every 64th empty poll (check), then the
+// backoff.
 func (r *run) progress() error {
+	if r.be != nil {
+		return r.progressBackend()
+	}
 	moved := false
 	keep := r.pending[:0]
 	for _, i := range r.pending {
@@ -202,34 +300,13 @@ func (r *run) progress() error {
 	}
 	r.pending = keep
 	if moved {
-		r.bo.Reset()
-		// Progress re-arms the stall: a run that stalled on a slow peer
-		// which then moved probes the next peer it waits StallAfter for
-		// (the timeout hold learns whether that one waits too).
-		r.stalled, r.stallAt = false, time.Time{}
+		r.moved()
 		return nil
 	}
 	r.polls++
 	if r.polls&63 == 0 {
-		if e := r.ctx.Err(); e != nil {
-			return r.waitErr(e)
-		}
-		if r.env.Timeout > 0 || !r.env.Deadline.IsZero() || r.env.Stall != nil && !r.stalled {
-			now := time.Now()
-			if r.env.Deadline.IsZero() && r.env.Timeout > 0 {
-				// Timeout counts from the first slow poll: a call that
-				// completes quickly never reads the clock.
-				r.env.Deadline = now.Add(r.env.Timeout)
-			}
-			if !r.env.Deadline.IsZero() && now.After(r.env.Deadline) {
-				return r.waitErr(context.DeadlineExceeded)
-			}
-			r.stall(now)
-		}
-		if r.env.Fail != nil {
-			if e := r.env.Fail(); e != nil {
-				return r.waitErr(e)
-			}
+		if e := r.check(); e != nil {
+			return e
 		}
 	}
 	var ch <-chan struct{}
@@ -237,6 +314,95 @@ func (r *run) progress() error {
 		ch = r.reqs[r.pending[0]].Done()
 	}
 	r.bo.Idle(ch)
+	return nil
+}
+
+// progressBackend is progress over a backend.
+func (r *run) progressBackend() error {
+	moved, e := r.testBackend()
+	if e != nil {
+		return e
+	}
+	if moved {
+		r.moved()
+		return nil
+	}
+	r.polls++
+	if r.polls&63 == 0 {
+		if e := r.check(); e != nil {
+			return e
+		}
+	}
+	r.bo.Idle(nil)
+	return nil
+}
+
+// moved returns the wait to spinning once a poll found progress.
+// Progress re-arms the stall too: a run that stalled on a slow peer which
+// then moved probes the next peer it waits StallAfter for (the timeout
+// hold learns whether that one waits too).
+func (r *run) moved() {
+	r.bo.Reset()
+	r.stalled, r.stallAt = false, time.Time{}
+}
+
+// testBackend polls the backend, tests its steps under way once and, with
+// Env.Ahead, starts the later steps whose dependencies have completed; it
+// reports whether anything moved.
+func (r *run) testBackend() (bool, error) {
+	moved, _ := r.be.Poll()
+	keep := r.pending[:0]
+	for _, i := range r.pending {
+		if r.status[i] == complete {
+			continue // completed with the step before it
+		}
+		n, e := r.be.Test(int(i))
+		if e != nil {
+			return false, r.stepErr(int(i), e)
+		}
+		if n > 0 {
+			if e := r.completed(int(i), n); e != nil {
+				return false, e
+			}
+			moved = true
+			continue
+		}
+		keep = append(keep, i)
+	}
+	r.pending = keep
+	if r.env.Ahead {
+		started, e := r.ahead()
+		if e != nil {
+			return false, e
+		}
+		moved = moved || started
+	}
+	return moved, nil
+}
+
+// check is made every 64th empty poll: it ends the run at ctx's end, the
+// deadline or Env.Fail, and calls the stall.
+func (r *run) check() error {
+	if e := r.ctx.Err(); e != nil {
+		return r.waitErr(e)
+	}
+	if r.env.Timeout > 0 || !r.env.Deadline.IsZero() || r.env.Stall != nil && !r.stalled {
+		now := time.Now()
+		if r.env.Deadline.IsZero() && r.env.Timeout > 0 {
+			// Timeout counts from the first slow poll: a call that
+			// completes quickly never reads the clock.
+			r.env.Deadline = now.Add(r.env.Timeout)
+		}
+		if !r.env.Deadline.IsZero() && now.After(r.env.Deadline) {
+			return r.waitErr(context.DeadlineExceeded)
+		}
+		r.stall(now)
+	}
+	if r.env.Fail != nil {
+		if e := r.env.Fail(); e != nil {
+			return r.waitErr(e)
+		}
+	}
 	return nil
 }
 
@@ -278,10 +444,13 @@ func (r *run) stall(now time.Time) {
 
 // waitErr returns e, which ended a wait, as a StepError of the step the
 // run was waiting for: its first pending receive, else its first pending
-// step. It returns e itself if nothing is pending.
+// step, else (a backend's own work, Backend.Poll's busy) its last step.
 func (r *run) waitErr(e error) error {
 	if len(r.pending) == 0 {
-		return e
+		if len(r.prog.Steps) == 0 {
+			return e
+		}
+		return r.stepErr(len(r.prog.Steps)-1, e)
 	}
 	w := r.pending[0]
 	for _, i := range r.pending {
@@ -293,38 +462,23 @@ func (r *run) waitErr(e error) error {
 	return r.stepErr(int(w), e)
 }
 
-// release withdraws the requests still running after a failure (see
-// transport.Canceler), so that no transport writes into the caller's
-// buffers once Run has returned, and returns the run's memory to the
-// pools. A staging buffer of a failed run is left to the garbage
-// collector, in case its transport could not withdraw its request.
+// release withdraws the host's requests still running after a failure
+// (releaseHost) and returns the run to the pool.
 func (r *run) release(failed bool) {
-	if failed {
-		for i, st := range r.status {
-			if st == running && r.reqs[i] != nil {
-				transport.Cancel(r.reqs[i])
-			}
-		}
+	host := r.be == nil
+	if host {
+		r.releaseHost(failed)
 	}
-	for i := range r.stage {
-		if !failed {
-			putBuf(r.stage[i])
-		}
-		r.stage[i] = nil
-		r.reqs[i] = nil
-	}
-	if !failed {
-		putBuf(r.tmp)
-	}
-	r.tmp, r.ctx, r.prog, r.env, r.in, r.out, r.kernel = nil, nil, nil, Env{}, nil, nil, nil
-	if !failed {
+	r.ctx, r.prog, r.env, r.be = nil, nil, Env{}, nil
+	if !failed || !host {
 		runPool.Put(r)
 	}
 }
 
-// Run executes prog for this rank. It returns when every step has completed
-// or at the first failure: a transport error, ctx's end, env.Fail or
-// env.Deadline. Errors are *StepError when a step failed.
+// Run executes prog for this rank over env's transports. It returns when
+// every step has completed or at the first failure: a transport error,
+// ctx's end, env.Fail or env.Deadline. Errors are *StepError when a step
+// failed.
 func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err error) {
 	if env.Hook != nil {
 		defer func() { env.Hook(prog, err) }()
@@ -342,83 +496,15 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 			break
 		}
 	}
+	r := get(ctx, prog, env, nil)
 	n := len(prog.Steps)
-	r := runPool.Get().(*run)
-	r.ctx, r.prog, r.env, r.in, r.out, r.es, r.kernel = ctx, prog, *env, b.In, b.Out, es, kernel
+	r.in, r.out, r.es, r.kernel = b.In, b.Out, es, kernel
 	r.tmp = getBuf(prog.TmpLen * es)
-	r.bo = transport.Backoff{Spin: env.Spin}
-	r.polls = 0
-	r.stallAt, r.stalled = time.Time{}, false
-	r.status = resize(r.status, n)
 	r.reqs = resize(r.reqs, n)
 	r.stage = resize(r.stage, n)
-	r.pending = r.pending[:0]
-	for i := range r.status {
-		r.status[i] = notStarted
-	}
 	defer func() { r.release(err != nil) }()
-
-	tag := env.Tag
-	for i := range prog.Steps {
-		s := &prog.Steps[i]
-		for _, d := range s.Deps {
-			for r.status[d] != complete {
-				if e := r.progress(); e != nil {
-					return e
-				}
-			}
-		}
-		switch s.Kind {
-		case sched.KindCopy:
-			src, dst := r.slice(s.Src), r.slice(s.Dst)
-			if len(dst) > 0 && &src[0] != &dst[0] {
-				copy(dst, src)
-			}
-			r.status[i] = complete
-			continue
-		case sched.KindReduce:
-			kernel(r.slice(s.Dst), r.slice(s.Src))
-			r.status[i] = complete
-			continue
-		}
-		c := env.Conn(s.Peer)
-		if c == nil {
-			return r.stepErr(i, fmt.Errorf("no connection to rank %d", s.Peer))
-		}
-		tag.Step = uint32(s.Tag)
-		var req transport.Request
-		var e error
-		switch s.Kind {
-		case sched.KindSend:
-			req, e = c.Isend(tag, r.slice(s.Src))
-		case sched.KindRecv:
-			req, e = c.Irecv(tag, r.slice(s.Dst))
-		case sched.KindRecvReduce:
-			r.stage[i] = getBuf(s.Dst.Len * es)
-			req, e = c.Irecv(tag, *r.stage[i])
-		default:
-			e = fmt.Errorf("unknown step kind %v", s.Kind)
-		}
-		if e != nil {
-			return r.stepErr(i, e)
-		}
-		r.reqs[i] = req
-		r.status[i] = running
-		// Complete at once what can be: saves a trip through progress.
-		done, e := req.Test()
-		if e != nil {
-			return r.stepErr(i, e)
-		}
-		if done {
-			r.finish(int32(i))
-			continue
-		}
-		r.pending = append(r.pending, int32(i))
-	}
-	for len(r.pending) > 0 {
-		if e := r.progress(); e != nil {
-			return e
-		}
+	if err := r.drive(); err != nil {
+		return err
 	}
 	if b.Op == dtype.Avg {
 		for _, c := range prog.Final {
@@ -430,21 +516,19 @@ func Run(ctx context.Context, prog *sched.Program, env *Env, b Buffers) (err err
 	return nil
 }
 
-// kernels caches reduce.For per (dtype, op).
-var kernels = func() (k [32][16]reduce.Kernel) {
-	for _, d := range dtype.All() {
-		for _, o := range dtype.AllOps() {
-			k[d][o], _ = reduce.For(d, o)
-		}
+// Drive runs prog for this rank through be: the loop of Run over another
+// backend's steps (package gpu's). It returns when every step and the
+// backend's own work (Backend.Poll) have completed, or at the first
+// failure: a backend's error, ctx's end, env.Fail or env.Deadline,
+// reported as a *StepError (rank prog.Rank, call env.Tag.Seq) naming the
+// step that failed or was waited for. env.Conn is not used.
+func Drive(ctx context.Context, prog *sched.Program, env *Env, be Backend) (err error) {
+	if env.Hook != nil {
+		defer func() { env.Hook(prog, err) }()
 	}
-	return k
-}()
-
-func kernelFor(d dtype.DType, o dtype.Op) (reduce.Kernel, error) {
-	if int(d) < len(kernels) && int(o) < len(kernels[0]) && kernels[d][o] != nil {
-		return kernels[d][o], nil
-	}
-	return reduce.For(d, o)
+	r := get(ctx, prog, env, be)
+	defer r.release(false)
+	return r.drive()
 }
 
 func resize[T any](s []T, n int) []T {

@@ -86,6 +86,7 @@ type Comm struct {
 	stash   map[stashKey]notice
 	outbox  [][]notice // [peer]: notices waiting for room in the ring
 	state   []uint8
+	be      backend // the running program call's steps, for exec.Drive
 	nsend   []int
 	nrecv   []int
 	stats   *stats // Options.Stats: where the time of calls goes

@@ -5,7 +5,7 @@
 // of any size; the others run the same programs (package sched) that
 // package exec runs over host transports (ring, recursive doubling, direct
 // reduce-scatter and allgather, chains and trees), step by step, on CUDA
-// streams.
+// streams, through the same loop (exec.Drive).
 //
 // # Fused kernels
 //
@@ -149,12 +149,28 @@
 // older pull protocol, where receivers read the senders' memory.
 //
 // Notices travel through lock-free single-producer, single-consumer rings
-// in a shared-memory file, one ring per ordered pair of ranks; the file is
-// created by rank 0 and its name is passed through the host communicator
-// once. The executor polls its rings while it has nothing to issue,
-// spinning briefly, then yielding, then sleeping in short intervals (the
-// host's wait policy, internal/wait.Backoff, with the phases of
-// waitPolicy in run.go), and gives up when the call's deadline passes. Waits are issued only for
+// in a shared-memory file, one ring per ordered pair of ranks: the shm
+// transport's rings of frames (internal/shmring), a notice a frame; the
+// file is created by rank 0 and its name is passed through the host
+// communicator once.
+//
+// The loop over a program's steps is the host's: exec.Drive, with this
+// package's backend (backend in run.go) doing the steps. Drive starts a
+// step once the steps it depends on are done, in program order and ahead
+// of it (exec.Env.Ahead: a step held by its dependencies holds back no
+// later offer), polls the steps under way and the rings (backend.Poll
+// drains the arrived notices and posts those that waited for room), and
+// between empty polls waits as the host does, spinning briefly, then
+// yielding, then sleeping in short intervals (internal/wait.Backoff with
+// the phases of waitPolicy in run.go); it gives up when the call's
+// deadline passes, with an exec.StepError naming the step it waited for
+// (in a point-to-point call inside a PeerWaitError naming the peer). The
+// backend issues what a step can: it is done once its work is queued on
+// a stream, or, for a pulled Send or a pushed Recv, first posted, then
+// done once the peer's answer is in; a step it runs fused with the one or
+// two after it (see Fused steps) completes them with it. The fused
+// kernels' reset rendezvous (resetFused) is a program of one receive
+// from each peer through the same loop. Waits are issued only for
 // events whose record the peer has already issued, so the streams of the
 // ranks never wait in a cycle; an event is recorded again only in a later
 // call, after the peer has issued its wait on the earlier record (a
@@ -270,12 +286,14 @@
 //     cuLaunchKernel. Unless the call is stream-ordered, Comm.run then
 //     synchronizes the stream and reads the kernels' status
 //     (fusedState.failed).
-//  8. Schedule branch: Comm.run walks the program's steps while their
-//     dependencies are done, issuing each with Comm.step (run.go): copies
-//     with cuda.Ctx.Copy, offers and pushes through the notice rings
+//  8. Schedule branch: Comm.run offers the landing areas, then
+//     Comm.drive hands the program to exec.Drive (exec/exec.go), the
+//     host's dependency loop, with this package's backend (run.go): each
+//     step Drive starts or polls is issued by Comm.step: copies with
+//     cuda.Ctx.Copy, offers and pushes through the notice rings
 //     (mailbox.go), reductions with Comm.reduce (run.go), which calls
 //     cuda.Ctx.Reduce (cuda/reduce.go), whose reduction kernel goes out
-//     through cuda.Ctx.Launch as well. Between polls it waits as
+//     through cuda.Ctx.Launch as well. Between polls Drive waits as
 //     waitPolicy says (run.go).
 //
 // Where the kernel choice lives: what a fused kernel would be for a call

@@ -2,24 +2,24 @@ package gpu
 
 import (
 	"encoding/binary"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/internal/shmring"
 )
 
-// The mailbox is a shared-memory file holding one single-producer,
-// single-consumer ring of notices per ordered pair of ranks. A ring is a
-// consumer index (head) and a producer index (tail), each on its own cache
-// line, then ringSlots slots of slotSize bytes. The producer writes a slot,
-// then publishes it by storing tail+1; the consumer reads it, then frees it
-// by storing head+1. Both indices only grow.
+// The mailbox is a shared-memory file holding one ring of notices per
+// ordered pair of ranks: the rings of the shm transport
+// (internal/shmring), each a control block (the consumer's tail) and
+// ringData bytes. A notice is one frame of noticeBytes of payload (256
+// bytes with its header), so that a ring holds ringNotices of them.
 const (
-	slotSize  = 256
-	ringSlots = 256
-	ringHdr   = 128
-	ringBytes = ringHdr + slotSize*ringSlots
+	noticeBytes = 172
+	ringData    = 64 << 10
+	ringBytes   = shmring.CtrlSize + ringData
 )
+
+// ringNotices is how many notices a ring holds.
+var ringNotices = int((ringData - 64) / shmring.FrameLen(noticeBytes))
 
 // Notice kinds. Pulls: the sender posts ready, the receiver reads and
 // posts done. Pushes: the receiver posts dest, the sender writes and posts
@@ -96,40 +96,56 @@ type mailbox struct {
 	mem  []byte
 	n    int
 	rank int
+	out  []shmring.Tx // [peer]: the ring to peer, from the first post or take on
+	in   []shmring.Rx // [peer]: the ring from peer
 }
 
 func mailboxSize(n int) int { return n * n * ringBytes }
 
 func (m *mailbox) ring(from, to int) []byte {
 	off := (from*m.n + to) * ringBytes
-	return m.mem[off : off+ringBytes]
+	return m.mem[off : off+ringBytes : off+ringBytes]
 }
 
-func index(r []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&r[off])) }
+// rings lays out this rank's rings over mem on first use.
+func (m *mailbox) rings() {
+	if m.out != nil {
+		return
+	}
+	m.out, m.in = make([]shmring.Tx, m.n), make([]shmring.Rx, m.n)
+	for p := range m.n {
+		if p != m.rank {
+			m.out[p].Ring = shmring.At(m.ring(m.rank, p))
+			m.in[p].Ring = shmring.At(m.ring(p, m.rank))
+		}
+	}
+}
 
 // post appends n to the ring towards peer; false if the ring is full.
 func (m *mailbox) post(peer int, n *notice) bool {
-	r := m.ring(m.rank, peer)
-	head := atomic.LoadUint64(index(r, 0))
-	tail := atomic.LoadUint64(index(r, 64))
-	if tail-head >= ringSlots {
-		return false
-	}
-	s := ringHdr + int(tail%ringSlots)*slotSize
-	n.encode(r[s : s+slotSize])
-	atomic.StoreUint64(index(r, 64), tail+1)
-	return true
+	m.rings()
+	var b [noticeBytes]byte
+	n.encode(b[:])
+	return m.out[peer].Write(&shmring.Header{Kind: shmring.KindData, Chunk: noticeBytes}, b[:])
 }
 
-// take removes the oldest notice from peer into n; false if there is none.
+// take removes the oldest notice from peer into n; false if there is none
+// (and then the space of the notices taken goes back to the peer). A
+// frame that is not a notice is taken as a notice of kind 0, which no
+// step waits for.
 func (m *mailbox) take(peer int, n *notice) bool {
-	r := m.ring(peer, m.rank)
-	head := atomic.LoadUint64(index(r, 0))
-	if atomic.LoadUint64(index(r, 64)) == head {
+	m.rings()
+	r := &m.in[peer]
+	h, p := r.Next()
+	if h == nil {
+		r.Flush()
 		return false
 	}
-	s := ringHdr + int(head%ringSlots)*slotSize
-	n.decode(r[s : s+slotSize])
-	atomic.StoreUint64(index(r, 0), head+1)
+	if len(p) == noticeBytes {
+		n.decode(p)
+	} else {
+		*n = notice{}
+	}
+	r.Release(h.Chunk)
 	return true
 }

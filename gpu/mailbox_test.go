@@ -27,9 +27,9 @@ func TestMailbox(t *testing.T) {
 	}
 	a, b := mailbox{mem: mem0, n: n, rank: 0}, mailbox{mem: mem2, n: n, rank: 2}
 
-	// Fill the ring 0 → 2: it holds ringSlots notices, then refuses.
+	// Fill the ring 0 → 2: it holds ringNotices notices, then refuses.
 	var x notice
-	for i := range ringSlots {
+	for i := range ringNotices {
 		x = notice{Kind: noticeReady, Seq: 1, Tag: int32(i)}
 		if !a.post(2, &x) {
 			t.Fatalf("ring full after %d notices", i)
@@ -42,7 +42,7 @@ func TestMailbox(t *testing.T) {
 	if b.take(1, &y) {
 		t.Fatal("a notice from rank 1, which sent none")
 	}
-	for i := range ringSlots {
+	for i := range ringNotices {
 		if !b.take(0, &y) || y.Tag != int32(i) {
 			t.Fatalf("notice %d: got %+v", i, y)
 		}

@@ -2,14 +2,17 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/braid-ccl/braid/cuda"
+	"github.com/braid-ccl/braid/exec"
 	"github.com/braid-ccl/braid/gpu/fused"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/wait"
 	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/transport"
 )
 
 // Step states. A pulled Send is posted once its notice is out, and done
@@ -24,8 +27,9 @@ const (
 	stDone
 )
 
-// waitPolicy is how the GPU executor's loops wait for their peers: the
-// host's policy (internal/wait.Backoff, transport.Backoff) with these
+// waitPolicy is how exec.Drive waits for the peers of this package's
+// programs and of the fused kernels' reset rendezvous (exec.Env.Wait):
+// the host's policy (internal/wait.Backoff, transport.Backoff) with these
 // phases: spin 100µs, then yield the goroutine until 2 ms have passed
 // since the wait began, then sleep 50µs between polls. The ranks of a
 // collective arrive within microseconds of each other when they are in
@@ -55,6 +59,94 @@ type call struct {
 }
 
 func (k *call) addr(ch sched.Chunk) cuda.DevicePtr { return k.bases[ch.Buf].Add(ch.Off * k.es) }
+
+// backend is the exec.Backend of one program call: exec.Drive decides
+// when each step may start, polls the steps under way and waits between
+// polls; backend issues what a step can (step), with the main stream's
+// waits for the pushes the step depends on (syncStep) before it and the
+// events pushes wait for (markDone) after it, and moves the notices
+// (Poll). Its own state (call.state) knows more than Drive's: a pulled
+// Send or pushed Recv is posted before it is done, and a step may be
+// done fused with the one or two after it.
+type backend struct {
+	g *Comm
+	c *cuda.Ctx
+	k *call
+
+	// Options.Stats: whether a step moved since the last Poll, and since
+	// when nothing has.
+	moved     bool
+	idleSince time.Time
+}
+
+func (b *backend) Start(i int) (int, error) { return b.do(i) }
+func (b *backend) Test(i int) (int, error)  { return b.do(i) }
+
+// do issues what it can of steps[i] and returns how many steps, from i
+// on, are done by it: 0 if steps[i] is not done, else 1 and the steps
+// after it that it did fused (a step fuses with at most the two after
+// it).
+func (b *backend) do(i int) (int, error) {
+	g, c, k := b.g, b.c, b.k
+	steps, state := k.steps, k.state
+	if steps[i].Kind != sched.KindSend {
+		if err := g.syncStep(c, k, i); err != nil {
+			return 0, err
+		}
+	}
+	var before [2]bool // steps i+1 and i+2 were done before
+	for j := range before {
+		before[j] = i+1+j < len(steps) && state[i+1+j] == stDone
+	}
+	moved, err := g.step(c, k, i)
+	if err == nil && moved && k.push {
+		err = g.markDone(c, k, i, i+2)
+	}
+	if err != nil {
+		return 0, err
+	}
+	b.moved = b.moved || moved
+	if state[i] != stDone {
+		return 0, nil
+	}
+	n := 1
+	for j := range before {
+		if i+1+j >= len(steps) || before[j] || state[i+1+j] != stDone {
+			break
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Poll moves the notices: those that arrived into the stash, and those
+// that waited for room in a ring out. The call is not over while any
+// wait to go out.
+func (b *backend) Poll() (moved, busy bool) {
+	g := b.g
+	g.drain()
+	moved = g.flush()
+	if g.stats != nil {
+		b.idle(!moved && !b.moved)
+		b.moved = false
+	}
+	return moved, g.pendingOut()
+}
+
+// idle counts, for Options.Stats, the time from the first poll that
+// found nothing moved to the next that found something.
+func (b *backend) idle(idle bool) {
+	if b.g == nil || b.g.stats == nil {
+		return
+	}
+	switch {
+	case idle && b.idleSince.IsZero():
+		b.idleSince = time.Now()
+	case !idle && !b.idleSince.IsZero():
+		b.g.stats.wait += time.Since(b.idleSince)
+		b.idleSince = time.Time{}
+	}
+}
 
 // note returns a notice of the given kind for steps[i]: in a collective
 // numbered by the call's sequence number; in a point-to-point call
@@ -224,8 +316,7 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 		g.state = make([]uint8, len(steps))
 	}
 	kc.state = g.state[:len(steps)]
-	state := kc.state
-	clear(state)
+	clear(kc.state)
 	clear(g.nsend)
 	clear(g.nrecv)
 	g.nlev = 0
@@ -272,68 +363,12 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 		}
 	}
 
-	first := 0 // steps before first are done
-	idle := 0
-	bo := waitPolicy
-	var idleSince time.Time
 	var t0 time.Time
 	if g.stats != nil {
 		t0 = time.Now()
 	}
-	for first < len(steps) || g.pendingOut() {
-		g.drain()
-		progress := g.flush()
-		for i := first; i < len(steps); i++ {
-			if state[i] == stDone {
-				if i == first {
-					first++
-				}
-				continue
-			}
-			st := &steps[i]
-			if !depsDone(st, state) {
-				continue
-			}
-			if st.Kind != sched.KindSend {
-				if err := g.syncStep(c, &kc, i); err != nil {
-					return fmt.Errorf("gpu: rank %d, step %d (%v): %w", g.rank, i, st, err)
-				}
-			}
-			moved, err := g.step(c, &kc, i)
-			if err == nil && moved && kc.push {
-				// A step fuses with at most the two after it.
-				err = g.markDone(c, &kc, i, i+2)
-			}
-			if err != nil {
-				return fmt.Errorf("gpu: rank %d, step %d (%v): %w", g.rank, i, st, err)
-			}
-			progress = progress || moved
-			if state[i] == stDone && i == first {
-				first++
-			}
-		}
-		if progress {
-			if idle > 0 && g.stats != nil {
-				g.stats.wait += time.Since(idleSince)
-			}
-			idle = 0
-			bo.Reset()
-			continue
-		}
-		idle++
-		if idle == 1 && g.stats != nil {
-			idleSince = time.Now()
-		}
-		bo.Idle(nil)
-		if idle%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				if k.P2P != nil {
-					return &PeerWaitError{Rank: g.rank, Peer: waitingOn(steps, state), Err: err}
-				}
-				return fmt.Errorf("gpu: rank %d waited for its peers until the call's context ended (%d of %d steps done): %w",
-					g.rank, countDone(state), len(steps), err)
-			}
-		}
+	if err := g.drive(ctx, c, &kc); err != nil {
+		return err
 	}
 	if kc.push {
 		// The call ends when its pushes have.
@@ -377,6 +412,31 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 	return err
 }
 
+// drive issues the steps of the program call k through exec.Drive (the
+// executor's loop, with this package's backend): it returns once every
+// step's work is queued on the streams and every notice is out, or at the
+// first failure. A wait that the call's context ended is, in a
+// point-to-point call, a *PeerWaitError naming the peer.
+func (g *Comm) drive(ctx context.Context, c *cuda.Ctx, k *call) error {
+	g.be = backend{g: g, c: c, k: k}
+	env := exec.Env{Tag: transport.Tag{Seq: k.seq}, Wait: &waitPolicy, Ahead: true}
+	err := exec.Drive(ctx, k.k.Prog, &env, &g.be)
+	g.be.idle(false)
+	g.be = backend{}
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		var se *exec.StepError
+		if k.k.P2P != nil && errors.As(err, &se) {
+			return &PeerWaitError{Rank: g.rank, Peer: se.Step.Peer, Err: err}
+		}
+		return fmt.Errorf("gpu: rank %d waited for its peers until the call's context ended (%d of %d steps done): %w",
+			g.rank, countDone(k.state), len(k.steps), err)
+	}
+	return fmt.Errorf("gpu: %w", err)
+}
+
 // resetFused clears this rank's flags and low-latency lines for a fused
 // call (sequence number seq) that would pass SeqLimit, once every rank's
 // earlier kernels have ended, and returns once every rank has cleared
@@ -417,39 +477,45 @@ const (
 )
 
 // rendezvous tells every peer that this rank has reached tag of call seq
-// and waits until every peer has told it the same, or ctx ends.
+// and waits until every peer has told it the same, or ctx ends: a
+// program of one receive of a notice from each peer, run by exec.Drive
+// over meeting.
 func (g *Comm) rendezvous(ctx context.Context, seq uint32, tag int32) error {
+	prog := &sched.Program{Rank: g.rank}
 	for p := range g.n {
 		if p != g.rank {
 			g.send(p, notice{Kind: noticeReset, Seq: seq, Tag: tag})
+			prog.Steps = append(prog.Steps, sched.Step{Kind: sched.KindRecv, Peer: p, Tag: tag})
 		}
 	}
-	got := make([]bool, g.n)
-	got[g.rank] = true
-	left := g.n - 1
-	bo := waitPolicy
-	for idle := 0; left > 0 || g.pendingOut(); idle++ {
-		g.drain()
-		g.flush()
-		for p := range g.n {
-			if !got[p] {
-				if _, ok := g.take(p, noticeReset, seq, tag); ok {
-					got[p] = true
-					left--
-				}
-			}
-		}
-		if left == 0 && !g.pendingOut() {
-			break
-		}
-		bo.Idle(nil)
-		if idle%64 == 63 {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("gpu: rank %d waited for its peers to reset the fused kernels' flags until the call's context ended: %w", g.rank, err)
-			}
-		}
+	env := exec.Env{Tag: transport.Tag{Seq: seq}, Wait: &waitPolicy}
+	if err := exec.Drive(ctx, prog, &env, &meeting{g: g, prog: prog, seq: seq}); err != nil {
+		return fmt.Errorf("gpu: rank %d waited for its peers to reset the fused kernels' flags until the call's context ended: %w", g.rank, err)
 	}
 	return nil
+}
+
+// meeting is the exec.Backend of a rendezvous: a step is done once its
+// peer's reset notice is in.
+type meeting struct {
+	g    *Comm
+	prog *sched.Program
+	seq  uint32
+}
+
+func (m *meeting) Start(i int) (int, error) { return m.Test(i) }
+
+func (m *meeting) Test(i int) (int, error) {
+	st := &m.prog.Steps[i]
+	if _, ok := m.g.take(st.Peer, noticeReset, m.seq, st.Tag); ok {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func (m *meeting) Poll() (moved, busy bool) {
+	m.g.drain()
+	return m.g.flush(), m.g.pendingOut()
 }
 
 // step issues what it can of steps[i] and reports whether anything moved.
@@ -923,30 +989,11 @@ func (g *Comm) readDone(c *cuda.Ctx, k *call, i int) error {
 	return nil
 }
 
-func depsDone(st *sched.Step, state []uint8) bool {
-	for _, d := range st.Deps {
-		if state[d] != stDone {
-			return false
-		}
-	}
-	return true
-}
-
-// waitingOn returns the peer of the first step not done, or -1.
-func waitingOn(steps []sched.Step, state []uint8) int {
-	for i, s := range state {
-		if s != stDone && steps[i].Kind != sched.KindCopy {
-			return steps[i].Peer
-		}
-	}
-	return -1
-}
-
 // PeerWaitError says that a point-to-point call waited for its peer until
 // the call's context ended.
 type PeerWaitError struct {
 	Rank, Peer int
-	Err        error // the context's
+	Err        error // the executor's *exec.StepError, which wraps the context's
 }
 
 func (e *PeerWaitError) Error() string {

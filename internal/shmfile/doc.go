@@ -1,4 +1,6 @@
-// Package shmfile reaps the files that Braid's ranks make in /dev/shm and
+// Package shmfile makes and maps the files that Braid's ranks share in
+// /dev/shm (Create, Open: the shm transport's segments, the host
+// collectives' areas, package gpu's mailbox), and reaps those that ranks
 // unlink once their peers have mapped them: a rank killed in between
 // leaves its file behind. Such files carry their maker's pid and PID
 // namespace in their names, so that a later rank can tell, without opening

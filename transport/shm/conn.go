@@ -300,24 +300,24 @@ func (c *conn) progress() bool {
 
 // drain handles every frame in the inbound ring. Called under rmu.
 func (c *conn) drain() (moved bool) {
-	defer c.in.flush()
+	defer c.in.Flush()
 	// At most one ring's worth per call, so that a sender that keeps
 	// writing cannot keep the caller here.
-	for stop := c.in.t + uint64(len(c.in.data)); c.in.t < stop; {
-		h, payload := c.in.next()
+	for stop := c.in.Pos() + uint64(len(c.in.Data)); c.in.Pos() < stop; {
+		h, payload := c.in.Next()
 		if h == nil {
 			return moved
 		}
 		moved = true
-		chunk := h.chunk
+		chunk := h.Chunk
 		switch {
-		case h.kind == kindData && len(payload) == int(chunk) && c.onData(h, payload):
-		case h.kind == kindRndv && c.onRndv(h):
+		case h.Kind == kindData && len(payload) == int(chunk) && c.onData(h, payload):
+		case h.Kind == kindRndv && c.onRndv(h):
 		default:
-			c.fail(fmt.Errorf("shm: rank %d: corrupt frame (kind %d) from rank %d: %w", c.m.rank, h.kind, c.peer, transport.ErrPeerLost), true)
+			c.fail(fmt.Errorf("shm: rank %d: corrupt frame (kind %d) from rank %d: %w", c.m.rank, h.Kind, c.peer, transport.ErrPeerLost), true)
 			return moved
 		}
-		c.in.release(chunk)
+		c.in.Release(chunk)
 	}
 	return moved
 }
@@ -325,8 +325,8 @@ func (c *conn) drain() (moved bool) {
 // onData handles a data frame: a whole message or one chunk of one. It
 // returns false if the frame contradicts the frames before it.
 func (c *conn) onData(h *frameHdr, p []byte) bool {
-	k := key{h.comm, h.seq, h.step}
-	sig, total, off := h.sig, h.total, h.off
+	k := key{h.Comm, h.Seq, h.Step}
+	sig, total, off := h.Sig, h.Total, h.Off
 	n := uint64(len(p))
 	if total > maxMessage || off > total || total-off < n {
 		return false
@@ -394,23 +394,23 @@ func (c *conn) onData(h *frameHdr, p []byte) bool {
 // is corrupt: a completion slot outside the peer's, which the receiver
 // would write to, or an impossible length.
 func (c *conn) onRndv(h *frameHdr) bool {
-	if h.slot >= uint32(c.peerSeg.l.nSlots) || h.total > maxMessage {
+	if h.Slot >= uint32(c.peerSeg.l.nSlots) || h.Total > maxMessage {
 		return false
 	}
-	k := key{h.comm, h.seq, h.step}
+	k := key{h.Comm, h.Seq, h.Step}
 	r := c.popPosted(k)
 	if r == nil {
-		u := c.newUnexp(kindRndv, h.sig, h.total)
-		u.addr, u.slot, u.gen = h.off, h.slot, h.gen
+		u := c.newUnexp(kindRndv, h.Sig, h.Total)
+		u.addr, u.slot, u.gen = h.Off, h.Slot, h.Gen
 		c.pushUnexp(k, u)
 		return true
 	}
-	if err := c.mismatch(r.tag, r.buf, h.sig, h.total); err != nil {
-		c.ack(h.slot, h.gen, ackMismatch)
+	if err := c.mismatch(r.tag, r.buf, h.Sig, h.Total); err != nil {
+		c.ack(h.Slot, h.Gen, ackMismatch)
 		r.complete(err)
 		return true
 	}
-	r.addr, r.slot, r.gen = h.off, h.slot, h.gen
+	r.addr, r.slot, r.gen = h.Off, h.Slot, h.Gen
 	r.state.Store(recvRndv) // the receive's owner copies in Test
 	return true
 }
@@ -485,11 +485,11 @@ func (c *conn) pushData(tag transport.Tag, data []byte, p *progress) bool {
 	if !c.cma {
 		limit = c.m.opts.chunk
 	}
-	h := frameHdr{kind: kindData, comm: tag.Comm, seq: tag.Seq, step: tag.Step, sig: tag.Sig, total: uint64(len(data))}
+	h := frameHdr{Kind: kindData, Comm: tag.Comm, Seq: tag.Seq, Step: tag.Step, Sig: tag.Sig, Total: uint64(len(data))}
 	for !p.started || p.sent < len(data) {
 		n := min(len(data)-p.sent, limit)
-		h.chunk, h.off = uint32(n), uint64(p.sent)
-		if !c.out.write(&h, data[p.sent:p.sent+n]) {
+		h.Chunk, h.Off = uint32(n), uint64(p.sent)
+		if !c.out.Write(&h, data[p.sent:p.sent+n]) {
 			return false
 		}
 		p.started = true
@@ -513,10 +513,10 @@ func (c *conn) pushRndv(s *sendReq) {
 		s.hasSlot = true
 		c.slots[s.slot] = s
 	}
-	h := frameHdr{kind: kindRndv, comm: s.tag.Comm, seq: s.tag.Seq, step: s.tag.Step, sig: s.tag.Sig,
-		total: uint64(len(s.data)), slot: s.slot, gen: s.gen}
-	h.off = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.data))))
-	if c.out.write(&h, nil) {
+	h := frameHdr{Kind: kindRndv, Comm: s.tag.Comm, Seq: s.tag.Seq, Step: s.tag.Step, Sig: s.tag.Sig,
+		Total: uint64(len(s.data)), Slot: s.slot, Gen: s.gen}
+	h.Off = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.data))))
+	if c.out.Write(&h, nil) {
 		s.started = true
 	}
 }

@@ -19,8 +19,8 @@ func fuzzConn(data []byte) *conn {
 	var tail, cma uint64
 	m := &mesh{rank: 0, opts: Options{RingSize: fuzzRingSize, Slots: 8}.withDefaults()}
 	c := &conn{m: m, peer: 1, unexp: map[key]*unexpMsg{}, partial: map[key]partial{}}
-	c.in = rx{ring: ring{tail: &tail, cma: &cma, data: data}}
-	c.out = tx{ring: ring{tail: &tail, cma: &cma, data: make([]byte, fuzzRingSize)}}
+	c.in = rx{Ring: ring{Tail: &tail, CMA: &cma, Data: data}}
+	c.out = tx{Ring: ring{Tail: &tail, CMA: &cma, Data: make([]byte, fuzzRingSize)}}
 	l := newLayout(1, m.opts.Slots, fuzzRingSize)
 	c.peerSeg = &segment{mem: make([]byte, l.size), l: l}
 	c.acks = l.slot(0, 0)
@@ -62,7 +62,7 @@ func FuzzRing(f *testing.F) {
 	f.Fuzz(func(t *testing.T, spec, corrupt []byte) {
 		c := fuzzConn(make([]byte, fuzzRingSize))
 		w := &c.out
-		w.data = c.in.data
+		w.Data = c.in.Data
 		type message struct {
 			tag   transport.Tag
 			total int
@@ -74,19 +74,19 @@ func FuzzRing(f *testing.F) {
 				total: int(binary.LittleEndian.Uint16(spec[5:])), rndv: spec[0]&1 == 1}
 			chunk := max(1, int(binary.LittleEndian.Uint16(spec[7:])))
 			data := bytes.Repeat([]byte{byte(i)}, m.total)
-			h := frameHdr{comm: m.tag.Comm, seq: m.tag.Seq, step: m.tag.Step, sig: m.tag.Sig, total: uint64(m.total)}
+			h := frameHdr{Comm: m.tag.Comm, Seq: m.tag.Seq, Step: m.tag.Step, Sig: m.tag.Sig, Total: uint64(m.total)}
 			if m.rndv {
-				h.kind, h.slot, h.gen = kindRndv, uint32(spec[9]%8), uint32(binary.LittleEndian.Uint16(spec[10:]))
-				if !w.write(&h, nil) {
+				h.Kind, h.Slot, h.Gen = kindRndv, uint32(spec[9]%8), uint32(binary.LittleEndian.Uint16(spec[10:]))
+				if !w.Write(&h, nil) {
 					break
 				}
 			} else {
-				h.kind = kindData
+				h.Kind = kindData
 				full := false
 				for off := 0; off < m.total || off == 0; off += chunk {
 					n := min(chunk, m.total-off)
-					h.chunk, h.off = uint32(n), uint64(off)
-					if !w.write(&h, data[off:off+n]) {
+					h.Chunk, h.Off = uint32(n), uint64(off)
+					if !w.Write(&h, data[off:off+n]) {
 						full = true
 						break
 					}
@@ -103,8 +103,8 @@ func FuzzRing(f *testing.F) {
 		corrupted := false
 		for ; len(corrupt) >= 3; corrupt = corrupt[3:] {
 			off := int(binary.LittleEndian.Uint16(corrupt)) % fuzzRingSize
-			if c.in.data[off] != corrupt[2] {
-				c.in.data[off] = corrupt[2]
+			if c.in.Data[off] != corrupt[2] {
+				c.in.Data[off] = corrupt[2]
 				corrupted = true
 			}
 		}
@@ -177,11 +177,11 @@ func FuzzRing(f *testing.F) {
 // posted: the receiver keeps what arrived and allocates about that much.
 func TestAnnouncedLength(t *testing.T) {
 	c := fuzzConn(make([]byte, fuzzRingSize))
-	c.out.data = c.in.data
+	c.out.Data = c.in.Data
 	tag := transport.Tag{Comm: 1, Seq: 2, Step: 3, Sig: 4}
 	data := bytes.Repeat([]byte{7}, 1000)
-	h := frameHdr{kind: kindData, comm: tag.Comm, seq: tag.Seq, step: tag.Step, sig: tag.Sig, total: maxMessage, chunk: uint32(len(data))}
-	if !c.out.write(&h, data) {
+	h := frameHdr{Kind: kindData, Comm: tag.Comm, Seq: tag.Seq, Step: tag.Step, Sig: tag.Sig, Total: maxMessage, Chunk: uint32(len(data))}
+	if !c.out.Write(&h, data) {
 		t.Fatal("the frame does not fit the ring")
 	}
 	var before, after runtime.MemStats

@@ -3,6 +3,8 @@ package shm
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/braid-ccl/braid/internal/shmring"
 )
 
 // A segment is one rank's shared-memory file: a header, the completion
@@ -45,11 +47,9 @@ const (
 	magic   = 0x4d48534449415242 // "BRAIDSHM"
 	version = 2
 
-	// ctrlSize is the size of a ring's control block: the tail and the cma
-	// flag on a cache line of their own.
-	ctrlSize  = 64
-	ctrlTail  = 0
-	ctrlCMA   = 8
+	// ctrlSize is the size of a ring's control block (shmring.At): the
+	// tail and the cma flag on a cache line of their own.
+	ctrlSize  = shmring.CtrlSize
 	pageBytes = 4096
 )
 
@@ -110,11 +110,7 @@ func (s *segment) peerRank(i int) int { return int(*s.u32(offPeers + 4*i)) }
 // ring returns the ring that carries frames from the owner's i-th peer.
 func (s *segment) ring(i int) ring {
 	c := s.l.ctrl(i)
-	return ring{
-		tail: s.u64(c + ctrlTail),
-		cma:  s.u64(c + ctrlCMA),
-		data: s.mem[c+ctrlSize : c+ctrlSize+s.l.ringSize : c+ctrlSize+s.l.ringSize],
-	}
+	return shmring.At(s.mem[c : c+ctrlSize+s.l.ringSize : c+ctrlSize+s.l.ringSize])
 }
 
 // readLayout returns the layout that a mapped segment's header describes,

@@ -48,7 +48,7 @@ func FuzzReadLayout(f *testing.F) {
 			_ = s.peerRank(i)
 			if i == 0 || i == l.nPeers-1 {
 				r := s.ring(i)
-				_ = r.data[len(r.data)-1]
+				_ = r.Data[len(r.Data)-1]
 				_ = s.u64(l.slot(i, l.nSlots-1))
 			}
 		}

@@ -235,7 +235,7 @@ func (m *mesh) connect(ctx context.Context) error {
 	unix.Unlink(m.path)
 	m.path = ""
 	for _, c := range m.list {
-		c.cma = atomic.LoadUint64(c.out.cma) == 1
+		c.cma = atomic.LoadUint64(c.out.CMA) == 1
 	}
 	return nil
 }
@@ -250,23 +250,10 @@ func (m *mesh) create(l layout) error {
 	h := fnv.New64a()
 	h.Write([]byte(m.cfg.Prefix))
 	m.path = filepath.Join(m.opts.Dir, segmentName(h.Sum64(), m.rank, m.pid, pidNS(), rnd))
-	fd, err := unix.Open(m.path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	mem, err := shmfile.Create(m.path, l.size)
 	if err != nil {
-		m.path = ""
-		return fmt.Errorf("shm: rank %d: create segment: %w", m.rank, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Fallocate(fd, 0, 0, int64(l.size)); err != nil {
-		if !errors.Is(err, unix.EOPNOTSUPP) {
-			return fmt.Errorf("shm: rank %d: allocate segment %s (%d bytes) in %s: %w", m.rank, m.path, l.size, m.opts.Dir, err)
-		}
-		if err := unix.Ftruncate(fd, int64(l.size)); err != nil {
-			return fmt.Errorf("shm: rank %d: size segment %s: %w", m.rank, m.path, err)
-		}
-	}
-	mem, err := unix.Mmap(fd, 0, l.size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("shm: rank %d: map segment %s: %w", m.rank, m.path, err)
+		m.path = "" // removed
+		return fmt.Errorf("shm: rank %d: segment in %s: %w", m.rank, m.opts.Dir, err)
 	}
 	m.seg = &segment{mem: mem, l: l}
 	return nil
@@ -288,19 +275,9 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 		return nil, fmt.Errorf("shm: rank %d: bad store entry for rank %d: %w", m.rank, peer, err)
 	}
 	path := f[2]
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	mem, err := shmfile.Open(path, nil)
 	if err != nil {
-		return nil, fmt.Errorf("shm: rank %d: open segment of rank %d: %w", m.rank, peer, err)
-	}
-	var st unix.Stat_t
-	err = unix.Fstat(fd, &st)
-	var mem []byte
-	if err == nil {
-		mem, err = unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	}
-	unix.Close(fd)
-	if err != nil {
-		return nil, fmt.Errorf("shm: rank %d: map segment %s of rank %d: %w", m.rank, path, peer, err)
+		return nil, fmt.Errorf("shm: rank %d: segment of rank %d: %w", m.rank, peer, err)
 	}
 	l, ok := readLayout(mem)
 	seg := &segment{mem: mem, l: l}
@@ -321,8 +298,8 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	if j < 0 {
 		return nil, fmt.Errorf("shm: rank %d: rank %d does not list it as a peer", m.rank, peer)
 	}
-	c.in = rx{ring: m.seg.ring(i)}
-	c.out = tx{ring: seg.ring(j)}
+	c.in = rx{Ring: m.seg.ring(i)}
+	c.out = tx{Ring: seg.ring(j)}
 	c.acks = l.slot(j, 0)
 	c.mySlots = m.seg.l.slot(i, 0)
 	c.unexp = make(map[key]*unexpMsg)
@@ -341,7 +318,7 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	if !m.opts.NoCMA {
 		var probe [8]byte
 		if cmaRead(pid, probe[:], base) == nil && *(*uint64)(unsafe.Pointer(&probe[0])) == magic {
-			atomic.StoreUint64(c.in.cma, 1)
+			atomic.StoreUint64(c.in.CMA, 1)
 		}
 	}
 	return c, nil

@@ -246,26 +246,9 @@ func create(dir string, size, n, slot int, secret []byte) ([]byte, string, error
 	}
 	reapStale(dir)
 	path := filepath.Join(dir, areaName(os.Getpid(), shmfile.PIDNamespace(), rnd))
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	mem, err := shmfile.Create(path, size)
 	if err != nil {
-		return nil, "", fmt.Errorf("create %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	fail := func(what string, err error) ([]byte, string, error) {
-		unix.Unlink(path)
-		return nil, "", fmt.Errorf("%s %s (%d bytes): %w", what, path, size, err)
-	}
-	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil {
-		if !errors.Is(err, unix.EOPNOTSUPP) {
-			return fail("allocate", err)
-		}
-		if err := unix.Ftruncate(fd, int64(size)); err != nil {
-			return fail("size", err)
-		}
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fail("map", err)
+		return nil, "", err
 	}
 	*(*uint64)(unsafe.Pointer(&mem[hdrRanks])) = uint64(n)
 	*(*uint64)(unsafe.Pointer(&mem[hdrSlot])) = uint64(slot)
@@ -277,21 +260,14 @@ func create(dir string, size, n, slot int, secret []byte) ([]byte, string, error
 
 // open maps the area that rank 0 made and checks its header.
 func open(path string, size, n, slot int, secret []byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	mem, err := shmfile.Open(path, func(got int64) error {
+		if got != int64(size) {
+			return fmt.Errorf("%s has %d bytes, want %d (ranks disagree on the group or its slot)", path, got, size)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	if st.Size != int64(size) {
-		return nil, fmt.Errorf("%s has %d bytes, want %d (ranks disagree on the group or its slot)", path, st.Size, size)
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("map %s: %w", path, err)
+		return nil, err
 	}
 	ok := atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[hdrMagic]))) == areaMagic &&
 		*(*uint64)(unsafe.Pointer(&mem[hdrRanks])) == uint64(n) &&
