@@ -252,11 +252,20 @@ func TestProcesses(t *testing.T) {
 	if err := waitFile(ctx, dir, "ready1"); err != nil {
 		t.Fatal(err)
 	}
+	// The time of the kill is in place, whole (renamed), before the kill:
+	// rank 1 reads it as soon as it sees rank 2 gone, which may come
+	// before this rank would have written it after the signal.
 	killed := time.Now()
+	tmp := filepath.Join(dir, "killed.tmp")
+	if err := os.WriteFile(tmp, []byte(killed.Format(time.RFC3339Nano)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "killed")); err != nil {
+		t.Fatal(err)
+	}
 	if err := cmds[1].Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "killed"), []byte(killed.Format(time.RFC3339Nano)), 0o644)
 	err = transport.Wait(ctx, nil, r)
 	if d := time.Since(killed); d > 2*time.Second {
 		t.Errorf("ErrPeerLost %v after the kill, want < 2s", d)
@@ -274,7 +283,8 @@ func TestProcesses(t *testing.T) {
 	rr, _ := m.Conn(1).Irecv(transport.Tag{Comm: 3}, buf)
 	sr, _ := m.Conn(1).Isend(transport.Tag{Comm: 3}, pattern(1<<20+1, 9))
 	if err := transport.Wait(ctx, nil, rr, sr); err != nil {
-		t.Fatal(err)
+		werr := cmds[0].Wait()
+		t.Fatalf("exchange with rank 1 after the kill: %v (rank 1: %v)\n%s", err, werr, outs[0])
 	}
 	if err := cmds[0].Wait(); err != nil {
 		t.Errorf("rank 1: %v\n%s", err, outs[0])
