@@ -58,6 +58,10 @@ func (f *fusedState) polled() bool { return f != nil && f.done != nil }
 // bounds the wait for peers, as it bounds cuStreamSynchronize's. g.mu is
 // held.
 func (g *Comm) runPolled(ctx context.Context, k *Call, seq uint32) error {
+	if err := ctx.Err(); err != nil {
+		// As Worker.Do does for a closure not yet started: nothing runs.
+		return err
+	}
 	f := g.fused
 	f.doneSeq++
 	want := f.doneSeq
