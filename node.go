@@ -123,9 +123,15 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 		// of the one before (two slots). On the node, a 2-rank broadcast
 		// of 256 KiB–1 MiB through the area took twice a binomial's time
 		// over the shm transport's single copy (process_vm_readv), which
-		// the model with one pass had ranked the other way.
+		// the model with one pass had ranked the other way. Below the
+		// transport's eager limit its messages are copied twice too (in
+		// and out of its ring), which the link model does not price: the
+		// second pass is left out there, or the area would lose sizes it
+		// wins (the node, 2 ranks, 16 KiB: the area 3.0–3.4 µs, binomial
+		// 3.65–4.3; at 64 KiB binomial's single copy wins, 6.7–8 against
+		// 7.7–9).
 		t = sync + b/beta
-		if chunks == 1 {
+		if chunks == 1 && b >= m.Eager {
 			t += b / beta
 		}
 	case sched.Allgather:
