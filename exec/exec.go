@@ -277,9 +277,8 @@ func (r *run) depsDone(i int) bool {
 // progress tests every step under way once (and polls the backend); it
 // backs off when nothing moved. The host's requests are tested here, in
 // one function with the wait (an empty poll while spinning costs little
-// more than its tests); a backend's in progressBackend. Both wait alike:
-// the checks of a slow wait every 64th empty poll (check), then the
-// backoff.
+// more than its tests); a backend's in progressBackend. Both wait in
+// idle.
 func (r *run) progress() error {
 	if r.be != nil {
 		return r.progressBackend()
@@ -303,18 +302,11 @@ func (r *run) progress() error {
 		r.moved()
 		return nil
 	}
-	r.polls++
-	if r.polls&63 == 0 {
-		if e := r.check(); e != nil {
-			return e
-		}
-	}
 	var ch <-chan struct{}
 	if len(r.pending) > 0 {
 		ch = r.reqs[r.pending[0]].Done()
 	}
-	r.bo.Idle(ch)
-	return nil
+	return r.idle(ch)
 }
 
 // progressBackend is progress over a backend.
@@ -327,13 +319,19 @@ func (r *run) progressBackend() error {
 		r.moved()
 		return nil
 	}
+	return r.idle(nil)
+}
+
+// idle is an empty poll: the checks of a slow wait every 64th (check),
+// then the backoff, woken early by ch where it is not nil.
+func (r *run) idle(ch <-chan struct{}) error {
 	r.polls++
 	if r.polls&63 == 0 {
 		if e := r.check(); e != nil {
 			return e
 		}
 	}
-	r.bo.Idle(nil)
+	r.bo.Idle(ch)
 	return nil
 }
 
