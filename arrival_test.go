@@ -146,16 +146,9 @@ func TestClockOffset(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	var out lockedBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	err := launch.Run(ctx, launch.Config{N: 3, Prog: os.Args[0], Stdout: &out, Stderr: &out,
-		Env: []string{"BRAID_TEST_CHILD=clock"}})
-	if err != nil {
-		t.Fatalf("%v:\n%s", err, out.String())
-	}
+	out := runClockChildren(t, "clock")
 	seen := 0
-	for _, l := range strings.Split(out.String(), "\n") {
+	for _, l := range strings.Split(out, "\n") {
 		var r int
 		var off, bound time.Duration
 		if _, err := fmt.Sscanf(l, "OFFSET %d %d %d", &r, &off, &bound); err != nil {
@@ -171,8 +164,23 @@ func TestClockOffset(t *testing.T) {
 		}
 	}
 	if seen != 3 {
-		t.Errorf("%d ranks printed their offset:\n%s", seen, out.String())
+		t.Errorf("%d ranks printed their offset:\n%s", seen, out)
 	}
+}
+
+// runClockChildren runs three ranks of child role (over TCP: each claims
+// a host of its own) and returns their output.
+func runClockChildren(t *testing.T, role string) string {
+	t.Helper()
+	var out lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := launch.Run(ctx, launch.Config{N: 3, Prog: os.Args[0], Stdout: &out, Stderr: &out,
+		Env: []string{"BRAID_TEST_CHILD=" + role}})
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	return out.String()
 }
 
 func init() { childRoles["clockrefresh"] = clockRefreshChild }
@@ -215,16 +223,9 @@ func TestClockRefresh(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	var out lockedBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	err := launch.Run(ctx, launch.Config{N: 3, Prog: os.Args[0], Stdout: &out, Stderr: &out,
-		Env: []string{"BRAID_TEST_CHILD=clockrefresh"}})
-	if err != nil {
-		t.Fatalf("%v:\n%s", err, out.String())
-	}
+	out := runClockChildren(t, "clockrefresh")
 	seen := 0
-	for _, l := range strings.Split(out.String(), "\n") {
+	for _, l := range strings.Split(out, "\n") {
 		var r int
 		var off, bound time.Duration
 		var n uint64
@@ -243,6 +244,6 @@ func TestClockRefresh(t *testing.T) {
 		}
 	}
 	if seen != 3 {
-		t.Errorf("%d ranks printed their offset:\n%s", seen, out.String())
+		t.Errorf("%d ranks printed their offset:\n%s", seen, out)
 	}
 }
