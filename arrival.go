@@ -83,16 +83,20 @@ func (k *clock) now() int64 { return k.baseNS + k.off.Load() + int64(time.Since(
 // by a 1 in 2^32 chance.
 func clockComm(job uint32) uint32 { return job ^ 0x636c6f63 }
 
+// clockRemote reports whether rank r estimates its clock's offset from
+// rank 0's host (at Init and, with Options.ClockRefresh, again): it runs
+// on another host than rank 0's.
+func (w *world) clockRemote(r int) bool { return w.hosts[r] != w.hosts[0] }
+
 // syncClock estimates the offset of this rank's host clock from rank 0's
 // host, on ranks of other hosts; rank 0 answers their pings. Ranks of
 // rank 0's host exchange nothing.
 func (w *world) syncClock(ctx context.Context, job uint32) error {
-	h0 := w.hosts[0]
 	if w.rank == 0 {
 		var wg sync.WaitGroup
 		errs := make([]error, w.size)
 		for r := 1; r < w.size; r++ {
-			if w.hosts[r] == h0 {
+			if !w.clockRemote(r) {
 				continue
 			}
 			wg.Add(1)
@@ -109,7 +113,7 @@ func (w *world) syncClock(ctx context.Context, job uint32) error {
 		}
 		return nil
 	}
-	if w.hosts[w.rank] == h0 {
+	if !w.clockRemote(w.rank) {
 		return nil
 	}
 	rtt, delta, err := w.pingClock(ctx, job, 0, clockRounds, func(r transport.Request) error { return transport.Wait(ctx, w.err, r) })

@@ -47,13 +47,12 @@ func (w *world) startClockRefresh(job uint32, period time.Duration) {
 	if period <= 0 || w.size < 2 {
 		return
 	}
-	h0 := w.hosts[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	switch {
 	case w.rank == 0:
 		for r := 1; r < w.size; r++ {
-			if w.hosts[r] == h0 {
+			if !w.clockRemote(r) {
 				continue
 			}
 			wg.Add(1)
@@ -62,7 +61,7 @@ func (w *world) startClockRefresh(job uint32, period time.Duration) {
 				w.serveClock(ctx, job, r)
 			}()
 		}
-	case w.hosts[w.rank] != h0:
+	case w.clockRemote(w.rank):
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
