@@ -63,7 +63,8 @@
 // collective as the PAP-aware collectives paper (Alizadeh et al.,
 // EuroMPI/USA 2022, §6.1) does, each rank from its own arrival to its
 // exit, averaged over the ranks; Result.AfterLast is the time after the
-// last arrival.
+// last arrival. MessageTime gives the paper's α (§2.2), by which it scales
+// the patterns: one message's simulated one-way time between two ranks.
 //
 // # Output
 //
