@@ -14,6 +14,7 @@ import (
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/bench"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/sim"
@@ -22,6 +23,7 @@ import (
 
 const simUsage = `usage: braid sim --topo PRESET|FILE [--gpus 0,1,2,5] --coll bcast|allreduce --size S [--algos A,B,...]
                  [--imbalance MIF [--node-imbalance NMIF] [--seed N] [--trials K] | --start LIST|FILE]
+                 [--imbalance-alpha p2p|collective]
        braid sim --sweep dgx1-p100|dgx1-v100 --coll bcast|allreduce [--size 256M]
 
 Runs Braid's schedules in the flow-level simulator (package sim) on a
@@ -91,9 +93,18 @@ each, or, without NVLink rings, one PCIe ring at half a lane's bandwidth
 patterns, as "Efficient Process Arrival Pattern Aware Collective
 Communication for Deep Learning" (Alizadeh et al., EuroMPI/USA 2022, §6.1)
 induces them: each rank starts after a random offset uniform in
-[0, MIF × α], α the fastest balanced average latency of the algorithms
-compared; --trials patterns are drawn from --seed and the times are their
-mean. With --node-imbalance NMIF the offsets are correlated by node, as
+[0, MIF × α]; --trials patterns are drawn from --seed and the times are
+their mean. α is the paper's (§2.2), the one-way time of one
+point-to-point message of --size: half the simulated round trip of a
+ping-pong between ranks 0 and 1 on the topology's route between them,
+with --overhead, every other rank idle. Ranks 0 and 1 are the pair that
+braid bench --imbalance times by ping-pong, so that a simulated and a
+measured run draw their offsets from the same α; with the ranks placed
+by node, as here, it is a message within a node (the fastest pair of
+most topologies, so the smallest α and the smallest offsets: the patterns
+are not scaled by the slowest link). --imbalance-alpha collective keeps
+the earlier α, the fastest balanced average latency of the algorithms
+compared (braid bench's --imbalance-alpha collective). With --node-imbalance NMIF the offsets are correlated by node, as
 the paper measured them in Horovod (§4.3, Tables 1 and 2): each node
 draws one offset uniform in [0, MIF × α] and each of its ranks adds its
 own, uniform in [0, NMIF × α]. --start gives one pattern instead: each rank's offset in
@@ -135,6 +146,7 @@ func simCmd(args []string) error {
 	startF := fs.String("start", "", "time the algorithms again with these per-rank start offsets: microseconds, a list (0,10,250) or a file")
 	seed := fs.Uint64("seed", 1, "seed of --imbalance's arrival patterns")
 	trials := fs.Int("trials", 10, "arrival patterns drawn for --imbalance (the times are their mean)")
+	alphaF := fs.String("imbalance-alpha", bench.AlphaP2P, "α of --imbalance, --node-imbalance and --start: p2p (one point-to-point message of --size between ranks 0 and 1, half a simulated ping-pong) or collective (the fastest balanced average latency of the algorithms)")
 	cpuprof := fs.String("cpuprofile", "", "write the command's CPU profile to this file (go tool pprof reads it)")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, simUsage); fs.PrintDefaults() }
 	if done, err := parseFlags(fs, args); done {
@@ -197,14 +209,22 @@ func simCmd(args []string) error {
 			return usageError{fmt.Sprintf("sim: --%s applies only to --imbalance MIF (MIF > 0)", f)}
 		}
 	}
-	arr := arrivals{mif: *imb, nodeMIF: *nodeImb, nodes: set["node-imbalance"], seed: *seed, trials: *trials, from: *startF}
+	switch *alphaF {
+	case bench.AlphaP2P, bench.AlphaCollective:
+	default:
+		return usageError{fmt.Sprintf("sim: --imbalance-alpha %q: want %s (one point-to-point message) or %s (the fastest balanced latency)", *alphaF, bench.AlphaP2P, bench.AlphaCollective)}
+	}
+	if set["imbalance-alpha"] && *imb == 0 && *nodeImb == 0 && !set["start"] {
+		return usageError{"sim: --imbalance-alpha applies only to --imbalance, --node-imbalance or --start"}
+	}
+	arr := arrivals{mif: *imb, nodeMIF: *nodeImb, nodes: set["node-imbalance"], seed: *seed, trials: *trials, from: *startF, alpha: *alphaF}
 	if set["start"] {
 		if arr.start, err = parseStart(*startF); err != nil {
 			return err
 		}
 	}
 	if *sweep != "" {
-		for _, f := range []string{"topo", "gpus", "algos", "root", "timeline", "links", "imbalance", "node-imbalance", "start"} {
+		for _, f := range []string{"topo", "gpus", "algos", "root", "timeline", "links", "imbalance", "node-imbalance", "start", "imbalance-alpha"} {
 			if set[f] {
 				return usageError{fmt.Sprintf("sim: --%s does not apply to --sweep (which runs every allocation of the preset it names, packed over NVLink, against rings)", f)}
 			}
@@ -246,6 +266,9 @@ func simCmd(args []string) error {
 	}
 	if arr.start != nil && len(arr.start) != len(devs) {
 		return usageError{fmt.Sprintf("sim: --start %s: %d offsets for %d ranks", *startF, len(arr.start), len(devs))}
+	}
+	if (arr.mif > 0 || arr.nodeMIF > 0 || arr.start != nil) && arr.alpha == bench.AlphaP2P && len(devs) < 2 {
+		return usageError{"sim: α p2p (one message between ranks 0 and 1) needs 2 ranks or more (or --imbalance-alpha collective)"}
 	}
 	if coll.Rooted() && (*root < 0 || *root >= len(devs)) {
 		return usageError{fmt.Sprintf("sim: --root %d outside ranks 0-%d", *root, len(devs)-1)}
@@ -313,7 +336,7 @@ func simCmd(args []string) error {
 		}
 	}
 	if arr.mif > 0 || arr.nodeMIF > 0 || arr.start != nil {
-		return runArrivals(os.Stdout, rows, cfg, t.Layout(devs).Host, arr)
+		return runArrivals(os.Stdout, rows, net, size, cfg, t.Layout(devs).Host, arr)
 	}
 	return nil
 }

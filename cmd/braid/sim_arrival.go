@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/braid-ccl/braid/internal/arrival"
+	"github.com/braid-ccl/braid/internal/bench"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sim"
 )
 
@@ -32,6 +35,7 @@ type arrivals struct {
 	from    string    // --start's value, for messages
 	seed    uint64
 	trials  int
+	alpha   string // --imbalance-alpha: bench.AlphaP2P or bench.AlphaCollective
 }
 
 // parseStart reads --start: offsets in microseconds, one per rank, as a
@@ -75,21 +79,19 @@ func parseStart(spec string) ([]float64, error) {
 // EuroMPI/USA 2022, §6.1) measures it: per rank from its own arrival to
 // its exit, averaged over ranks (sim.Result.AvgLatency), and over the
 // patterns. α, the message time of the imbalance factors and of the
-// draw, is the smallest balanced average latency among the algorithms,
-// as braid bench --imbalance-alpha collective takes it (braid bench's
-// default is the paper's: one point-to-point message's time). host[r] numbers rank r's node: with
+// draw, is by default the paper's (§2.2): one point-to-point message of
+// size bytes between ranks 0 and 1 of net, half a simulated ping-pong
+// (sim.MessageTime with cfg's overhead), the pair and the definition of
+// braid bench --imbalance. With a.alpha bench.AlphaCollective it is the
+// smallest balanced average latency among the algorithms, as braid bench
+// --imbalance-alpha collective takes it. host[r] numbers rank r's node: with
 // several nodes the node-wide imbalance (§4.3.2) is printed too, and
 // --node-imbalance draws the patterns by node (arrival.DrawNodes).
-func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, host []int, a arrivals) error {
+func runArrivals(w io.Writer, rows []simRow, net *sim.Network, size int64, cfg sim.Config, host []int, a arrivals) error {
 	n := len(host)
-	alpha := math.Inf(1)
-	for _, r := range rows {
-		if r.err == nil {
-			alpha = min(alpha, r.res.AvgLatency())
-		}
-	}
-	if math.IsInf(alpha, 1) {
-		return fmt.Errorf("sim: no algorithm ran, so there is no balanced latency to scale the imbalance by")
+	alpha, what, err := simAlpha(rows, net, size, cfg, a.alpha)
+	if err != nil {
+		return err
 	}
 	var patterns [][]float64
 	switch {
@@ -102,8 +104,8 @@ func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, host []int, a arriv
 			}
 			patterns = append(patterns, p)
 		}
-		fmt.Fprintf(w, "\narrival patterns: %d drawn with seed %d, each node's offset uniform in [0, MIF × α], MIF %g, plus each rank's own uniform in [0, NMIF × α], NMIF %g, α %.1f us (the fastest balanced average latency)\n",
-			len(patterns), a.seed, a.mif, a.nodeMIF, alpha*1e6)
+		fmt.Fprintf(w, "\narrival patterns: %d drawn with seed %d, each node's offset uniform in [0, MIF × α], MIF %g, plus each rank's own uniform in [0, NMIF × α], NMIF %g, α %.2f us (%s)\n",
+			len(patterns), a.seed, a.mif, a.nodeMIF, alpha*1e6, what)
 	case a.mif > 0:
 		rng := rand.New(rand.NewPCG(a.seed, 0))
 		for range a.trials {
@@ -113,11 +115,11 @@ func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, host []int, a arriv
 			}
 			patterns = append(patterns, p)
 		}
-		fmt.Fprintf(w, "\narrival patterns: %d drawn with seed %d, each rank's offset uniform in [0, MIF × α], MIF %g, α %.1f us (the fastest balanced average latency)\n",
-			len(patterns), a.seed, a.mif, alpha*1e6)
+		fmt.Fprintf(w, "\narrival patterns: %d drawn with seed %d, each rank's offset uniform in [0, MIF × α], MIF %g, α %.2f us (%s)\n",
+			len(patterns), a.seed, a.mif, alpha*1e6, what)
 	default:
 		patterns = [][]float64{a.start}
-		fmt.Fprintf(w, "\narrival pattern: --start %s, α %.1f us (the fastest balanced average latency)\n", a.from, alpha*1e6)
+		fmt.Fprintf(w, "\narrival pattern: --start %s, α %.2f us (%s)\n", a.from, alpha*1e6, what)
 	}
 	var imb, nodeImb arrival.Imbalance
 	var fs, nfs []arrival.Factors
@@ -203,4 +205,28 @@ func runArrivals(w io.Writer, rows []simRow, cfg sim.Config, host []int, a arriv
 		fmt.Fprintf(w, "%-16s %12.1f %12.1f %7.2fx %12.1f %14.1f %8.3f\n", r.name, bal*1e6, o.avg*1e6, o.avg/bal, o.max*1e6, o.after*1e6, o.avg/best)
 	}
 	return nil
+}
+
+// simAlpha returns runArrivals' α in seconds and what it is, in words: by
+// definition def, bench.AlphaP2P (one message of size bytes between ranks
+// 0 and 1 of net) or bench.AlphaCollective (the smallest balanced average
+// latency of rows).
+func simAlpha(rows []simRow, net *sim.Network, size int64, cfg sim.Config, def string) (float64, string, error) {
+	if def == bench.AlphaCollective {
+		alpha := math.Inf(1)
+		for _, r := range rows {
+			if r.err == nil {
+				alpha = min(alpha, r.res.AvgLatency())
+			}
+		}
+		if math.IsInf(alpha, 1) {
+			return 0, "", fmt.Errorf("sim: no algorithm ran, so there is no balanced latency to scale the imbalance by (α collective)")
+		}
+		return alpha, "the fastest balanced average latency, --imbalance-alpha collective", nil
+	}
+	alpha, err := sim.MessageTime(context.Background(), net, cfg, 0, 1, size)
+	if err != nil {
+		return 0, "", fmt.Errorf("sim: α, one message between ranks 0 and 1: %w", err)
+	}
+	return alpha, fmt.Sprintf("one point-to-point message of %s between ranks 0 and 1, half a simulated ping-pong", plan.FormatSize(size)), nil
 }

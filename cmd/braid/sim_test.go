@@ -386,6 +386,92 @@ func TestSimArrivals(t *testing.T) {
 	}
 }
 
+// TestSimAlpha: braid sim's α under --imbalance is by default the
+// simulated one-way time of one message of --size between ranks 0 and 1
+// (half a ping-pong, sim.MessageTime), not the fastest balanced latency,
+// which --imbalance-alpha collective keeps; --overhead adds to both ways;
+// the flag's misuses are usage errors.
+func TestSimAlpha(t *testing.T) {
+	tp, err := topo.Preset("2xcedar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := allocation(tp, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, err := sim.FromTopology(tp, devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// alphaOf returns the α (µs) the output printed and the smallest
+	// balanced latency of its table.
+	alphaOf := func(out string) (alpha, fastest float64) {
+		t.Helper()
+		_, rest, ok := strings.Cut(out, ", α ")
+		if !ok {
+			t.Fatalf("braid sim prints no α:\n%s", out)
+		}
+		alpha, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		if err != nil {
+			t.Fatalf("α %q: %v", rest, err)
+		}
+		fastest = math.Inf(1)
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 7 && (f[0] == "ring" || f[0] == "rabenseifner") {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				fastest = min(fastest, v)
+			}
+		}
+		return alpha, fastest
+	}
+	for _, c := range []struct {
+		size     int64
+		overhead time.Duration
+	}{{64 << 10, 0}, {4 << 20, 3 * time.Microsecond}} {
+		want, err := sim.MessageTime(t.Context(), net, sim.Config{StepOverhead: c.overhead.Seconds()}, 0, 1, c.size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bare, err := sim.MessageTime(t.Context(), net, sim.Config{}, 0, 1, c.size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"sim", "--topo", "2xcedar", "--coll", "allreduce", "--size", strconv.FormatInt(c.size, 10), "--algos", "ring,rabenseifner", "--overhead", c.overhead.String(), "--trials", "2"}
+		out, err := run(t, time.Minute, nil, append(args, "--imbalance", "5")...)
+		if err != nil {
+			t.Fatalf("braid sim --imbalance: %v\n%s", err, out)
+		}
+		alpha, fastest := alphaOf(out)
+		if math.Abs(alpha-want*1e6) > 0.006 || !strings.Contains(out, "one point-to-point message of") {
+			t.Errorf("size %d, overhead %v: α %g us, want the simulated message time %.3f us:\n%s", c.size, c.overhead, alpha, want*1e6, out)
+		}
+		if c.overhead > 0 && math.Abs(want-bare-c.overhead.Seconds()) > 1e-12 {
+			t.Errorf("size %d: message time %g s with overhead %v, %g s without", c.size, want, c.overhead, bare)
+		}
+		if alpha >= fastest {
+			t.Errorf("size %d: α %g us is not below the fastest balanced allreduce, %g us", c.size, alpha, fastest)
+		}
+		out, err = run(t, time.Minute, nil, append(args, "--imbalance", "5", "--imbalance-alpha", "collective")...)
+		if err != nil {
+			t.Fatalf("braid sim --imbalance-alpha collective: %v\n%s", err, out)
+		}
+		if alpha, fastest := alphaOf(out); math.Abs(alpha-fastest) > 0.051 || !strings.Contains(out, "--imbalance-alpha collective") {
+			t.Errorf("size %d: α collective %g us, want the fastest balanced latency %g us:\n%s", c.size, alpha, fastest, out)
+		}
+	}
+	for _, bad := range [][]string{
+		{"--imbalance", "5", "--imbalance-alpha", "mean"},
+		{"--imbalance-alpha", "collective"},
+		{"--imbalance", "5", "--gpus", "0"},
+	} {
+		out, err := run(t, time.Minute, nil, append([]string{"sim", "--topo", "2xcedar", "--coll", "allreduce", "--size", "64K"}, bad...)...)
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "alpha") {
+			t.Errorf("braid sim %v: %v, want exit 2 naming --imbalance-alpha:\n%s", bad, err, out)
+		}
+	}
+}
+
 // TestSimPatternAlgorithms: braid sim runs the pattern algorithms. Under
 // --start with rank 0 (the root) first and the others 1 ms apart, later
 // ranks first, Patarasuk and Yuan's broadcast serves each rank as it
