@@ -221,6 +221,30 @@ func TestRecvTimeout(t *testing.T) {
 	}
 }
 
+func TestRecvOptionsTimeout(t *testing.T) {
+	// With no deadline in the context, Options.Timeout bounds a receive
+	// whose message never comes (the wait counts it itself, with no
+	// timer per call): it ends with Timeout, after the timeout and long
+	// before the test's bound.
+	const timeout = 50 * time.Millisecond
+	var took time.Duration
+	errs := onRanks(t, 2, &braid.Options{Timeout: timeout}, func(c *braid.Comm) error {
+		if c.Rank() == 0 {
+			return nil
+		}
+		start := time.Now()
+		err := c.Recv(context.Background(), make([]float32, 1), 0, 1)
+		took = time.Since(start)
+		return err
+	})
+	if errs[0] != nil {
+		t.Errorf("rank 0: %v", errs[0])
+	}
+	if k := braid.KindOf(errs[1]); k != braid.Timeout || took < timeout || took > 5*time.Second {
+		t.Errorf("rank 1: %v after %v, want timeout after %v", errs[1], took, timeout)
+	}
+}
+
 func TestP2PInvalidArguments(t *testing.T) {
 	errs := onRanks(t, 3, nil, func(c *braid.Comm) error {
 		ctx := apiCtx(t)

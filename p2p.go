@@ -2,6 +2,7 @@ package braid
 
 import (
 	"context"
+	"time"
 
 	"github.com/braid-ccl/braid/transport"
 )
@@ -100,12 +101,48 @@ func (c *Comm) p2pStart(name string, buf any, peer, tag int, send bool) (transpo
 // p2pWait waits for a posted request to or from communicator rank peer
 // within the call's deadline.
 func (c *Comm) p2pWait(ctx context.Context, name string, req transport.Request, peer int) error {
-	ctx, cancel := c.deadline(ctx)
-	defer cancel()
-	if err := transport.Wait(ctx, c.w.err, req); err != nil {
+	if err := c.p2pPoll(ctx, req); err != nil {
 		// Nothing may write into the caller's buffer once it has the error.
 		transport.Cancel(req)
 		return c.failWithPeer(name, err, peer)
 	}
 	return nil
+}
+
+// p2pPoll polls req until it completes, fails, ctx ends, the job fails or
+// Options.Timeout passes (when ctx has no deadline of its own), as the
+// executor waits for its steps, through the backoff (transport.Backoff).
+// ctx and the job's failure are checked on
+// the first idle poll and, as transport.Wait does, on every poll past the
+// backoff's first 64; the timeout too from then on, counted from there: a
+// request that completes within those polls (a small send, a message that
+// comes within microseconds) reads no clock and starts no timer. A
+// context with a timer per call (Comm.deadline) was a quarter of a
+// ping-pong's processor time on the 2-core VM.
+func (c *Comm) p2pPoll(ctx context.Context, req transport.Request) error {
+	bo := transport.Backoff{}
+	var deadline time.Time
+	_, ctxDeadline := ctx.Deadline()
+	for polls := 0; ; polls++ {
+		if done, err := req.Test(); done || err != nil {
+			return err
+		}
+		if polls&63 == 0 || bo.Spun() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := c.w.err(); err != nil {
+				return err
+			}
+			if !ctxDeadline && polls > 0 {
+				now := time.Now()
+				if deadline.IsZero() {
+					deadline = now.Add(c.w.opts.Timeout)
+				} else if now.After(deadline) {
+					return context.DeadlineExceeded
+				}
+			}
+		}
+		bo.Idle(req.Done())
+	}
 }
