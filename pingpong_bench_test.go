@@ -1,0 +1,94 @@
+package braid_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid"
+	"github.com/braid-ccl/braid/internal/launch"
+)
+
+func init() { childRoles["pingpong"] = pingPongChild }
+
+// BenchmarkPingPongProcs times Comm.Send and Comm.Recv between two ranks
+// that are processes of one host (so over the shm transport), as
+// braid bench --imbalance times α and an MPI ping-pong times MPI_Send
+// and MPI_Recv: rank 0 sends BRAID_TEST_BYTES (default 8) to rank 1,
+// which sends them back, b.N times after 1000 untimed round trips. ns/op
+// is one round trip and us/oneway half of it, as rank 0 timed them (the
+// processes' start is not counted).
+func BenchmarkPingPongProcs(b *testing.B) {
+	size := os.Getenv("BRAID_TEST_BYTES")
+	if size == "" {
+		size = "8"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := launch.Run(ctx, launch.Config{N: 2, Prog: os.Args[0], Stdout: &out, Stderr: &errOut,
+		Env: []string{"BRAID_TEST_CHILD=pingpong", "BRAID_TEST_BYTES=" + size, fmt.Sprintf("BRAID_TEST_TRIPS=%d", b.N)}})
+	if err != nil {
+		b.Fatalf("ping-pong: %v\n%s", err, errOut.String())
+	}
+	_, rest, ok := strings.Cut(out.String(), "pingpong ns/trip ")
+	ns, perr := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	if !ok || perr != nil {
+		b.Fatalf("ping-pong printed no time:\n%s\n%s", out.String(), errOut.String())
+	}
+	b.ReportMetric(ns, "ns/op")
+	b.ReportMetric(ns/2e3, "us/oneway")
+}
+
+// pingPongChild is one rank of BenchmarkPingPongProcs.
+func pingPongChild() int {
+	size, err1 := strconv.Atoi(os.Getenv("BRAID_TEST_BYTES"))
+	trips, err2 := strconv.Atoi(os.Getenv("BRAID_TEST_TRIPS"))
+	if err1 != nil || err2 != nil || size < 0 || trips < 1 {
+		fmt.Fprintln(os.Stderr, "pingpong: BRAID_TEST_BYTES and BRAID_TEST_TRIPS must be counts")
+		return 2
+	}
+	ctx := context.Background()
+	c, err := braid.Init(ctx, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	buf := make([]byte, size)
+	peer := 1 - c.Rank()
+	trip := func() error {
+		if c.Rank() == 0 {
+			if err := c.Send(ctx, buf, peer, 1); err != nil {
+				return err
+			}
+			return c.Recv(ctx, buf, peer, 1)
+		}
+		if err := c.Recv(ctx, buf, peer, 1); err != nil {
+			return err
+		}
+		return c.Send(ctx, buf, peer, 1)
+	}
+	for range 1000 {
+		if err := trip(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	start := time.Now()
+	for range trips {
+		if err := trip(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if c.Rank() == 0 {
+		fmt.Printf("pingpong ns/trip %.1f\n", float64(time.Since(start).Nanoseconds())/float64(trips))
+	}
+	return 0
+}
