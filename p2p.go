@@ -111,9 +111,8 @@ func (c *Comm) p2pWait(ctx context.Context, name string, req transport.Request, 
 
 // p2pPoll polls req until it completes, fails, ctx ends, the job fails or
 // Options.Timeout passes (when ctx has no deadline of its own), as the
-// executor waits for its steps: with the communicator's spin (world.spin:
-// long while every local rank has a core, as a collective's waits) before
-// the backoff yields and sleeps. ctx and the job's failure are checked on
+// executor waits for its steps, through the backoff (transport.Backoff).
+// ctx and the job's failure are checked on
 // the first idle poll and, as transport.Wait does, on every poll past the
 // backoff's first 64; the timeout too from then on, counted from there: a
 // request that completes within those polls (a small send, a message that
@@ -121,7 +120,7 @@ func (c *Comm) p2pWait(ctx context.Context, name string, req transport.Request, 
 // context with a timer per call (Comm.deadline) was a quarter of a
 // ping-pong's processor time on the 2-core VM.
 func (c *Comm) p2pPoll(ctx context.Context, req transport.Request) error {
-	bo := transport.Backoff{Spin: c.w.spin}
+	bo := transport.Backoff{}
 	var deadline time.Time
 	_, ctxDeadline := ctx.Deadline()
 	for polls := 0; ; polls++ {
