@@ -321,7 +321,22 @@ func (c *Comm) closeConfirm(ctx context.Context, e confirmEntry, d time.Duration
 // failure is recorded, so that a timeout holds back while the peer it
 // waited for said it waits too (blame.go). name is the call that reports
 // a failure.
+//
+// A confirmation through the shared area first tries to complete without
+// waiting (shmcoll's TryConfirm): in a loop of small calls, the peers have
+// long finished the call before, and the registration (two more locks of
+// the check's table) is needed only by a wait, which may stall.
 func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, register bool) error {
+	if register && e.prog == nil {
+		cl := shmcoll.Call{Name: e.name, Seq: e.seq}
+		done, err := c.node.TryConfirm(&cl, e.chunk, e.agg)
+		if err != nil {
+			return c.failWith(name, err)
+		}
+		if done {
+			return nil
+		}
+	}
 	if register {
 		c.w.reactivate(c.id, e.seq, e.sig, e.name, e.algo)
 		defer c.w.end(c.id, e.seq, false, nil, nil, 0)

@@ -206,6 +206,7 @@ type Call struct {
 	since   time.Time // when the current slow wait began
 	stalled int       // 1 + the rank Stall was last called for; 0: none
 	chunk0  uint64
+	try     bool // TryConfirm: a wait ends the confirmation with errWouldWait
 }
 
 // WaitError reports a wait that ended before the awaited rank arrived.
@@ -1003,6 +1004,41 @@ func verChunk(w, f uint64) uint64 { return f + uint64(int64(int32(uint32(w>>32)-
 // never comes; an aggregator that finds a disagreement publishes the rank
 // it disagreed with, so that the others end with the same error.
 func (g *Group) Confirm(c *Call, f uint64, agg int) error {
+	c.try = false
+	return g.confirm(c, f, agg)
+}
+
+// TryConfirm is Confirm without waiting: it reports true when the
+// confirmation is complete (Confirm would have returned nil), a
+// MismatchError as Confirm would, and false with no error where Confirm
+// would wait for a rank. It reads the lines Confirm reads and publishes
+// what Confirm publishes, so a caller that got false calls Confirm, which
+// waits (and probes a stalled rank) as ever. c is as for Confirm; it
+// neither polls c's context nor reads the clock.
+func (g *Group) TryConfirm(c *Call, f uint64, agg int) (bool, error) {
+	c.try = true
+	err := g.confirm(c, f, agg)
+	c.try = false
+	if err == errWouldWait {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// errWouldWait ends a confirmation of TryConfirm where Confirm would wait.
+var errWouldWait = errors.New("shmcoll: the confirmation would wait")
+
+// confirmIdle is one empty poll of a confirmation's wait for rank q, or
+// errWouldWait for TryConfirm.
+func (c *Call) confirmIdle(q int, what string) error {
+	if c.try {
+		return errWouldWait
+	}
+	return c.idle(q, what, 0)
+}
+
+// confirm is Confirm, or TryConfirm where c.try is set.
+func (g *Group) confirm(c *Call, f uint64, agg int) error {
 	c.wake = g.wake
 	c.chunk0 = f
 	if agg == g.rank || agg < 0 || agg >= g.n {
@@ -1017,6 +1053,9 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 			var m *MismatchError
 			if errors.As(err, &m) {
 				atomic.StoreUint64(u64(l[doneBad:]), uint64(m.Peer)+1)
+			}
+			if err == errWouldWait {
+				return err
 			}
 			if err != nil {
 				if g.wake != nil {
@@ -1047,7 +1086,7 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 	mine := u64(g.line(g.rank, lineDone))
 	l := g.line(agg, lineDone)
 	done, ver := u64(l), u64(l[doneVerified:])
-	if c.wake != nil {
+	if c.wake != nil && !c.try {
 		c.recheck = func() bool {
 			w := atomic.LoadUint64(ver)
 			return w != 0 && verChunk(w, f) >= f || atomic.LoadUint64(u64(l[doneBad:])) != 0
@@ -1087,7 +1126,7 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 				return &MismatchError{Peer: agg, Earlier: true}
 			}
 		}
-		if err := c.idle(agg, "the confirmation of an earlier call", 0); err != nil {
+		if err := c.confirmIdle(agg, "the confirmation of an earlier call"); err != nil {
 			return err
 		}
 	}
@@ -1107,7 +1146,7 @@ func (g *Group) confirmAll(c *Call, f uint64) (uint64, error) {
 		}
 		l := g.line(q, lineDone)
 		done := u64(l)
-		if c.wake != nil {
+		if c.wake != nil && !c.try {
 			c.recheck = reached(done, f)
 		}
 		for {
@@ -1118,7 +1157,7 @@ func (g *Group) confirmAll(c *Call, f uint64) (uint64, error) {
 			}
 			d := atomic.LoadUint64(done)
 			if d < lo {
-				if err := c.idle(q, "the end of an earlier call", 0); err != nil {
+				if err := c.confirmIdle(q, "the end of an earlier call"); err != nil {
 					return 0, err
 				}
 				continue
