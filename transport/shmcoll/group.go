@@ -1050,12 +1050,12 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 		mine := u64(l)
 		for {
 			at, err := g.confirmAll(c, f)
+			if err == errWouldWait {
+				return err
+			}
 			var m *MismatchError
 			if errors.As(err, &m) {
 				atomic.StoreUint64(u64(l[doneBad:]), uint64(m.Peer)+1)
-			}
-			if err == errWouldWait {
-				return err
 			}
 			if err != nil {
 				if g.wake != nil {
