@@ -156,8 +156,11 @@ func (c *Comm) nodeCandidate(p sched.Params, es int) (candidateNode, bool) {
 
 type candidateNode struct{ cost float64 }
 
-// runNode runs an issued call through the shared area.
-func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
+// runNode runs an issued call through the shared area. With s, a call
+// that ends well records what it owes of the lagged confirmations and
+// takes those due (confirm) in the lock that ends it, for its caller to
+// run (runDue).
+func (c *Comm) runNode(ctx context.Context, k *call, r run, s *settling) (rerr error) {
 	defer func() {
 		if x := recover(); x != nil {
 			e := &Error{Kind: Internal, Rank: c.rank, Call: k.name, Peer: -1, Err: fmt.Errorf("panic in call %d: %v", r.seq, x)}
@@ -189,8 +192,9 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 	cl := shmcoll.Call{Ctx: ctx, Ticket: r.ticket, Sig: k.sig, Fail: c.errFn, Spin: c.w.spin, Name: k.name, Seq: r.seq,
 		Arrive: uint64(k.arrive), Arrivals: *stamps, Confirmed: c.confirms(k),
 		Stall: c.chk.nodeStallFn, StallAfter: c.w.stallAfter()}
+	var settle *settling // set once the call ended well
 	defer func() {
-		c.endCall(k, r.seq, rerr != nil, *stamps)
+		c.endCall(k, r.seq, rerr != nil, *stamps, settle)
 		stampPool.Put(stamps)
 	}()
 	if _, ok := ctx.Deadline(); !ok {
@@ -240,6 +244,11 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run) (rerr error) {
 		return c.failWith(k.name, err)
 	}
 	k.chunk = cl.Last
+	if s != nil {
+		s.seq = r.seq
+		s.owed, s.owes = c.nodeOwed(k, r.seq)
+		settle = s
+	}
 	return nil
 }
 
