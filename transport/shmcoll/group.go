@@ -1048,6 +1048,12 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 		}
 		l := g.line(g.rank, lineDone)
 		mine := u64(l)
+		if w := atomic.LoadUint64(u64(l[doneVerified:])); w != 0 && verChunk(w, f) >= f {
+			// An earlier confirmation found every rank at chunk f or
+			// later with this rank's hash there: equal hashes after a
+			// later chunk prove equal histories up to f too.
+			return nil
+		}
 		for {
 			at, err := g.confirmAll(c, f)
 			if err == errWouldWait {
