@@ -959,18 +959,27 @@ func (g *Group) histWord(q int, f uint64) *uint64 {
 	return u64(g.blocks[q][lineHist*lineSize+8*int(f%histLen):])
 }
 
-// Words of the done line (lineDone) after the owner's last chunk (word 0)
-// and its running hash by parity (words 1 and 2): what the owner, as a
-// confirmation's aggregator, published (Confirm).
+// The verification line (lineVer) holds what the owner, as a
+// confirmation's aggregator, published (Confirm). It is a line of its
+// own, not words of the done line: the other ranks read it at every
+// confirmation, and the owner writes its done line at every chunk
+// (finish), so that on one line each of the owner's calls would take the
+// line back from the readers twice (a broadcast loop's root: once to
+// finish its chunk, once to publish the verification of the chunk
+// before), where now its done line stays in its cache.
 //
 // The verification is one word, so that a reader never pairs a chunk with
 // another chunk's hash: the chunk's low 32 bits above the hash's low 32
 // bits (32 bits, as a call's signature has; chunks compare modulo 2^32,
 // as sequence numbers do).
 const (
-	doneVerified = 24 // the latest chunk at which every rank's running hash equalled the owner's, and the hash (verWord)
-	doneBad      = 40 // 1 + a rank whose running hash differed from the owner's; 0: none
+	lineVer     = lineArrival + ring // after the arrival lines (pap.go)
+	verVerified = 0                  // the latest chunk at which every rank's running hash equalled the owner's, and the hash (verWord)
+	verBad      = 8                  // 1 + a rank whose running hash differed from the owner's; 0: none
 )
+
+// The verification line lies before the slots.
+var _ = [1]struct{}{}[(lineVer+1)*lineSize/(dataOff+1)]
 
 // verWord packs a verification of chunk at with hash h.
 func verWord(at, h uint64) uint64 { return at<<32 | h&0xffffffff }
@@ -1046,9 +1055,9 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 			_, err := g.confirmAll(c, f)
 			return err
 		}
-		l := g.line(g.rank, lineDone)
-		mine := u64(l)
-		if w := atomic.LoadUint64(u64(l[doneVerified:])); w != 0 && verChunk(w, f) >= f {
+		mine := u64(g.line(g.rank, lineDone))
+		vl := g.line(g.rank, lineVer)
+		if w := atomic.LoadUint64(u64(vl[verVerified:])); w != 0 && verChunk(w, f) >= f {
 			// An earlier confirmation found every rank at chunk f or
 			// later with this rank's hash there: equal hashes after a
 			// later chunk prove equal histories up to f too.
@@ -1061,7 +1070,7 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 			}
 			var m *MismatchError
 			if errors.As(err, &m) {
-				atomic.StoreUint64(u64(l[doneBad:]), uint64(m.Peer)+1)
+				atomic.StoreUint64(u64(vl[verBad:]), uint64(m.Peer)+1)
 			}
 			if err != nil {
 				if g.wake != nil {
@@ -1076,7 +1085,7 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 			if atomic.LoadUint64(mine)-at >= histLen {
 				continue
 			}
-			w := u64(l[doneVerified:])
+			w := u64(vl[verVerified:])
 			for {
 				old := atomic.LoadUint64(w)
 				if old != 0 && verChunk(old, at) >= at || atomic.CompareAndSwapUint64(w, old, verWord(at, h)) {
@@ -1091,15 +1100,17 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 	}
 	mine := u64(g.line(g.rank, lineDone))
 	l := g.line(agg, lineDone)
-	done, ver := u64(l), u64(l[doneVerified:])
+	done := u64(l)
+	vl := g.line(agg, lineVer)
+	ver, bad := u64(vl[verVerified:]), u64(vl[verBad:])
 	if c.wake != nil && !c.try {
 		c.recheck = func() bool {
 			w := atomic.LoadUint64(ver)
-			return w != 0 && verChunk(w, f) >= f || atomic.LoadUint64(u64(l[doneBad:])) != 0
+			return w != 0 && verChunk(w, f) >= f || atomic.LoadUint64(bad) != 0
 		}
 	}
 	for {
-		if b := atomic.LoadUint64(u64(l[doneBad:])); b != 0 {
+		if b := atomic.LoadUint64(bad); b != 0 {
 			peer := int(b - 1)
 			if peer == g.rank {
 				peer = agg
