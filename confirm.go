@@ -182,7 +182,7 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 		aggDone := completeFor(&k.p, agg)
 		switch {
 		case choice.IsShared(k.p.Coll, k.algo):
-			owed, owes = c.nodeOwed(k, seq)
+			owes = c.nodeOwed(k, seq, &owed)
 		case c.rank == agg && aggDone:
 			if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
 				return err
@@ -206,15 +206,16 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 	return c.settleOwing(ctx, k.name, seq, &owed)
 }
 
-// nodeOwed returns the confirmation that call k (sequence number seq),
-// which ended well through the shared area (shm or pap), owes, if any:
-// the aggregator reads every rank's running hash and the others read its
-// verification instead (shmcoll's Confirm), with no messages.
-func (c *Comm) nodeOwed(k *call, seq uint32) (confirmEntry, bool) {
+// nodeOwed reports whether call k (sequence number seq), which ended well
+// through the shared area (shm or pap), owes a confirmation, and fills e
+// with it: the aggregator reads every rank's running hash and the others
+// read its verification instead (shmcoll's Confirm), with no messages.
+func (c *Comm) nodeOwed(k *call, seq uint32, e *confirmEntry) bool {
 	if c.Size() <= 1 || c.w.opts.Check == CheckStrict || completeFor(&k.p, c.rank) {
-		return confirmEntry{}, false
+		return false
 	}
-	return confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk, agg: nodeAggregator(&k.p)}, true
+	e.seq, e.sig, e.prog, e.name, e.algo, e.chunk, e.agg = seq, k.sig, nil, k.name, k.algo, k.chunk, nodeAggregator(&k.p)
+	return true
 }
 
 // confirms reports whether this rank's call k is checked against every
