@@ -6,6 +6,7 @@ import (
 
 	"github.com/braid-ccl/braid/exec"
 	"github.com/braid-ccl/braid/internal/choice"
+	"github.com/braid-ccl/braid/internal/wait"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/shmcoll"
@@ -363,18 +364,25 @@ func (c *Comm) closeConfirm(ctx context.Context, e confirmEntry, d time.Duration
 // a failure.
 //
 // A confirmation through the shared area first tries to complete without
-// waiting (shmcoll's TryConfirm): in a loop of small calls, the peers have
-// long finished the call before, and the registration (two more locks of
-// the check's table) is needed only by a wait, which may stall.
+// waiting (shmcoll's TryConfirm), as many times as a waiter's spin phase
+// polls: in a loop of small calls, the peers have finished the call
+// before, or are about to, and the registration (two more locks of the
+// check's table) is needed only by a longer wait, which may stall.
 func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, register bool) error {
 	if register && e.prog == nil {
 		cl := shmcoll.Call{Name: e.name, Seq: e.seq}
-		done, err := c.node.TryConfirm(&cl, e.chunk, e.agg)
-		if err != nil {
-			return c.failWith(name, err)
+		polls := wait.SpinPolls
+		if c.w.spin < 0 {
+			polls = wait.OverSpinPolls // ranks outnumber cores
 		}
-		if done {
-			return nil
+		for range polls {
+			done, err := c.node.TryConfirm(&cl, e.chunk, e.agg)
+			if err != nil {
+				return c.failWith(name, err)
+			}
+			if done {
+				return nil
+			}
 		}
 	}
 	if register {
