@@ -114,6 +114,11 @@ type Group struct {
 	published  atomic.Uint64
 	readDirect atomic.Uint64
 
+	// verified is this rank's copy of its verification line (lineVer),
+	// which the others read: the latest verification it published as a
+	// confirmation's aggregator (Confirm).
+	verified atomic.Uint64
+
 	tickets atomic.Uint64 // handed out by Ticket
 	served  atomic.Uint64 // the last ticket whose call ended
 	broken  atomic.Pointer[error]
@@ -1057,10 +1062,12 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 		}
 		mine := u64(g.line(g.rank, lineDone))
 		vl := g.line(g.rank, lineVer)
-		if w := atomic.LoadUint64(u64(vl[verVerified:])); w != 0 && verChunk(w, f) >= f {
+		if w := g.verified.Load(); w != 0 && verChunk(w, f) >= f {
 			// An earlier confirmation found every rank at chunk f or
 			// later with this rank's hash there: equal hashes after a
-			// later chunk prove equal histories up to f too.
+			// later chunk prove equal histories up to f too. (Its copy
+			// in this rank's memory: the line the others read costs a
+			// miss.)
 			return nil
 		}
 		for {
@@ -1085,10 +1092,18 @@ func (g *Group) confirm(c *Call, f uint64, agg int) error {
 			if atomic.LoadUint64(mine)-at >= histLen {
 				continue
 			}
-			w := u64(vl[verVerified:])
+			// The line only moves forward. g.verified, updated after it,
+			// is never ahead of it, and is its value but where another
+			// confirmation of this rank published meanwhile.
+			w, v := u64(vl[verVerified:]), verWord(at, h)
+			for old := g.verified.Load(); ; old = atomic.LoadUint64(w) {
+				if old != 0 && verChunk(old, at) >= at || atomic.CompareAndSwapUint64(w, old, v) {
+					break
+				}
+			}
 			for {
-				old := atomic.LoadUint64(w)
-				if old != 0 && verChunk(old, at) >= at || atomic.CompareAndSwapUint64(w, old, verWord(at, h)) {
+				old := g.verified.Load()
+				if old != 0 && verChunk(old, at) >= at || g.verified.CompareAndSwap(old, v) {
 					break
 				}
 			}
