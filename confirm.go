@@ -241,7 +241,7 @@ type settling struct {
 	chk  *commCheck
 	seq  uint32       // the call: what the calls before it owe is due
 	owes bool         // the call owes owed
-	owed confirmEntry //
+	owed confirmEntry // what the call owes, if owes
 
 	// What take took: the first due (a broadcast loop's one), and the
 	// others (non-blocking calls').
