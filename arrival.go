@@ -385,8 +385,9 @@ func (c *Comm) Arrivals(coll string, bytes int64) (ArrivalStats, error) {
 // endCall ends call k (number seq) on this rank: it measures what the rank
 // knew of the call's arrival pattern (stamps: every rank's arrival from
 // the shared area, or nil) and records it in the flight recorder and the
-// call's site.
-func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64) {
+// call's site; s, if not nil, is what the call settles of the lagged
+// confirmations (settling), taken in the same lock.
+func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64, s *settling) {
 	p := &k.pat
 	*p = pattern{arrive: k.arrive, bytes: callBytes(k), lastRank: -1}
 	// A clock read costs 40-60 ns on a VM: small calls read their end
@@ -401,7 +402,7 @@ func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64) {
 	if len(stamps) == c.Size() && len(stamps) > 0 && !slices.Contains(stamps, 0) {
 		p.measure(stamps)
 	}
-	c.w.end(c.id, seq, failed, p, &c.arrivals, k.p.Coll)
+	c.w.end(c.id, seq, failed, p, &c.arrivals, k.p.Coll, s)
 }
 
 // ClockOffset returns the offset this rank adds to its host's monotonic

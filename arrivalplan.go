@@ -207,7 +207,7 @@ func (c *Comm) runWatched(ctx context.Context, k *call, r run) error {
 	run := func() error {
 		var err error
 		if r.ticket != 0 {
-			err = c.runNode(ctx, k, r)
+			err = c.runNode(ctx, k, r, nil)
 		} else {
 			err = c.runSeq(ctx, k, r.prog, r.algo, r.seq)
 		}

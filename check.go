@@ -77,11 +77,14 @@ type commCheck struct {
 	strictProg *sched.Program
 	strictErr  error
 
-	// The lagged confirmations (confirm.go). owed is len(conf), read
-	// without confMu so that a call with nothing to settle takes no lock.
-	confMu    sync.Mutex
-	conf      []confirmEntry
-	owed      atomic.Int32
+	// The lagged confirmations (confirm.go), guarded by the world's
+	// sigs.mu, which ends a call through the shared area in the same
+	// lock (world.end). owed is len(conf), read without the lock so
+	// that a call with nothing to settle takes none.
+	conf []confirmEntry
+	owed atomic.Int32
+
+	confMu    sync.Mutex // guards confProgs
 	confProgs map[confirmKey]*sched.Program
 }
 
@@ -326,7 +329,10 @@ func (t *sigTable) begin(comm, seq uint32, k *call, algo string) (peer int, othe
 // end records the end of this rank's call in the check's table and the
 // flight recorder, and adds what the rank knew of its arrival pattern p to
 // sites (when the call succeeded; p and sites may be nil).
-func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSites, coll sched.Collective) {
+//
+// s, if not nil, is what a call that ended well settles of the lagged
+// confirmations (confirm.go): taken under the same lock.
+func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSites, coll sched.Collective, s *settling) {
 	t := &w.sigs
 	t.mu.Lock()
 	if i := find(t.active, comm, seq); i >= 0 {
@@ -352,6 +358,9 @@ func (w *world) end(comm, seq uint32, failed bool, p *pattern, sites *arrivalSit
 	}
 	for i := find(t.seen, comm, seq); i >= 0; i = find(t.seen, comm, seq) {
 		t.seen = remove(t.seen, i)
+	}
+	if s != nil {
+		s.chk.take(s)
 	}
 	drain := t.takeDrain()
 	t.mu.Unlock()
@@ -523,13 +532,13 @@ func (c *Comm) beginCall(ctx context.Context, k *call, algoName string, seq uint
 // whose results it takes).
 func (c *Comm) begun(ctx context.Context, k *call, algoName string, seq uint32, peer int, other uint32, bad bool) error {
 	if bad {
-		c.w.end(c.id, seq, true, nil, nil, 0)
+		c.w.end(c.id, seq, true, nil, nil, 0, nil)
 		e := c.w.sigMismatch(c.id, seq, k.sig, other, peer, k.name, algoName)
 		return &Error{Kind: Mismatch, Rank: c.rank, Call: k.name, Peer: c.commRank(peer), Err: e.Err}
 	}
 	if c.w.opts.Check == CheckStrict && c.Size() > 1 {
 		if err := c.strictCheck(ctx, k, algoName, seq); err != nil {
-			c.w.end(c.id, seq, true, nil, nil, 0)
+			c.w.end(c.id, seq, true, nil, nil, 0, nil)
 			return err
 		}
 	}

@@ -508,10 +508,13 @@ func (c *Comm) runIssued(ctx context.Context, k *call, r run) error {
 		return c.runWatched(ctx, k, r)
 	}
 	if r.ticket != 0 {
-		if err := c.runNode(ctx, k, r); err != nil {
+		// The call's end takes its confirmations in the lock that ends
+		// it (runNode), which are run here (confirm).
+		s := settling{chk: &c.chk}
+		if err := c.runNode(ctx, k, r, &s); err != nil {
 			return err
 		}
-		return c.confirm(ctx, k, r.seq)
+		return c.runDue(ctx, k.name, &s)
 	}
 	if r.agg {
 		return c.runAgg(ctx, k, r)
@@ -606,7 +609,7 @@ func (c *Comm) runSeq(ctx context.Context, k *call, prog *sched.Program, algoNam
 	if err := c.beginCall(ctx, k, algoName, seq); err != nil {
 		return err
 	}
-	defer func() { c.endCall(k, seq, rerr != nil, nil) }()
+	defer func() { c.endCall(k, seq, rerr != nil, nil, nil) }()
 	env := exec.Env{
 		Conn:       c.connFn,
 		Tag:        transport.Tag{Comm: c.id, Seq: seq, Sig: k.sig},

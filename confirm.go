@@ -6,6 +6,7 @@ import (
 
 	"github.com/braid-ccl/braid/exec"
 	"github.com/braid-ccl/braid/internal/choice"
+	"github.com/braid-ccl/braid/internal/wait"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/shmcoll"
@@ -182,12 +183,7 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 		aggDone := completeFor(&k.p, agg)
 		switch {
 		case choice.IsShared(k.p.Coll, k.algo):
-			// Through the shared area (shm or pap), the aggregator reads
-			// every rank's running hash and the others read its
-			// verification instead (shmcoll's Confirm): no messages.
-			if !completeFor(&k.p, c.rank) {
-				owed, owes = confirmEntry{seq: seq, sig: k.sig, name: k.name, algo: k.algo, chunk: k.chunk, agg: nodeAggregator(&k.p)}, true
-			}
+			owes = c.nodeOwed(k, seq, &owed)
 		case c.rank == agg && aggDone:
 			if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
 				return err
@@ -211,6 +207,18 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 	return c.settleOwing(ctx, k.name, seq, &owed)
 }
 
+// nodeOwed reports whether call k (sequence number seq), which ended well
+// through the shared area (shm or pap), owes a confirmation, and fills e
+// with it: the aggregator reads every rank's running hash and the others
+// read its verification instead (shmcoll's Confirm), with no messages.
+func (c *Comm) nodeOwed(k *call, seq uint32, e *confirmEntry) bool {
+	if c.Size() <= 1 || c.w.opts.Check == CheckStrict || completeFor(&k.p, c.rank) {
+		return false
+	}
+	e.seq, e.sig, e.prog, e.name, e.algo, e.chunk, e.agg = seq, k.sig, nil, k.name, k.algo, k.chunk, nodeAggregator(&k.p)
+	return true
+}
+
 // confirms reports whether this rank's call k is checked against every
 // rank's before a later call of this rank returns success, other than by
 // the messages it reads: it agreed on it up front (strict mode), or it
@@ -226,6 +234,49 @@ func (c *Comm) settle(ctx context.Context, name string, seq uint32) error {
 	return c.settleOwing(ctx, name, seq, nil)
 }
 
+// settling is what a call that ended well records and takes of the
+// confirmations (settleOwing, or world.end for a call through the shared
+// area: the lock that ends the call does it too).
+type settling struct {
+	chk  *commCheck
+	seq  uint32       // the call: what the calls before it owe is due
+	owes bool         // the call owes owed
+	owed confirmEntry // what the call owes, if owes
+
+	// What take took: the first due (a broadcast loop's one), and the
+	// others (non-blocking calls').
+	due   bool
+	first confirmEntry
+	more  []confirmEntry
+}
+
+// take records s's owed confirmation, if any, and takes those due; called
+// with the world's w.sigs.mu held, which guards k.conf.
+func (k *commCheck) take(s *settling) {
+	if !s.owes && len(k.conf) == 0 {
+		return
+	}
+	keep := k.conf[:0]
+	for _, e := range k.conf {
+		switch {
+		case int32(e.seq-s.seq) >= 0:
+			keep = append(keep, e)
+		case !s.due:
+			s.first, s.due = e, true
+		default:
+			s.more = append(s.more, e)
+		}
+	}
+	clear(k.conf[len(keep):])
+	if s.owes {
+		keep = append(keep, s.owed)
+	}
+	k.conf = keep
+	if n := int32(len(keep)); k.owed.Load() != n {
+		k.owed.Store(n)
+	}
+}
+
 // settleOwing records owed (if not nil) as a confirmation to settle
 // later, and runs those owed for the calls before seq.
 func (c *Comm) settleOwing(ctx context.Context, name string, seq uint32, owed *confirmEntry) error {
@@ -235,37 +286,26 @@ func (c *Comm) settleOwing(ctx context.Context, name string, seq uint32, owed *c
 	if owed == nil && k.owed.Load() == 0 {
 		return nil
 	}
-	k.confMu.Lock()
-	// One call's confirmation is what a broadcast loop owes: the first
-	// due is kept apart, the others (non-blocking calls) in a slice.
-	var first confirmEntry
-	var more []confirmEntry
-	due := false
-	keep := k.conf[:0]
-	for _, e := range k.conf {
-		switch {
-		case int32(e.seq-seq) >= 0:
-			keep = append(keep, e)
-		case !due:
-			first, due = e, true
-		default:
-			more = append(more, e)
-		}
-	}
-	clear(k.conf[len(keep):])
+	s := settling{seq: seq}
 	if owed != nil {
-		keep = append(keep, *owed)
+		s.owed, s.owes = *owed, true
 	}
-	k.conf = keep
-	k.owed.Store(int32(len(keep)))
-	k.confMu.Unlock()
-	if !due {
+	t := &c.w.sigs
+	t.mu.Lock()
+	k.take(&s)
+	t.mu.Unlock()
+	return c.runDue(ctx, name, &s)
+}
+
+// runDue runs the confirmations that take took.
+func (c *Comm) runDue(ctx context.Context, name string, s *settling) error {
+	if !s.due {
 		return nil
 	}
-	if err := c.runConfirm(ctx, name, first, true); err != nil {
+	if err := c.runConfirm(ctx, name, s.first, true); err != nil {
 		return err
 	}
-	for _, e := range more {
+	for _, e := range s.more {
 		if err := c.runConfirm(ctx, name, e, true); err != nil {
 			return err
 		}
@@ -283,10 +323,11 @@ func (c *Comm) settleOwing(ctx context.Context, name string, seq uint32, owed *c
 // logged: Close of a split communicator is not a barrier.
 func (c *Comm) settleAtClose(d time.Duration) error {
 	k := &c.chk
-	k.confMu.Lock()
+	c.w.sigs.mu.Lock()
 	due := k.conf
 	k.conf = nil
-	k.confMu.Unlock()
+	k.owed.Store(0)
+	c.w.sigs.mu.Unlock()
 	if len(due) == 0 || c.Size() <= 1 || c.w.failure.Load() != nil || c.w.closed.Load() {
 		return nil
 	}
@@ -303,7 +344,7 @@ func (c *Comm) settleAtClose(d time.Duration) error {
 // closeConfirm runs e's confirmation for settleAtClose.
 func (c *Comm) closeConfirm(ctx context.Context, e confirmEntry, d time.Duration) error {
 	c.w.reactivate(c.id, e.seq, e.sig, e.name, e.algo)
-	defer c.w.end(c.id, e.seq, false, nil, nil, 0)
+	defer c.w.end(c.id, e.seq, false, nil, nil, 0, nil)
 	err := c.confirmRaw(ctx, e)
 	if err != nil && ctx.Err() != nil && c.w.failure.Load() == nil {
 		c.w.debugf("info", "close: comm %08x: the confirmation of call %d (%s) did not come within %v (not every rank closed): %v", c.id, e.seq, e.name, d, err)
@@ -321,10 +362,32 @@ func (c *Comm) closeConfirm(ctx context.Context, e confirmEntry, d time.Duration
 // failure is recorded, so that a timeout holds back while the peer it
 // waited for said it waits too (blame.go). name is the call that reports
 // a failure.
+//
+// A confirmation through the shared area first tries to complete without
+// waiting (shmcoll's TryConfirm), as many times as a waiter's spin phase
+// polls: in a loop of small calls, the peers have finished the call
+// before, or are about to, and the registration (two more locks of the
+// check's table) is needed only by a longer wait, which may stall.
 func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, register bool) error {
+	if register && e.prog == nil {
+		cl := shmcoll.Call{Name: e.name, Seq: e.seq}
+		polls := wait.SpinPolls
+		if c.w.spin < 0 {
+			polls = wait.OverSpinPolls // ranks outnumber cores
+		}
+		for range polls {
+			done, err := c.node.TryConfirm(&cl, e.chunk, e.agg)
+			if err != nil {
+				return c.failWith(name, err)
+			}
+			if done {
+				return nil
+			}
+		}
+	}
 	if register {
 		c.w.reactivate(c.id, e.seq, e.sig, e.name, e.algo)
-		defer c.w.end(c.id, e.seq, false, nil, nil, 0)
+		defer c.w.end(c.id, e.seq, false, nil, nil, 0, nil)
 	}
 	if err := c.confirmRaw(ctx, e); err != nil {
 		return c.failWith(name, err)

@@ -36,9 +36,9 @@ func TestSharedReduceConfirmsInArea(t *testing.T) {
 		}
 		for r, c := range comms {
 			k := &c.chk
-			k.confMu.Lock()
+			c.w.sigs.mu.Lock()
 			conf := append([]confirmEntry(nil), k.conf...)
-			k.confMu.Unlock()
+			c.w.sigs.mu.Unlock()
 			want := r // the non-root (rank 1) owes one, the root none
 			if len(conf) != want {
 				t.Errorf("%s: rank %d owes %d confirmations, want %d", name, r, len(conf), want)

@@ -114,6 +114,11 @@ type Group struct {
 	published  atomic.Uint64
 	readDirect atomic.Uint64
 
+	// verified is this rank's copy of its verification line (lineVer),
+	// which the others read: the latest verification it published as a
+	// confirmation's aggregator (Confirm).
+	verified atomic.Uint64
+
 	tickets atomic.Uint64 // handed out by Ticket
 	served  atomic.Uint64 // the last ticket whose call ended
 	broken  atomic.Pointer[error]
@@ -206,6 +211,7 @@ type Call struct {
 	since   time.Time // when the current slow wait began
 	stalled int       // 1 + the rank Stall was last called for; 0: none
 	chunk0  uint64
+	try     bool // TryConfirm: a wait ends the confirmation with errWouldWait
 }
 
 // WaitError reports a wait that ended before the awaited rank arrived.
@@ -958,18 +964,27 @@ func (g *Group) histWord(q int, f uint64) *uint64 {
 	return u64(g.blocks[q][lineHist*lineSize+8*int(f%histLen):])
 }
 
-// Words of the done line (lineDone) after the owner's last chunk (word 0)
-// and its running hash by parity (words 1 and 2): what the owner, as a
-// confirmation's aggregator, published (Confirm).
+// The verification line (lineVer) holds what the owner, as a
+// confirmation's aggregator, published (Confirm). It is a line of its
+// own, not words of the done line: the other ranks read it at every
+// confirmation, and the owner writes its done line at every chunk
+// (finish), so that on one line each of the owner's calls would take the
+// line back from the readers twice (a broadcast loop's root: once to
+// finish its chunk, once to publish the verification of the chunk
+// before), where now its done line stays in its cache.
 //
 // The verification is one word, so that a reader never pairs a chunk with
 // another chunk's hash: the chunk's low 32 bits above the hash's low 32
 // bits (32 bits, as a call's signature has; chunks compare modulo 2^32,
 // as sequence numbers do).
 const (
-	doneVerified = 24 // the latest chunk at which every rank's running hash equalled the owner's, and the hash (verWord)
-	doneBad      = 40 // 1 + a rank whose running hash differed from the owner's; 0: none
+	lineVer     = lineArrival + ring // after the arrival lines (pap.go)
+	verVerified = 0                  // the latest chunk at which every rank's running hash equalled the owner's, and the hash (verWord)
+	verBad      = 8                  // 1 + a rank whose running hash differed from the owner's; 0: none
 )
+
+// The verification line lies before the slots.
+var _ = [1]struct{}{}[(lineVer+1)*lineSize/(dataOff+1)]
 
 // verWord packs a verification of chunk at with hash h.
 func verWord(at, h uint64) uint64 { return at<<32 | h&0xffffffff }
@@ -1003,6 +1018,41 @@ func verChunk(w, f uint64) uint64 { return f + uint64(int64(int32(uint32(w>>32)-
 // never comes; an aggregator that finds a disagreement publishes the rank
 // it disagreed with, so that the others end with the same error.
 func (g *Group) Confirm(c *Call, f uint64, agg int) error {
+	c.try = false
+	return g.confirm(c, f, agg)
+}
+
+// TryConfirm is Confirm without waiting: it reports true when the
+// confirmation is complete (Confirm would have returned nil), a
+// MismatchError as Confirm would, and false with no error where Confirm
+// would wait for a rank. It reads the lines Confirm reads and publishes
+// what Confirm publishes, so a caller that got false calls Confirm, which
+// waits (and probes a stalled rank) as ever. c is as for Confirm; it
+// neither polls c's context nor reads the clock.
+func (g *Group) TryConfirm(c *Call, f uint64, agg int) (bool, error) {
+	c.try = true
+	err := g.confirm(c, f, agg)
+	c.try = false
+	if err == errWouldWait {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// errWouldWait ends a confirmation of TryConfirm where Confirm would wait.
+var errWouldWait = errors.New("shmcoll: the confirmation would wait")
+
+// confirmIdle is one empty poll of a confirmation's wait for rank q, or
+// errWouldWait for TryConfirm.
+func (c *Call) confirmIdle(q int, what string) error {
+	if c.try {
+		return errWouldWait
+	}
+	return c.idle(q, what, 0)
+}
+
+// confirm is Confirm, or TryConfirm where c.try is set.
+func (g *Group) confirm(c *Call, f uint64, agg int) error {
 	c.wake = g.wake
 	c.chunk0 = f
 	if agg == g.rank || agg < 0 || agg >= g.n {
@@ -1010,13 +1060,24 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 			_, err := g.confirmAll(c, f)
 			return err
 		}
-		l := g.line(g.rank, lineDone)
-		mine := u64(l)
+		mine := u64(g.line(g.rank, lineDone))
+		vl := g.line(g.rank, lineVer)
+		if w := g.verified.Load(); w != 0 && verChunk(w, f) >= f {
+			// An earlier confirmation found every rank at chunk f or
+			// later with this rank's hash there: equal hashes after a
+			// later chunk prove equal histories up to f too. (Its copy
+			// in this rank's memory: the line the others read costs a
+			// miss.)
+			return nil
+		}
 		for {
 			at, err := g.confirmAll(c, f)
+			if err == errWouldWait {
+				return err
+			}
 			var m *MismatchError
 			if errors.As(err, &m) {
-				atomic.StoreUint64(u64(l[doneBad:]), uint64(m.Peer)+1)
+				atomic.StoreUint64(u64(vl[verBad:]), uint64(m.Peer)+1)
 			}
 			if err != nil {
 				if g.wake != nil {
@@ -1031,10 +1092,18 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 			if atomic.LoadUint64(mine)-at >= histLen {
 				continue
 			}
-			w := u64(l[doneVerified:])
+			// The line only moves forward. g.verified, updated after it,
+			// is never ahead of it, and is its value but where another
+			// confirmation of this rank published meanwhile.
+			w, v := u64(vl[verVerified:]), verWord(at, h)
+			for old := g.verified.Load(); ; old = atomic.LoadUint64(w) {
+				if old != 0 && verChunk(old, at) >= at || atomic.CompareAndSwapUint64(w, old, v) {
+					break
+				}
+			}
 			for {
-				old := atomic.LoadUint64(w)
-				if old != 0 && verChunk(old, at) >= at || atomic.CompareAndSwapUint64(w, old, verWord(at, h)) {
+				old := g.verified.Load()
+				if old != 0 && verChunk(old, at) >= at || g.verified.CompareAndSwap(old, v) {
 					break
 				}
 			}
@@ -1046,15 +1115,17 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 	}
 	mine := u64(g.line(g.rank, lineDone))
 	l := g.line(agg, lineDone)
-	done, ver := u64(l), u64(l[doneVerified:])
-	if c.wake != nil {
+	done := u64(l)
+	vl := g.line(agg, lineVer)
+	ver, bad := u64(vl[verVerified:]), u64(vl[verBad:])
+	if c.wake != nil && !c.try {
 		c.recheck = func() bool {
 			w := atomic.LoadUint64(ver)
-			return w != 0 && verChunk(w, f) >= f || atomic.LoadUint64(u64(l[doneBad:])) != 0
+			return w != 0 && verChunk(w, f) >= f || atomic.LoadUint64(bad) != 0
 		}
 	}
 	for {
-		if b := atomic.LoadUint64(u64(l[doneBad:])); b != 0 {
+		if b := atomic.LoadUint64(bad); b != 0 {
 			peer := int(b - 1)
 			if peer == g.rank {
 				peer = agg
@@ -1087,7 +1158,7 @@ func (g *Group) Confirm(c *Call, f uint64, agg int) error {
 				return &MismatchError{Peer: agg, Earlier: true}
 			}
 		}
-		if err := c.idle(agg, "the confirmation of an earlier call", 0); err != nil {
+		if err := c.confirmIdle(agg, "the confirmation of an earlier call"); err != nil {
 			return err
 		}
 	}
@@ -1107,7 +1178,7 @@ func (g *Group) confirmAll(c *Call, f uint64) (uint64, error) {
 		}
 		l := g.line(q, lineDone)
 		done := u64(l)
-		if c.wake != nil {
+		if c.wake != nil && !c.try {
 			c.recheck = reached(done, f)
 		}
 		for {
@@ -1118,7 +1189,7 @@ func (g *Group) confirmAll(c *Call, f uint64) (uint64, error) {
 			}
 			d := atomic.LoadUint64(done)
 			if d < lo {
-				if err := c.idle(q, "the end of an earlier call", 0); err != nil {
+				if err := c.confirmIdle(q, "the end of an earlier call"); err != nil {
 					return 0, err
 				}
 				continue

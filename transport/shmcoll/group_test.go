@@ -563,6 +563,56 @@ func TestConfirmAggregator(t *testing.T) {
 	}
 }
 
+// TestTryConfirm: TryConfirm reports false, publishing nothing, where
+// Confirm would wait (the aggregator before the other rank finished the
+// call, the other rank before the aggregator verified it), true once
+// Confirm would return nil, and the MismatchError of a disagreement
+// without waiting for anything.
+func TestTryConfirm(t *testing.T) {
+	for _, agree := range []bool{true, false} {
+		gs, _ := NewLocal(2, Options{})
+		sig1, root1 := uint32(5), 0
+		if !agree {
+			sig1, root1 = 6, 1 // rank 1 broadcasts from itself: neither reads the other
+		}
+		try := func(r int, f uint64) (bool, error) {
+			return gs[r].TryConfirm(&Call{Ctx: context.Background()}, f, 0)
+		}
+		c0 := &Call{Ctx: context.Background(), Ticket: gs[0].Ticket(), Sig: 5, Timeout: 5 * time.Second, Confirmed: true}
+		if err := gs[0].Bcast(c0, make([]byte, 8), 0); err != nil {
+			t.Fatal(err)
+		}
+		if done, err := try(0, c0.Last); done || err != nil {
+			t.Errorf("agree=%v: the aggregator before rank 1 ended the call: %v, %v; want false, nil", agree, done, err)
+		}
+		c1 := &Call{Ctx: context.Background(), Ticket: gs[1].Ticket(), Sig: sig1, Timeout: 5 * time.Second, Confirmed: true}
+		if err := gs[1].Bcast(c1, make([]byte, 8), root1); err != nil {
+			t.Fatal(err)
+		}
+		done1, err1 := try(1, c1.Last)
+		done0, err0 := try(0, c0.Last)
+		var m *MismatchError
+		if agree {
+			if done1 || err1 != nil {
+				t.Errorf("rank 1 before the aggregator verified: %v, %v; want false, nil", done1, err1)
+			}
+			if !done0 || err0 != nil {
+				t.Errorf("the aggregator once both ended: %v, %v; want true, nil", done0, err0)
+			}
+			if done, err := try(1, c1.Last); !done || err != nil {
+				t.Errorf("rank 1 once the aggregator verified: %v, %v; want true, nil", done, err)
+			}
+			continue
+		}
+		if !errors.As(err1, &m) || !m.Earlier || m.Peer != 0 {
+			t.Errorf("different roots, rank 1: %v, %v; want a MismatchError naming rank 0", done1, err1)
+		}
+		if !errors.As(err0, &m) || !m.Earlier || m.Peer != 1 {
+			t.Errorf("different roots, rank 0: %v, %v; want a MismatchError naming rank 1", done0, err0)
+		}
+	}
+}
+
 // TestAllreduceChain: with the rank-order chain on (a small ChainMin and
 // ChainRanks), allreduces whose chunks take it, one or several chunks,
 // back to back, in and out of place, every dtype's reducer of the test
