@@ -40,6 +40,12 @@ type Options struct {
 	// rank-order chain, on ChainRanks ranks and more; 0 means
 	// DefaultChainMin (DefaultChainRanks), negative never.
 	ChainMin, ChainRanks int
+	// BcastSeg, if positive, is the chunk in which a broadcast moves
+	// (at most the slot; see Group.Bcast); 0 takes BRAID_SHM_BCAST_SEG,
+	// else chunks by the call's size. Every rank of a group must be given
+	// the same: ranks that cut a call differently fail it with a
+	// mismatch.
+	BcastSeg int
 }
 
 // Check returns the options with defaults filled in for a group of n
@@ -56,6 +62,9 @@ func (o Options) resolve(n int) (Options, error) {
 	if o.ChainMin == 0 {
 		o.ChainMin = DefaultChainMin
 	}
+	if o.BcastSeg == 0 {
+		o.BcastSeg, _ = strconv.Atoi(os.Getenv("BRAID_SHM_BCAST_SEG"))
+	}
 	if o.ChainRanks <= 0 {
 		o.ChainRanks = DefaultChainRanks
 	}
@@ -67,7 +76,7 @@ func (o Options) resolve(n int) (Options, error) {
 }
 
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
-	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, blocks: blocks, srcs: make([][]byte, n)}
+	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, blocks: blocks, srcs: make([][]byte, n)}
 }
 
 // NewLocal returns the groups of n goroutine ranks of one process, sharing

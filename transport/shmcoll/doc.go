@@ -40,7 +40,12 @@
 //     synchronisations). Both combine the inputs in rank order 0, 1, ...,
 //     n−1, so every rank gets the same bits.
 //   - Reduce: the same, with only the root copying out.
-//   - Bcast: the root writes each chunk once; the others copy it out.
+//   - Bcast: the root writes each chunk once; the others copy it out. A
+//     call of at most a quarter slot goes to a quarter part of the slot,
+//     the next call's to the next part (eight parts in turn); the chunk
+//     can be set smaller than the slot (Options.BcastSeg), up to eight
+//     chunks in flight. The root says in the chunk's flag line which part
+//     it wrote.
 //   - Allgather: every rank writes its block; every rank copies all blocks.
 //   - ReduceScatter: every rank writes the chunk's part of every block; rank
 //     r reduces the r-th parts in rank order.

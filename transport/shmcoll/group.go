@@ -32,6 +32,9 @@ const (
 	flagSig   = 8 // uint32
 	flagLen   = 12
 	flagBytes = 16
+	// flagPos holds, in the input flag line of a broadcast's chunk too
+	// large for the line, where in its slot the writer put it (Bcast).
+	flagPos = flagBytes
 	// flagArrive holds the writer's arrival stamp (Call.Arrive) in an
 	// input flag line, after the inline data.
 	flagArrive = lineSize - 8
@@ -88,6 +91,7 @@ type Group struct {
 	// chunks of chainMin bytes and more, on chainRanks ranks and more,
 	// take the rank-order pipelined chain (Options.ChainMin)
 	chainMin, chainRanks int
+	bcastSeg             int      // a broadcast's chunk if positive (Options.BcastSeg)
 	blocks               [][]byte // blocks[q]: rank q's block, mapped here
 	srcs                 [][]byte // scratch: one source per rank
 
@@ -454,6 +458,12 @@ func (g *Group) claim(c *Call, f uint64, small bool) error {
 	if small {
 		back = ring
 	}
+	return g.claimBack(c, f, back)
+}
+
+// claimBack waits until every rank has finished chunk f−back (at most
+// ring chunks back: the flag lines' reuse).
+func (g *Group) claimBack(c *Call, f, back uint64) error {
 	if f <= back || g.known >= f-back {
 		return nil
 	}
@@ -789,12 +799,19 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 }
 
 // Bcast copies root's buf to every rank's buf.
+//
+// The call moves in chunks of bcastChunk's size. The root copies chunk f
+// into part (f/2) mod sub of its input slot f mod 2 (sub parts of a slot:
+// up to 2·sub chunks in flight, where other collectives have two) and
+// says which part in the chunk's flag line; the others copy each chunk
+// out as soon as it is published.
 func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 	if err := g.enter(c); err != nil {
 		return err
 	}
 	defer func() { err = g.leave(c, err) }()
-	size, count := chunks(len(buf), 1, g.slot)
+	seg, sub := g.bcastChunk(len(buf))
+	size, count := chunks(len(buf), 1, seg)
 	g.partial = g.n > 1 && !c.Confirmed
 	if g.rank == root {
 		g.startDirect(c, buf, len(buf))
@@ -805,27 +822,77 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 		off := i * size
 		b := min(size, len(buf)-off)
 		f := g.next()
-		if g.rank == root {
-			direct := g.direct(b)
-			if err := g.claim(c, f, b <= inline || direct); err != nil {
-				return err
-			}
-			if direct {
-				g.commitDirect(f, c.Sig, b)
-			} else {
-				copy(g.buf(slotIn, f, b), buf[off:off+b])
-				g.commit(slotIn, f, c.Sig, b)
-			}
-		} else {
-			s, err := g.readIn(c, root, f, b)
+		if g.rank != root {
+			s, err := g.readInPlaced(c, root, f, b, true)
 			if err != nil {
 				return err
 			}
 			copy(buf[off:off+b], s.at(0, off, b))
+			g.finish(f, c.Sig)
+			continue
+		}
+		direct := g.direct(b)
+		// Chunk f's part of slot f mod 2 was last used by chunk f−2·sub
+		// of this call, or by a chunk of an earlier call (of any layout)
+		// that the call's first claims, two chunks back as other calls'
+		// claims, leave in flight: chunk i of the call may run 2(i/2)+2
+		// chunks ahead of the slowest reader, up to 2·sub.
+		back := uint64(min(2*sub, 2*(i/2)+2))
+		if b <= inline || direct {
+			back = ring // the flag line alone
+		}
+		if err := g.claimBack(c, f, back); err != nil {
+			return err
+		}
+		switch {
+		case direct:
+			g.commitDirect(f, c.Sig, b)
+		case b <= inline:
+			copy(g.buf(slotIn, f, b), buf[off:off+b])
+			g.commit(slotIn, f, c.Sig, b)
+		default:
+			pos := int(f>>1) % sub * size
+			copy(g.slotBuf(g.rank, slotIn, int(f&1))[pos:pos+b], buf[off:off+b])
+			*u32(g.flag(g.rank, slotIn, f)[flagPos:]) = uint32(pos)
+			g.commit(slotIn, f, c.Sig, b)
 		}
 		g.finish(f, c.Sig)
 	}
 	return nil
+}
+
+// bcastChunk returns the chunk of a broadcast of total bytes and how many
+// such chunks a slot holds (sub, at most ring/2, so that the 2·sub chunks
+// in flight keep their flag lines).
+//
+// A call of at most a quarter slot is one chunk placed in a quarter part:
+// successive such calls go round the eight quarter parts of the two input
+// slots instead of alternating between two whole slots. On this 2-core VM
+// (2 ranks, 5 alternated rounds, medians of the slowest rank's mean over
+// back-to-back calls) that took a 64 KiB broadcast from 6.7 to 4.8 µs and
+// a 32 KiB one from 3.8 to 2.9 (4 ranks oversubscribed, 64 KiB: 15.0 to
+// 11.4); 16 KiB and 128 KiB–16 MiB did not move. Larger calls go in
+// whole slots: cutting them smaller (64 and 128 KiB chunks, up to eight
+// in flight) pipelines the root's copy with the readers' within a call,
+// but back-to-back calls overlap them across calls anyway, and smaller
+// chunks (8 and 16 KiB) were up to twice as slow (a synchronisation and
+// cold lines a chunk); Options.BcastSeg (BRAID_SHM_BCAST_SEG) sets the
+// chunk to compare them elsewhere.
+//
+// The chunk depends only on total and the group's options, which every
+// rank agrees on unless told otherwise: a rank whose chunks differ
+// publishes chunks of other lengths, which its readers report as a
+// mismatch, and where the lengths agree (calls of one chunk) the part of
+// the slot travels in the chunk's flag line.
+func (g *Group) bcastChunk(total int) (seg, sub int) {
+	seg = g.slot
+	switch {
+	case g.bcastSeg > 0:
+		seg = min(g.slot, max(lineSize, g.bcastSeg&^(lineSize-1)))
+	case total <= g.slot/4:
+		seg = g.slot / 4
+	}
+	return seg, max(1, min(g.slot/seg, ring/2))
 }
 
 // Allgather copies every rank's in (blk bytes) to block q of every rank's

@@ -671,3 +671,164 @@ func TestAllreduceChain(t *testing.T) {
 		}
 	}
 }
+
+// bcastByte is byte i of the k-th broadcast's data.
+func bcastByte(k, i int) byte { return byte(k*131 + i*7 + i>>8) }
+
+// TestBcastChunks checks broadcasts cut in chunks smaller than the slot
+// (parts of the slot, up to eight in flight) and placed in quarter parts:
+// sizes of one byte, inside a flag line, at and around chunk and slot
+// boundaries and not multiples of the chunk, from every root, with
+// allgathers and allreduces in whole slots between them, so that the
+// claims cross from one layout to the other both ways.
+func TestBcastChunks(t *testing.T) {
+	const slot = 4096
+	for _, n := range []int{2, 3, 5} {
+		for _, seg := range []int{0, 64, 1000, 1024, slot} {
+			t.Run(fmt.Sprintf("n%d/seg%d", n, seg), func(t *testing.T) {
+				g0 := seg &^ (lineSize - 1)
+				if g0 == 0 {
+					g0 = slot / 4
+				}
+				sizes := []int{0, 1, 39, 40, 41, 63, 64, 65, g0 - 1, g0, g0 + 1, 3*g0 + 7, 8*g0 + 1,
+					slot/4 - 1, slot / 4, slot/4 + 1, slot - 1, slot, slot + 1, 5*slot + 3}
+				runAll(t, n, Options{Slot: slot, FlatMax: 256, BcastSeg: seg}, func(g *Group, c *Call) error {
+					r := g.Rank()
+					for k, m := range sizes {
+						for rep := range 3 {
+							root := (k + rep) % n
+							buf := make([]byte, m)
+							for i := range buf {
+								if r == root {
+									buf[i] = bcastByte(k+rep, i)
+								} else {
+									buf[i] = 0xee
+								}
+							}
+							c.Sig, c.Ticket = uint32(2*k+1), g.Ticket()
+							if err := g.Bcast(c, buf, root); err != nil {
+								return fmt.Errorf("bcast %d B from %d: %w", m, root, err)
+							}
+							for i, x := range buf {
+								if want := bcastByte(k+rep, i); x != want {
+									return fmt.Errorf("bcast %d B from %d: [%d] = %d, want %d", m, root, i, x, want)
+								}
+							}
+						}
+						// Whole slots between the broadcasts.
+						in := make([]float64, m/8+1)
+						for i := range in {
+							in[i] = val(r, i)
+						}
+						out := make([]byte, 8*len(in)*n)
+						c.Sig, c.Ticket = uint32(2*k+2), g.Ticket()
+						if err := g.Allgather(c, bytesOf(in), out); err != nil {
+							return fmt.Errorf("allgather after bcast %d B: %w", m, err)
+						}
+						for i, x := range f64s(out) {
+							if q, j := i/len(in), i%len(in); x != val(q, j) {
+								return fmt.Errorf("allgather after bcast %d B: [%d] = %v, want %v", m, i, x, val(q, j))
+							}
+						}
+						ob := make([]byte, 8*len(in))
+						c.Ticket = g.Ticket()
+						if err := g.Allreduce(c, bytesOf(in), ob, sumF64()); err != nil {
+							return fmt.Errorf("allreduce after bcast %d B: %w", m, err)
+						}
+						for i, x := range f64s(ob) {
+							want := 0.0
+							for q := range n {
+								want += val(q, i)
+							}
+							if x != want {
+								return fmt.Errorf("allreduce after bcast %d B: [%d] = %v, want %v", m, i, x, want)
+							}
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+// TestBcastChunkDisagree: ranks told different broadcast chunks either
+// agree on a call of one chunk (whose place in the slot travels with it)
+// or fail it with a mismatch; they never take wrong data.
+func TestBcastChunkDisagree(t *testing.T) {
+	const slot = 4096
+	for _, tc := range []struct {
+		segs     [2]int
+		size     int
+		mismatch bool
+	}{
+		{[2]int{0, 512}, 300, false},   // one chunk: a quarter part against an eighth
+		{[2]int{2048, 64}, 60, false},  // one chunk both ways
+		{[2]int{0, 512}, 1000, true},   // 1000 B against 512 + 488
+		{[2]int{1024, 0}, 5000, true},  // 1024-byte chunks against whole slots
+		{[2]int{0, 1024}, 1024, false}, // a quarter part both ways
+		{[2]int{0, 1024}, 3000, true},  // one slot-sized chunk against three
+		{[2]int{64, 128}, 4096, true},  // 64 chunks against 32
+		{[2]int{slot, 0}, 4097, false}, // whole slots both ways
+		{[2]int{slot, 0}, 100, false},  // one chunk at different places
+		{[2]int{100, 0}, 100, true},    // 64-byte chunks (100 rounded down) against one
+	} {
+		t.Run(fmt.Sprintf("%v/%d", tc.segs, tc.size), func(t *testing.T) {
+			gs, err := NewLocal(2, Options{Slot: slot})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range 2 {
+				gs[r].bcastSeg = tc.segs[r]
+			}
+			errs := make([]error, 2)
+			bufs := make([][]byte, 2)
+			var failed atomic.Bool // the reader's call failed: the root's ends too
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g := gs[r]
+					bufs[r] = make([]byte, tc.size)
+					for rep := range 3 { // successive parts of the slots
+						for i := range bufs[r] {
+							bufs[r][i] = 0xee
+							if r == 0 {
+								bufs[r][i] = bcastByte(rep, i)
+							}
+						}
+						c := &Call{Ctx: context.Background(), Ticket: g.Ticket(), Sig: 7, Timeout: 5 * time.Second,
+							Fail: func() error {
+								if failed.Load() {
+									return errors.New("the reader failed")
+								}
+								return nil
+							}}
+						if errs[r] = g.Bcast(c, bufs[r], 0); errs[r] != nil {
+							failed.Store(true)
+							return
+						}
+						if r == 1 {
+							for i, x := range bufs[r] {
+								if want := bcastByte(rep, i); x != want {
+									errs[r] = fmt.Errorf("call %d: [%d] = %d, want %d", rep, i, x, want)
+									failed.Store(true)
+									return
+								}
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			var m *MismatchError
+			switch {
+			case tc.mismatch && !errors.As(errs[1], &m):
+				t.Errorf("reader: %v, want a MismatchError", errs[1])
+			case !tc.mismatch && (errs[0] != nil || errs[1] != nil):
+				t.Errorf("root: %v, reader: %v; want both to succeed", errs[0], errs[1])
+			}
+		})
+	}
+}
