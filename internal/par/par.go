@@ -64,8 +64,9 @@ func ParseThreads(v string) (int, error) {
 }
 
 var (
-	forced  atomic.Int32 // SetThreads' value; 0: none
-	minSize atomic.Int64 // bytes; 0: DefaultMinSize
+	forced  atomic.Int32  // SetThreads' value; 0: none
+	minSize atomic.Int64  // bytes; 0: DefaultMinSize
+	splits  atomic.Uint64 // calls split so far
 	envOnce sync.Once
 	envN    int // EnvThreads' value, 0 if unset or invalid
 )
@@ -102,6 +103,10 @@ func SetThreads(n, minBytes int) (restore func()) {
 	pn, pm := forced.Swap(int32(n)), minSize.Swap(int64(minBytes))
 	return func() { forced.Store(pn); minSize.Store(pm) }
 }
+
+// Splits returns how many calls have been split across threads so far in
+// this process.
+func Splits() uint64 { return splits.Load() }
 
 // MinSize returns the least bytes that a call splits.
 func MinSize() int {
@@ -227,6 +232,7 @@ func (p *pool) run(n, align int, t Task) {
 		p.workers = append(p.workers, w)
 		go p.serve(w)
 	}
+	splits.Add(1)
 	p.task, p.n, p.piece, p.count = t, n, piece, count
 	p.next.Store(0)
 	p.pending.Store(int32(helpers))
