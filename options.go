@@ -18,6 +18,7 @@ import (
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/choice"
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
@@ -378,6 +379,11 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	}
 	if v := getenv(shm.EnvEager); v != "" {
 		if _, err := shm.ParseEager(v); err != nil {
+			return r, err
+		}
+	}
+	if v := getenv(par.EnvThreads); v != "" {
+		if _, err := par.ParseThreads(v); err != nil {
 			return r, err
 		}
 	}

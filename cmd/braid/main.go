@@ -77,6 +77,10 @@ that names the variable):
                    (process_vm_readv)
   BRAID_SHM_EAGER  largest message copied through the shm transport's ring
                    (default 64K); larger ones are one process_vm_readv copy
+  BRAID_COPY_THREADS  most threads one rank splits a large copy or reduction
+                   of the shm collectives across (default GOMAXPROCS, which
+                   Braid lowers to the host's cores per local rank); 1 turns
+                   the splitting off
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same
