@@ -373,9 +373,9 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		return r, fmt.Errorf("BRAID_ARRIVAL=%q: want off (keep the balanced choice whatever the arrival spread) or on (the default: switch to the arrival-aware reductions when the ranks arrive far apart)", v)
 	}
 	switch v := getenv(shm.EnvCMA); v {
-	case "", "0", "1":
+	case "", "0", "1", "split":
 	default:
-		return r, fmt.Errorf("%s=%q: want 0 (copy through the shared segment) or 1 (the default: single copy with process_vm_readv)", shm.EnvCMA, v)
+		return r, fmt.Errorf("%s=%q: want 0 (copy through the shared segment), 1 (the default: single copy with process_vm_readv) or split (single copy, a large message split across the rank's threads)", shm.EnvCMA, v)
 	}
 	if v := getenv(shm.EnvEager); v != "" {
 		if _, err := shm.ParseEager(v); err != nil {

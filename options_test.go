@@ -142,7 +142,8 @@ func TestResolveKnobs(t *testing.T) {
 		// BRAID_SHM_CMA (read by the shm transport, checked here).
 		{name: "cma 0", env: map[string]string{"BRAID_SHM_CMA": "0"}},
 		{name: "cma 1", env: map[string]string{"BRAID_SHM_CMA": "1"}},
-		{name: "cma unknown", env: map[string]string{"BRAID_SHM_CMA": "off"}, want: []string{`BRAID_SHM_CMA="off": want 0`, "or 1"}},
+		{name: "cma unknown", env: map[string]string{"BRAID_SHM_CMA": "off"}, want: []string{`BRAID_SHM_CMA="off": want 0`, "1 (the default", "or split"}},
+		{name: "cma split", env: map[string]string{"BRAID_SHM_CMA": "split"}},
 		{name: "eager 16K", env: map[string]string{"BRAID_SHM_EAGER": "16K"}},
 		{name: "eager too large", env: map[string]string{"BRAID_SHM_EAGER": "2M"}, want: []string{`BRAID_SHM_EAGER="2M": want a size from 1 byte to 256 KiB`}},
 		{name: "eager not a size", env: map[string]string{"BRAID_SHM_EAGER": "big"}, want: []string{`BRAID_SHM_EAGER="big"`}},
