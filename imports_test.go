@@ -25,7 +25,7 @@ func TestImportRules(t *testing.T) {
 		"pack":      {"topo", "sched", "cost"},
 		"cuda":      {"internal/dtype", "internal/wait"},
 		"gpu":       {"sched", "cuda", "gpu/fused", "exec", "transport", "internal/dtype", "internal/wait", "internal/shmring", "internal/shmfile"},
-		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce"},
+		"exec":      {"sched", "transport", "internal/dtype", "internal/reduce", "internal/par"},
 		"transport": {"internal/wait"},
 		// The fused kernels' layout, argument lists and choice sit above
 		// the binding and below the executor: cuda knows no collective,
@@ -45,6 +45,9 @@ func TestImportRules(t *testing.T) {
 		// The one wait policy: the executor (through transport), the
 		// transports, the GPU loops and the CUDA worker.
 		"internal/wait": {},
+		// Splitting a rank's large copies and reductions across its
+		// threads: shmcoll, exec and the shm transport.
+		"internal/par": {},
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imps, _ := strings.Cut(line, ":")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/choice"
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
@@ -372,12 +373,17 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 		return r, fmt.Errorf("BRAID_ARRIVAL=%q: want off (keep the balanced choice whatever the arrival spread) or on (the default: switch to the arrival-aware reductions when the ranks arrive far apart)", v)
 	}
 	switch v := getenv(shm.EnvCMA); v {
-	case "", "0", "1":
+	case "", "0", "1", "split":
 	default:
-		return r, fmt.Errorf("%s=%q: want 0 (copy through the shared segment) or 1 (the default: single copy with process_vm_readv)", shm.EnvCMA, v)
+		return r, fmt.Errorf("%s=%q: want 0 (copy through the shared segment), 1 (the default: single copy with process_vm_readv) or split (single copy, a large message split across the rank's threads)", shm.EnvCMA, v)
 	}
 	if v := getenv(shm.EnvEager); v != "" {
 		if _, err := shm.ParseEager(v); err != nil {
+			return r, err
+		}
+	}
+	if v := getenv(par.EnvThreads); v != "" {
+		if _, err := par.ParseThreads(v); err != nil {
 			return r, err
 		}
 	}

@@ -142,10 +142,14 @@ func TestResolveKnobs(t *testing.T) {
 		// BRAID_SHM_CMA (read by the shm transport, checked here).
 		{name: "cma 0", env: map[string]string{"BRAID_SHM_CMA": "0"}},
 		{name: "cma 1", env: map[string]string{"BRAID_SHM_CMA": "1"}},
-		{name: "cma unknown", env: map[string]string{"BRAID_SHM_CMA": "off"}, want: []string{`BRAID_SHM_CMA="off": want 0`, "or 1"}},
+		{name: "cma unknown", env: map[string]string{"BRAID_SHM_CMA": "off"}, want: []string{`BRAID_SHM_CMA="off": want 0`, "1 (the default", "or split"}},
+		{name: "cma split", env: map[string]string{"BRAID_SHM_CMA": "split"}},
 		{name: "eager 16K", env: map[string]string{"BRAID_SHM_EAGER": "16K"}},
 		{name: "eager too large", env: map[string]string{"BRAID_SHM_EAGER": "2M"}, want: []string{`BRAID_SHM_EAGER="2M": want a size from 1 byte to 256 KiB`}},
 		{name: "eager not a size", env: map[string]string{"BRAID_SHM_EAGER": "big"}, want: []string{`BRAID_SHM_EAGER="big"`}},
+		{name: "copy threads 1", env: map[string]string{"BRAID_COPY_THREADS": "1"}},
+		{name: "copy threads 0", env: map[string]string{"BRAID_COPY_THREADS": "0"}, want: []string{`BRAID_COPY_THREADS="0": want a whole number of threads from 1`}},
+		{name: "copy threads not a number", env: map[string]string{"BRAID_COPY_THREADS": "many"}, want: []string{`BRAID_COPY_THREADS="many"`}},
 
 		// BRAID_HOST and Options.Host.
 		{name: "host", env: map[string]string{"BRAID_HOST": "node-1.example"}, check: func(t *testing.T, o Options) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
@@ -62,6 +63,7 @@ type dynExec struct {
 	tmp    *[]byte
 	es     int
 	kernel reduce.Kernel
+	red    reduceTask // scratch of reduceInto
 	bo     transport.Backoff
 	polls  int
 	reqs   []dynReq
@@ -196,7 +198,7 @@ func (x *dynExec) test(h sched.Handle) (bool, error) {
 	switch {
 	case s.Kind == sched.KindRecvReduce:
 		if r.stage != nil {
-			x.kernel(x.slice(s.Dst), *r.stage)
+			reduceInto(&x.red, x.kernel, x.es, x.slice(s.Dst), *r.stage)
 			putBuf(r.stage)
 			r.stage = nil
 		}
@@ -306,11 +308,13 @@ func (x *dynExec) stall(hs []sched.Handle) {
 func (x *dynExec) Copy(src, dst sched.Chunk) {
 	s, d := x.slice(src), x.slice(dst)
 	if len(d) > 0 && &s[0] != &d[0] {
-		copy(d, s)
+		par.Copy(d, s)
 	}
 }
 
-func (x *dynExec) Reduce(src, dst sched.Chunk) { x.kernel(x.slice(dst), x.slice(src)) }
+func (x *dynExec) Reduce(src, dst sched.Chunk) {
+	reduceInto(&x.red, x.kernel, x.es, x.slice(dst), x.slice(src))
+}
 
 // release withdraws the requests that did not complete (see
 // transport.Canceler), so that no transport writes into the caller's

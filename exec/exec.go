@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
@@ -212,11 +213,11 @@ func (r *run) drive() error {
 			case sched.KindCopy:
 				src, dst := r.slice(s.Src), r.slice(s.Dst)
 				if len(dst) > 0 && &src[0] != &dst[0] {
-					copy(dst, src)
+					par.Copy(dst, src)
 				}
 				r.status[i] = complete
 			case sched.KindReduce:
-				kernel(r.slice(s.Dst), r.slice(s.Src))
+				reduceInto(&r.red, kernel, r.es, r.slice(s.Dst), r.slice(s.Src))
 				r.status[i] = complete
 			default:
 				if e := r.startHost(i); e != nil {

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
@@ -23,8 +24,30 @@ type host struct {
 	tmp    *[]byte
 	es     int
 	kernel reduce.Kernel
+	red    reduceTask // scratch of reduceInto
 	reqs   []transport.Request
 	stage  []*[]byte
+}
+
+// reduceTask is a reduction that package par splits.
+type reduceTask struct {
+	k        reduce.Kernel
+	dst, src []byte
+}
+
+func (t *reduceTask) Piece(lo, hi int) { t.k(t.dst[lo:hi], t.src[lo:hi]) }
+
+// reduceInto does k(dst, src), split at element bounds (es bytes) across
+// the rank's threads when large (package par); t is the caller's scratch,
+// so that nothing is allocated.
+func reduceInto(t *reduceTask, k reduce.Kernel, es int, dst, src []byte) {
+	if len(dst) < par.MinSize() || len(src) != len(dst) {
+		k(dst, src)
+		return
+	}
+	t.k, t.dst, t.src = k, dst, src
+	par.Run(len(dst), es, t)
+	*t = reduceTask{}
 }
 
 // bufPools recycle scratch and staging buffers by size class (bufClass),
@@ -138,7 +161,7 @@ func (r *run) startHost(i int) error {
 func (r *run) finish(i int32) {
 	s := &r.prog.Steps[i]
 	if s.Kind == sched.KindRecvReduce {
-		r.kernel(r.slice(s.Dst), *r.stage[i])
+		reduceInto(&r.red, r.kernel, r.es, r.slice(s.Dst), *r.stage[i])
 		putBuf(r.stage[i])
 		r.stage[i] = nil
 	}

@@ -74,9 +74,14 @@ that names the variable):
                    auto (one CPU per rank unless already bound or
                    outnumbered), core or share
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
-                   (process_vm_readv)
+                   (process_vm_readv); split: single copy, a message of 256K
+                   or more read by several of the rank's threads at once
   BRAID_SHM_EAGER  largest message copied through the shm transport's ring
                    (default 64K); larger ones are one process_vm_readv copy
+  BRAID_COPY_THREADS  most threads one rank splits a large copy or reduction
+                   of the shm collectives across (default GOMAXPROCS, which
+                   Braid lowers to the host's cores per local rank); 1 turns
+                   the splitting off
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same

@@ -3,12 +3,14 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/transport"
 )
 
@@ -42,6 +44,7 @@ type recvReq struct {
 	addr  uint64 // recvRndv: the sender's buffer
 	slot  uint32
 	gen   uint32
+	cma   cmaTask // scratch of read
 }
 
 func (r *recvReq) complete(err error) {
@@ -190,7 +193,7 @@ func (r *recvReq) copyRndv() (bool, error) {
 	var start time.Time
 	for {
 		end := min(r.got+cmaChunk, uint64(len(r.buf)))
-		err = cmaRead(c.peerPID, r.buf[r.got:end], r.addr+r.got)
+		err = r.read(c.peerPID, r.buf[r.got:end], r.addr+r.got)
 		if err != nil || end == uint64(len(r.buf)) {
 			break
 		}
@@ -245,6 +248,41 @@ func cmaRead(pid int, dst []byte, addr uint64) error {
 		addr += uint64(n)
 	}
 	return nil
+}
+
+// read copies len(dst) bytes at addr in process pid into dst; with
+// Options.SplitCMA, from par.MinSize on, the rank's threads (package par)
+// each copy a share of the pages with process_vm_readv calls of their own.
+func (r *recvReq) read(pid int, dst []byte, addr uint64) error {
+	if len(dst) < par.MinSize() || !r.c.m.opts.SplitCMA {
+		return cmaRead(pid, dst, addr)
+	}
+	t := &r.cma
+	t.pid, t.dst, t.addr, t.err = pid, dst, addr, nil
+	par.Run(len(dst), 4096, t)
+	err := t.err
+	t.dst, t.err = nil, nil
+	return err
+}
+
+// cmaTask is a process_vm_readv copy that package par splits; err is the
+// first piece's failure.
+type cmaTask struct {
+	pid  int
+	dst  []byte
+	addr uint64
+	mu   sync.Mutex
+	err  error
+}
+
+func (t *cmaTask) Piece(lo, hi int) {
+	if err := cmaRead(t.pid, t.dst[lo:hi], t.addr+uint64(lo)); err != nil {
+		t.mu.Lock()
+		if t.err == nil {
+			t.err = err
+		}
+		t.mu.Unlock()
+	}
 }
 
 // sendReq is a send that did not complete when posted: a message waiting

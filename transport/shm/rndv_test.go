@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/transporttest"
 )
@@ -68,5 +69,52 @@ func TestRendezvousStreams(t *testing.T) {
 	// takes far less, but a loaded machine may pause the copy once or so.
 	if copying > 8 {
 		t.Errorf("%d Tests returned between pieces of one message; want the pieces copied in one Test", copying)
+	}
+}
+
+// TestRendezvousThreads: with Options.SplitCMA, a rendezvous message of an
+// odd size copied by 4 threads at once (package par, from 4 KiB), in pieces of 64 KiB and 8 KiB
+// (cmaChunk), arrives whole.
+func TestRendezvousThreads(t *testing.T) {
+	defer par.SetThreads(4, 4096)()
+	defer func(c uint64) { cmaChunk = c }(cmaChunk)
+	for _, chunk := range []uint64{64 << 10, 8 << 10} {
+		cmaChunk = chunk
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		meshes, err := transporttest.Connect(ctx, NewWithOptions(Options{SplitCMA: true}), 2, transporttest.Hooks{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const size = 1<<20 + 4099
+		data, buf := make([]byte, size), make([]byte, size)
+		for i := range data {
+			data[i] = byte(i*7 + i>>8)
+		}
+		before := par.Splits()
+		tag := transport.Tag{Seq: 1}
+		s, err := meshes[1].Conn(0).Isend(tag, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := meshes[0].Conn(1).Irecv(tag, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := transport.Wait(ctx, nil, r, s); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, data) {
+			t.Fatalf("pieces of %d: received data differ", chunk)
+		}
+		cma := meshes[1].Conn(0).(*conn).cma
+		meshes[0].Close()
+		meshes[1].Close()
+		cancel()
+		if !cma {
+			t.Skip("single copy unavailable here: the message went through the ring")
+		}
+		if par.Splits() == before {
+			t.Fatalf("pieces of %d: no copy was split", chunk)
+		}
 	}
 }

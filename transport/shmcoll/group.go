@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/transport"
 )
@@ -91,9 +92,10 @@ type Group struct {
 	// chunks of chainMin bytes and more, on chainRanks ranks and more,
 	// take the rank-order pipelined chain (Options.ChainMin)
 	chainMin, chainRanks int
-	bcastSeg             int      // a broadcast's chunk if positive (Options.BcastSeg)
-	blocks               [][]byte // blocks[q]: rank q's block, mapped here
-	srcs                 [][]byte // scratch: one source per rank
+	bcastSeg             int         // a broadcast's chunk if positive (Options.BcastSeg)
+	blocks               [][]byte    // blocks[q]: rank q's block, mapped here
+	srcs                 [][]byte    // scratch: one source per rank
+	comb                 combineTask // scratch: combine's work
 
 	f     uint64 // the last chunk this rank used
 	known uint64 // every rank has finished reading chunk known
@@ -646,15 +648,33 @@ func chunks(total, es, limit int) (size, count int) {
 	return size, (total + size - 1) / size
 }
 
-// combine writes dst = srcs[0] op srcs[1] op ... in order.
-func combine(r Reducer, dst []byte, srcs [][]byte) {
+// combine writes dst = srcs[0] op srcs[1] op ... in order; a large dst is
+// split at element bounds across the rank's threads (package par), each
+// piece combined from every source while it is in cache.
+func (g *Group) combine(r Reducer, dst []byte, srcs [][]byte) {
+	t := &g.comb
+	t.r, t.dst, t.srcs = r, dst, srcs
+	par.Run(len(dst), r.ElemSize, t)
+	*t = combineTask{}
+}
+
+// combineTask is combine's work, kept in the Group so that passing it to
+// par.Run allocates nothing.
+type combineTask struct {
+	r    Reducer
+	dst  []byte
+	srcs [][]byte
+}
+
+func (t *combineTask) Piece(lo, hi int) {
+	dst, srcs := t.dst[lo:hi], t.srcs
 	if len(srcs) == 1 {
-		copy(dst, srcs[0])
+		copy(dst, srcs[0][lo:hi])
 		return
 	}
-	r.K3(dst, srcs[0], srcs[1])
+	t.r.K3(dst, srcs[0][lo:hi], srcs[1][lo:hi])
 	for _, s := range srcs[2:] {
-		r.K(dst, s)
+		t.r.K(dst, s[lo:hi])
 	}
 }
 
@@ -725,7 +745,7 @@ func (g *Group) reduceFlat(c *Call, in, out []byte, r Reducer, root int) error {
 		return err
 	}
 	b := len(in)
-	copy(g.buf(slotIn, f, b), in)
+	par.Copy(g.buf(slotIn, f, b), in)
 	g.commit(slotIn, f, c.Sig, b)
 	if root >= 0 && g.rank != root {
 		g.partial = !c.Confirmed
@@ -742,7 +762,7 @@ func (g *Group) reduceFlat(c *Call, in, out []byte, r Reducer, root int) error {
 		srcs[q] = s
 	}
 	g.sawAll(f)
-	combine(r, out, srcs)
+	g.combine(r, out, srcs)
 	g.finish(f, c.Sig)
 	return nil
 }
@@ -761,7 +781,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 	if direct {
 		g.commitDirect(f, c.Sig, b)
 	} else {
-		copy(g.buf(slotIn, f, b), in)
+		par.Copy(g.buf(slotIn, f, b), in)
 		g.commit(slotIn, f, c.Sig, b)
 	}
 	m := b / es
@@ -781,7 +801,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 	}
 	g.sawAll(f)
 	mine := g.buf(slotRes, f, (hi-lo)*es)
-	combine(r, mine, srcs)
+	g.combine(r, mine, srcs)
 	g.commit(slotRes, f, c.Sig, len(mine))
 	if root < 0 || g.rank == root {
 		for i := range g.n {
@@ -791,7 +811,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 			if err != nil {
 				return err
 			}
-			copy(out[qlo*es:qhi*es], s)
+			par.Copy(out[qlo*es:qhi*es], s)
 		}
 	}
 	g.finish(f, c.Sig)
@@ -827,7 +847,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 			if err != nil {
 				return err
 			}
-			copy(buf[off:off+b], s.at(0, off, b))
+			par.Copy(buf[off:off+b], s.at(0, off, b))
 			g.finish(f, c.Sig)
 			continue
 		}
@@ -852,7 +872,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 			g.commit(slotIn, f, c.Sig, b)
 		default:
 			pos := int(f>>1) % sub * size
-			copy(g.slotBuf(g.rank, slotIn, int(f&1))[pos:pos+b], buf[off:off+b])
+			par.Copy(g.slotBuf(g.rank, slotIn, int(f&1))[pos:pos+b], buf[off:off+b])
 			*u32(g.flag(g.rank, slotIn, f)[flagPos:]) = uint32(pos)
 			g.commit(slotIn, f, c.Sig, b)
 		}
@@ -917,7 +937,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 		if direct {
 			g.commitDirect(f, c.Sig, b)
 		} else {
-			copy(g.buf(slotIn, f, b), in[off:off+b])
+			par.Copy(g.buf(slotIn, f, b), in[off:off+b])
 			g.commit(slotIn, f, c.Sig, b)
 		}
 		g.touch(slotIn, f)
@@ -934,7 +954,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 				s = in.at(0, off, b)
 			}
 			if q != g.rank || !inPlace {
-				copy(out[q*blk+off:q*blk+off+b], s)
+				par.Copy(out[q*blk+off:q*blk+off+b], s)
 			}
 		}
 		g.sawAll(f)
@@ -974,7 +994,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 		} else {
 			dst := g.buf(slotIn, f, g.n*b)
 			for q := range g.n {
-				copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
+				par.Copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
 			}
 			g.commit(slotIn, f, c.Sig, g.n*b)
 		}
@@ -984,7 +1004,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 				own := in[q*blk+off : q*blk+off+b]
 				if inPlace {
 					tmp := g.slotBuf(g.rank, slotRes, int(f&1))[:b]
-					copy(tmp, own)
+					par.Copy(tmp, own)
 					own = tmp
 				}
 				srcs[q] = own
@@ -997,7 +1017,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 			srcs[q] = s.at(g.rank*b, g.rank*blk+off, b)
 		}
 		g.sawAll(f)
-		combine(r, out[off:off+b], srcs)
+		g.combine(r, out[off:off+b], srcs)
 		g.finish(f, c.Sig)
 	}
 	return nil
