@@ -10,6 +10,7 @@ import (
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport/shmcoll"
@@ -50,6 +51,28 @@ const (
 )
 
 func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
+
+// nodeParSpeedup is how much faster than on one core a rank of n on the
+// host copies and reduces a chunk that package par splits across its
+// threads (at least par.MinSize bytes; par.Threads, which follows
+// GOMAXPROCS: the host's cores over its ranks). The threads of all the
+// host's ranks share its memory: on the 16-core node, 2 ranks of 8
+// threads ran the area's allreduce, broadcast, allgather and
+// reduce-scatter of 1-64 MiB 1.9-3.6 times as fast as with one thread
+// each (BRAID_COPY_THREADS=1), 4 ranks of 4 threads 1.4-2.7 times (session
+// 13, docs/PERFORMANCE.md): about nodeParHost cores' worth of copying
+// over the host, shared by its ranks, and never more than a rank's
+// threads.
+func nodeParSpeedup(n, threads int) float64 {
+	if threads <= 1 || n < 1 {
+		return 1
+	}
+	return max(1, min(float64(threads), nodeParHost/float64(n)))
+}
+
+// nodeParHost is the host's copying, in cores' worth, that nodeParSpeedup
+// divides among its ranks (a fit to the node's figures above).
+const nodeParHost = 6
 
 // nodeCost is the model's time of coll through g's area: nodeLinkCost,
 // bounded by the host's memory where the area states what it moves there
@@ -98,6 +121,13 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	}
 	chunks := math.Max(1, math.Ceil(bytes/per))
 	b := bytes / chunks // a chunk's bytes
+	chained := p.Coll == sched.Allreduce && g.Chained(int(b))
+	if k := nodeParSpeedup(p.NRanks, par.Threads()); k > 1 && b >= float64(par.MinSize()) && !chained && !g.Goroutines() {
+		// The chunk's copies and reductions are split across the
+		// rank's threads (package par); the chain's segments are not,
+		// and goroutine ranks share one process's pool.
+		beta, gamma = beta*k, gamma/k
+	}
 	var t float64
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:
@@ -110,7 +140,7 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			// the chunk before (two slots), so a chunk costs about one
 			// pass over its bytes and the reduction.
 			t = 2*sync + b/beta + (n-1)*b/n*gamma
-			if chunks == 1 && !(p.Coll == sched.Allreduce && g.Chained(int(b))) {
+			if chunks == 1 && !chained {
 				// Nothing to overlap with; the chain pipelines a chunk
 				// in segments (on the node, 4 ranks, 1 MiB: the chain
 				// 285 µs, the segmented ring the model preferred 374).

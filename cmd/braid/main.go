@@ -81,7 +81,8 @@ that names the variable):
   BRAID_COPY_THREADS  most threads one rank splits a large copy or reduction
                    of the shm collectives across (default GOMAXPROCS, which
                    Braid lowers to the host's cores per local rank); 1 turns
-                   the splitting off
+                   the splitting off; the planner counts on it, so give
+                   every rank of a host the same
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same

@@ -148,6 +148,11 @@ func (g *Group) FlatMax() int { return g.flatMax }
 // rank-order pipelined chain rather than the two phases.
 func (g *Group) Chained(b int) bool { return g.chainMin > 0 && g.n >= g.chainRanks && b >= g.chainMin }
 
+// Goroutines reports whether the group's ranks are goroutines of one
+// process (NewLocal), which share that process's threads and its copy
+// pool (package par) instead of each having their own.
+func (g *Group) Goroutines() bool { return g.wake != nil }
+
 // Close unmaps the area (or forgets it, for goroutine ranks).
 func (g *Group) Close() error {
 	if g.release == nil {
