@@ -657,6 +657,19 @@ func chunks(total, es, limit int) (size, count int) {
 // split at element bounds across the rank's threads (package par), each
 // piece combined from every source while it is in cache.
 func (g *Group) combine(r Reducer, dst []byte, srcs [][]byte) {
+	if len(dst) < par.MinSize() {
+		// Not split: the reducers directly, without the task's set-up
+		// (a small allreduce's every call).
+		if len(srcs) == 1 {
+			copy(dst, srcs[0])
+			return
+		}
+		r.K3(dst, srcs[0], srcs[1])
+		for _, s := range srcs[2:] {
+			r.K(dst, s)
+		}
+		return
+	}
 	t := &g.comb
 	t.r, t.dst, t.srcs = r, dst, srcs
 	par.Run(len(dst), r.ElemSize, t)
