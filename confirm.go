@@ -400,7 +400,7 @@ func (c *Comm) runConfirm(ctx context.Context, name string, e confirmEntry, regi
 func (c *Comm) confirmRaw(ctx context.Context, e confirmEntry) error {
 	seq, sig, prog := e.seq, e.sig, e.prog
 	if prog == nil {
-		cl := shmcoll.Call{Ctx: ctx, Fail: c.errFn, Spin: c.w.spin, Name: e.name, Seq: e.seq,
+		cl := shmcoll.Call{Ctx: ctx, Fail: c.errFn, Name: e.name, Seq: e.seq,
 			Stall: c.chk.nodeStallFn, StallAfter: c.w.stallAfter()}
 		if _, ok := ctx.Deadline(); !ok {
 			cl.Timeout = c.w.opts.Timeout

@@ -231,7 +231,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run, s *settling) (rerr e
 	// bytes) is built aside and copied, which cost 3-7 % of a 2-rank
 	// broadcast loop's profile.
 	var cl shmcoll.Call
-	cl.Ctx, cl.Ticket, cl.Sig, cl.Fail, cl.Spin, cl.Name, cl.Seq = ctx, r.ticket, k.sig, c.errFn, c.w.spin, k.name, r.seq
+	cl.Ctx, cl.Ticket, cl.Sig, cl.Fail, cl.Name, cl.Seq = ctx, r.ticket, k.sig, c.errFn, k.name, r.seq
 	cl.Arrive, cl.Arrivals, cl.Confirmed = uint64(k.arrive), *stamps, c.confirms(k)
 	cl.Stall, cl.StallAfter = c.chk.nodeStallFn, c.w.stallAfter()
 	var settle *settling // set once the call ended well
