@@ -26,21 +26,8 @@ func TestRendezvousStreams(t *testing.T) {
 	}
 	defer meshes[0].Close()
 	defer meshes[1].Close()
-	const size = 1 << 20 // 256 pieces
-	data, buf := make([]byte, size), make([]byte, size)
-	for i := range data {
-		data[i] = byte(i*7 + i>>8)
-	}
-	tag := transport.Tag{Seq: 1}
-	s, err := meshes[1].Conn(0).Isend(tag, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := meshes[0].Conn(1).Irecv(tag, buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copying := 0 // Tests that returned undone after the copy began
+	data, buf, s, r := startPair(t, meshes, 1<<20) // 256 pieces
+	copying := 0                                   // Tests that returned undone after the copy began
 	for {
 		done, err := r.Test()
 		if err != nil {
@@ -85,21 +72,8 @@ func TestRendezvousThreads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const size = 1<<20 + 4099
-		data, buf := make([]byte, size), make([]byte, size)
-		for i := range data {
-			data[i] = byte(i*7 + i>>8)
-		}
 		before := par.Splits()
-		tag := transport.Tag{Seq: 1}
-		s, err := meshes[1].Conn(0).Isend(tag, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := meshes[0].Conn(1).Irecv(tag, buf)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data, buf, s, r := startPair(t, meshes, 1<<20+4099)
 		if err := transport.Wait(ctx, nil, r, s); err != nil {
 			t.Fatal(err)
 		}
@@ -117,4 +91,24 @@ func TestRendezvousThreads(t *testing.T) {
 			t.Fatalf("pieces of %d: no copy was split", chunk)
 		}
 	}
+}
+
+// startPair posts a message of size bytes of a known pattern from rank 1
+// to rank 0 of meshes, and returns the data, the receive buffer and both
+// requests.
+func startPair(t *testing.T, meshes []transport.Mesh, size int) (data, buf []byte, s, r transport.Request) {
+	t.Helper()
+	data, buf = make([]byte, size), make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*7 + i>>8)
+	}
+	tag := transport.Tag{Seq: 1}
+	s, err := meshes[1].Conn(0).Isend(tag, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err = meshes[0].Conn(1).Irecv(tag, buf); err != nil {
+		t.Fatal(err)
+	}
+	return data, buf, s, r
 }
