@@ -98,14 +98,8 @@ func TestCollectives(t *testing.T) {
 						if err := g.Allreduce(c, ib, ob, sumF64()); err != nil {
 							return fmt.Errorf("allreduce %d: %w", m, err)
 						}
-						for i, x := range f64s(ob) {
-							want := 0.0
-							for q := range n {
-								want += val(q, i)
-							}
-							if x != want {
-								return fmt.Errorf("allreduce %d: [%d] = %v, want %v", m, i, x, want)
-							}
+						if err := checkSum(ob, n, val); err != nil {
+							return fmt.Errorf("allreduce %d: %w", m, err)
 						}
 						// reduce to root n-1
 						root := n - 1
@@ -735,14 +729,8 @@ func TestBcastChunks(t *testing.T) {
 						if err := g.Allreduce(c, bytesOf(in), ob, sumF64()); err != nil {
 							return fmt.Errorf("allreduce after bcast %d B: %w", m, err)
 						}
-						for i, x := range f64s(ob) {
-							want := 0.0
-							for q := range n {
-								want += val(q, i)
-							}
-							if x != want {
-								return fmt.Errorf("allreduce after bcast %d B: [%d] = %v, want %v", m, i, x, want)
-							}
+						if err := checkSum(ob, n, val); err != nil {
+							return fmt.Errorf("allreduce after bcast %d B: %w", m, err)
 						}
 					}
 					return nil
@@ -831,4 +819,19 @@ func TestBcastChunkDisagree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkSum checks that ob, float64s, holds at each i the sum over the n
+// ranks q of val(q, i), added in rank order.
+func checkSum(ob []byte, n int, val func(q, i int) float64) error {
+	for i, x := range f64s(ob) {
+		want := 0.0
+		for q := range n {
+			want += val(q, i)
+		}
+		if x != want {
+			return fmt.Errorf("[%d] = %v, want %v", i, x, want)
+		}
+	}
+	return nil
 }
