@@ -1,0 +1,83 @@
+package braid
+
+import (
+	"testing"
+
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/par"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/transport/shmcoll"
+)
+
+// TestNodeCostThreads checks that the node model counts a rank's threads
+// (package par) where the area splits a chunk across them: a process's
+// chunk above par.MinSize, not one at or below it, not the chain's
+// segments, and not goroutine ranks, which share one process's pool.
+func TestNodeCostThreads(t *testing.T) {
+	proc, path, err := shmcoll.Make(t.TempDir(), 2, shmcoll.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close()
+	_ = shmcoll.Unlink(path)
+	locals, err := shmcoll.NewLocal(2, shmcoll.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locals[0].Close()
+	m := cost.Default()
+	m.Memory = 0 // the link model alone: the memory bound does not split
+	// bytes is what the model cuts into chunks: a reduce-scatter's whole
+	// input (n blocks of Count elements), the others' Count elements.
+	costWith := func(g *shmcoll.Group, threads int, coll sched.Collective, bytes int) float64 {
+		defer par.SetThreads(threads, 0)()
+		count := bytes / 4
+		if coll == sched.ReduceScatter {
+			count /= 2
+		}
+		return nodeLinkCost(g, sched.Params{Coll: coll, NRanks: 2, Count: count}, 4, m)
+	}
+	if proc.Goroutines() || !locals[0].Goroutines() {
+		t.Fatalf("Goroutines: a process's group %v, NewLocal's %v", proc.Goroutines(), locals[0].Goroutines())
+	}
+	want := nodeParSpeedup(2, 8)
+	if want <= 1 {
+		t.Fatalf("nodeParSpeedup(2, 8) = %v: 8 threads at 2 ranks should be faster than one", want)
+	}
+	for _, coll := range []sched.Collective{sched.Bcast, sched.Allgather, sched.ReduceScatter} {
+		big := 4 << 20
+		one, eight := costWith(proc, 1, coll, big), costWith(proc, 8, coll, big)
+		if !(eight < one) || eight < one/want*0.99 {
+			t.Errorf("%v of %d B on 2 processes: %.1f µs with 8 threads, %.1f with one; want faster, by at most %.2f×", coll, big, eight*1e6, one*1e6, want)
+		}
+		small := par.MinSize()
+		if a, b := costWith(proc, 1, coll, small), costWith(proc, 8, coll, small); a != b {
+			t.Errorf("%v of %d B (par.MinSize, not split): %.2f µs with 8 threads, %.2f with one", coll, small, b*1e6, a*1e6)
+		}
+		if a, b := costWith(locals[0], 1, coll, big), costWith(locals[0], 8, coll, big); a != b {
+			t.Errorf("%v of %d B on goroutine ranks: %.1f µs with 8 threads, %.1f with one; want the same (one shared pool)", coll, big, b*1e6, a*1e6)
+		}
+	}
+	// The allreduce's chunks take the two phases at 2 ranks (the chain
+	// starts at shmcoll.DefaultChainRanks); on 4 ranks they take the
+	// chain, which is not split.
+	if one, eight := costWith(proc, 1, sched.Allreduce, 4<<20), costWith(proc, 8, sched.Allreduce, 4<<20); !(eight < one) {
+		t.Errorf("allreduce of 4 MiB on 2 processes: %.1f µs with 8 threads, %.1f with one; want faster", eight*1e6, one*1e6)
+	}
+	proc4, path4, err := shmcoll.Make(t.TempDir(), 4, shmcoll.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc4.Close()
+	_ = shmcoll.Unlink(path4)
+	if !proc4.Chained(4 << 20) {
+		t.Skip("4 MiB on 4 ranks does not take the chain with the default options")
+	}
+	chain := func(threads int) float64 {
+		defer par.SetThreads(threads, 0)()
+		return nodeLinkCost(proc4, sched.Params{Coll: sched.Allreduce, NRanks: 4, Count: 1 << 20}, 4, m)
+	}
+	if a, b := chain(1), chain(8); a != b {
+		t.Errorf("allreduce of 4 MiB on 4 processes (the chain): %.1f µs with 8 threads, %.1f with one; want the same", b*1e6, a*1e6)
+	}
+}
