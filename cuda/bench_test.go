@@ -155,10 +155,8 @@ func BenchmarkLaunchWait(b *testing.B) {
 	w := benchWorker(b, 0)
 	s := stream(b, w)
 	p := alloc(b, w, 256)
+	ev := event(b, w)
 	ctx := context.Background()
-	var ev Event
-	do(b, w, func(c *Ctx) (err error) { ev, err = c.NewEvent(EventDisableTiming); return err })
-	defer w.Do(ctx, func(c *Ctx) error { return c.DestroyEvent(ev) })
 	b.Run("waitevent", func(b *testing.B) {
 		for range b.N {
 			if err := w.Do(ctx, func(c *Ctx) error {
@@ -306,10 +304,8 @@ func BenchmarkCopyLatency(b *testing.B) {
 				y = alloc(b, benchWorker(b, 1), 256)
 			}
 			s := stream(b, w0)
+			ev := event(b, w0)
 			ctx := context.Background()
-			var ev Event
-			do(b, w0, func(c *Ctx) (err error) { ev, err = c.NewEvent(EventDisableTiming); return err })
-			defer w0.Do(ctx, func(c *Ctx) error { return c.DestroyEvent(ev) })
 			b.ResetTimer()
 			for range b.N {
 				if err := w0.Do(ctx, func(c *Ctx) error {
@@ -494,21 +490,18 @@ func BenchmarkCompletion(b *testing.B) {
 	w := benchWorker(b, 0)
 	s := stream(b, w)
 	p := alloc(b, w, 256)
+	ev := event(b, w)
 	ctx := context.Background()
-	var ev Event
 	var hb *HostBuffer
 	var word DevicePtr
 	do(b, w, func(c *Ctx) (err error) {
-		if ev, err = c.NewEvent(EventDisableTiming); err != nil {
-			return err
-		}
 		if hb, err = c.HostAlloc(64, HostAllocDeviceMap|HostAllocPortable); err != nil {
 			return err
 		}
 		word, err = c.HostDevicePointer(hb.Bytes())
 		return err
 	})
-	defer w.Do(ctx, func(c *Ctx) error { return errors.Join(c.DestroyEvent(ev), c.FreeHost(hb)) })
+	defer w.Do(ctx, func(c *Ctx) error { return c.FreeHost(hb) })
 	flag := (*atomic.Uint32)(unsafe.Pointer(&hb.Bytes()[0]))
 	var seq uint32
 	spin := func(want uint32) {

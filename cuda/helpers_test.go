@@ -66,6 +66,15 @@ func alloc(t testing.TB, w *Worker, n int) DevicePtr {
 	return p
 }
 
+// event creates an event on w without timing, destroyed when the test ends.
+func event(t testing.TB, w *Worker) Event {
+	t.Helper()
+	var ev Event
+	do(t, w, func(c *Ctx) (err error) { ev, err = c.NewEvent(EventDisableTiming); return err })
+	t.Cleanup(func() { w.Do(context.Background(), func(c *Ctx) error { return c.DestroyEvent(ev) }) })
+	return ev
+}
+
 // hostAlloc allocates n bytes of pinned host memory, freed when the test ends.
 func hostAlloc(t testing.TB, w *Worker, n int) *HostBuffer {
 	t.Helper()
