@@ -415,15 +415,19 @@ func (sc *sconn) writer() {
 		o.h.put(hb[:])
 		sc.c.SetWriteDeadline(time.Now().Add(sc.s.cfg.IOTimeout))
 		bufs := net.Buffers{hb[:], o.p}
+		// Counted before the write: a client can read its result and ask
+		// for the stats before this goroutine returns from WriteTo, and
+		// must see the bytes it received. Taken back if the write fails.
+		sc.s.st.bytesOut.Add(int64(len(o.p)))
 		_, err := bufs.WriteTo(sc.c)
 		if o.done != nil {
 			o.done()
 		}
 		if err != nil {
+			sc.s.st.bytesOut.Add(-int64(len(o.p)))
 			sc.c.Close() // the reader ends and cleans up
 			return
 		}
-		sc.s.st.bytesOut.Add(int64(len(o.p)))
 	}
 }
 
