@@ -80,10 +80,36 @@ const nodeParHost = 6
 func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
 	t := nodeLinkCost(g, p, es, m)
 	moved := nodeMoved(p, es)
-	if moved == 0 || m.Memory <= 0 {
+	if moved == 0 || m.Memory <= 0 && m.Core <= 0 {
 		return t
 	}
-	return m.Bounded(p.Layout, p.NRanks, t, nodeLinkCost(g, p, es, m.Latencies()), moved)
+	_, _, k := nodeChunks(g, p, es)
+	return m.Bounded(p.Layout, p.NRanks, t, nodeLinkCost(g, p, es, m.Latencies()), moved, k)
+}
+
+// nodeChunks returns how the area cuts p: the number of chunks, a chunk's
+// bytes, and how many times faster than one thread a rank copies and
+// reduces a chunk (nodeParSpeedup where package par splits it: a
+// process's chunk above par.MinSize, not the chain's segments, not
+// goroutine ranks, which share one process's pool).
+func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b, k float64) {
+	n := float64(p.NRanks)
+	slot := g.Slot()
+	var bytes, per float64 // the data a chunk is counted on, and the chunks' limit
+	switch p.Coll {
+	case sched.ReduceScatter:
+		bytes, per = float64(p.Count*es)*n, float64(slot/p.NRanks*p.NRanks)
+	default:
+		bytes, per = float64(p.Count*es), float64(slot)
+	}
+	chunks = math.Max(1, math.Ceil(bytes/per))
+	b = bytes / chunks
+	k = 1
+	chained := p.Coll == sched.Allreduce && g.Chained(int(b))
+	if s := nodeParSpeedup(p.NRanks, par.Threads()); s > 1 && b > float64(par.MinSize()) && !chained && !g.Goroutines() {
+		k = s
+	}
+	return chunks, b, k
 }
 
 // nodeMoved returns the bytes each rank moves through memory in the area
@@ -107,30 +133,16 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	n := float64(p.NRanks)
 	beta, gamma := nodeCopySpeedup(p.NRanks)*m.Links[cost.Intra].Beta, m.Gamma
 	sync := nodeSync + n*nodeLineGet
-	slot := g.Slot()
-	var bytes, per float64 // the data a chunk is counted on, and the chunks' limit
-	switch p.Coll {
-	case sched.Barrier:
+	if p.Coll == sched.Barrier {
 		return sync
-	case sched.ReduceScatter:
-		bytes, per = float64(p.Count*es)*n, float64(slot/p.NRanks*p.NRanks)
-	case sched.Allgather:
-		bytes, per = float64(p.Count*es), float64(slot)
-	default:
-		bytes, per = float64(p.Count*es), float64(slot)
 	}
-	chunks := math.Max(1, math.Ceil(bytes/per))
-	b := bytes / chunks // a chunk's bytes
+	chunks, b, k := nodeChunks(g, p, es)
 	chained := p.Coll == sched.Allreduce && g.Chained(int(b))
-	if k := nodeParSpeedup(p.NRanks, par.Threads()); k > 1 && b > float64(par.MinSize()) && !chained && !g.Goroutines() {
-		// The chunk's copies and reductions are split across the
-		// rank's threads (package par); the chain's segments are not,
-		// and goroutine ranks share one process's pool. From above
-		// par.MinSize: on the node a 2-rank broadcast of 256 KiB took
-		// 27 µs through the area with 8 threads, binomial 15, and of
-		// 1 MiB 38 against 78.
-		beta, gamma = beta*k, gamma/k
-	}
+	// The chunk's copies and reductions are split across the rank's
+	// threads (package par) from above par.MinSize: on the node a 2-rank
+	// broadcast of 256 KiB took 27 µs through the area with 8 threads,
+	// binomial 15, and of 1 MiB 38 against 78.
+	beta, gamma = beta*k, gamma/k
 	var t float64
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:

@@ -1,8 +1,10 @@
 package braid
 
 import (
+	"math"
 	"testing"
 
+	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/sched"
@@ -79,5 +81,61 @@ func TestNodeCostThreads(t *testing.T) {
 	}
 	if a, b := chain(1), chain(8); a != b {
 		t.Errorf("allreduce of 4 MiB on 4 processes (the chain): %.1f µs with 8 threads, %.1f with one; want the same", b*1e6, a*1e6)
+	}
+}
+
+// TestNodeCostCore checks the model's limit on one thread's memory
+// traffic (cost.Model.Core) where it decides: a reduce-scatter of 16 MiB
+// on 2 and 4 processes with the node's threads (8 and 4 each), where the
+// area ran 1.3–3.6 times as fast as the segmented ring and the direct
+// exchange on the 16-core node, must cost less through the area than as
+// either schedule; without the limit (the model before it) the schedules
+// cost less. Below a core's cache the limit does not apply.
+func TestNodeCostCore(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		g, path, err := shmcoll.Make(t.TempDir(), n, shmcoll.Options{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		_ = shmcoll.Unlink(path)
+		restore := par.SetThreads(16/n, 0)
+		costs := func(m cost.Model, bytes int) (area, best float64, name string) {
+			p := sched.Params{Coll: sched.ReduceScatter, NRanks: n, Count: bytes / 4 / n}
+			area = nodeCost(g, p, 4, m)
+			best = math.Inf(1)
+			for _, a := range []string{"segring", "direct"} {
+				alg, err := algo.Lookup(sched.ReduceScatter, a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tp := p
+				if tu, ok := alg.(algo.Tuner); ok {
+					tp = tu.Tune(p, 4, m)
+				}
+				if c := algo.CostOf(alg, tp, 4, m); c < best {
+					best, name = c, a
+				}
+			}
+			return area, best, name
+		}
+		m := cost.Default()
+		if area, best, name := costs(m, 16<<20); !(area < best) {
+			t.Errorf("%d ranks, 16 MiB: the area %.0f µs, %s %.0f; want the area cheaper", n, area*1e6, name, best*1e6)
+		}
+		old := m
+		old.Core = 0
+		if area, best, name := costs(old, 16<<20); !(area > best) {
+			t.Errorf("%d ranks, 16 MiB, without Core: the area %.0f µs, %s %.0f; want the schedule cheaper (else this test checks nothing)", n, area*1e6, name, best*1e6)
+		}
+		// 256 KiB: every rank's traffic fits a core's cache.
+		for _, a := range []string{"segring", "direct"} {
+			alg, _ := algo.Lookup(sched.ReduceScatter, a)
+			p := sched.Params{Coll: sched.ReduceScatter, NRanks: n, Count: (256 << 10) / 4 / n}
+			if with, without := algo.CostOf(alg, p, 4, m), algo.CostOf(alg, p, 4, old); with != without {
+				t.Errorf("%d ranks, 256 KiB, %s: %.1f µs with Core, %.1f without; want the same below the cache", n, a, with*1e6, without*1e6)
+			}
+		}
+		restore()
 	}
 }

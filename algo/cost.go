@@ -25,7 +25,8 @@ type Tuner interface {
 }
 
 // Mover is an algorithm that states what its ranks move through memory,
-// for the model's limit on a host's memory (cost.Model.Memory).
+// for the model's limits on a host's memory and a thread's
+// (cost.Model.Memory, cost.Model.Core).
 type Mover interface {
 	// Moved returns the bytes that p's busiest rank, with es-byte
 	// elements, moves through memory as cost.Model.Shared counts them:
@@ -39,7 +40,7 @@ type Mover interface {
 // CostOf returns the predicted seconds of a on p with es-byte elements
 // under m, as the planner compares them: a's Cost, raised for a Mover to
 // the time its ranks' memory traffic takes when they share their host's
-// memory, plus its latencies (cost.Model.Bounded). It is NaN if a has no
+// memory, or on one thread each, plus its latencies (cost.Model.Bounded). It is NaN if a has no
 // cost model.
 func CostOf(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
 	k, ok := a.(Coster)
@@ -48,10 +49,13 @@ func CostOf(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
 	}
 	t := k.Cost(p, es, m)
 	mv, ok := a.(Mover)
-	if !ok || m.Memory <= 0 {
+	if !ok || m.Memory <= 0 && m.Core <= 0 {
 		return t
 	}
-	return m.Bounded(p.Layout, p.NRanks, t, k.Cost(p, es, m.Latencies()), mv.Moved(p, es, m))
+	// One thread: the executor splits a step's large copies and
+	// reductions across the rank's threads (package par), but not the
+	// transport's receives, and Core was fitted to schedules run so.
+	return m.Bounded(p.Layout, p.NRanks, t, k.Cost(p, es, m.Latencies()), mv.Moved(p, es, m), 1)
 }
 
 // eagerBytes returns the bytes, among count elements of es bytes cut into

@@ -69,9 +69,9 @@ func TestMovedMatchesPrograms(t *testing.T) {
 	}
 }
 
-// TestCostOf checks that CostOf is Cost without a memory limit or for an
-// algorithm that states no traffic, and is at least Cost and at least the
-// shared memory's time with one.
+// TestCostOf checks that CostOf is Cost without memory limits or for an
+// algorithm that states no traffic, and is at least Cost, at least the
+// shared memory's time and at least one thread's time with them.
 func TestCostOf(t *testing.T) {
 	for _, a := range algo.ForCollective(sched.ReduceScatter) {
 		if _, ok := a.(algo.Coster); !ok {
@@ -92,9 +92,18 @@ func TestCostOf(t *testing.T) {
 				t.Errorf("%s: CostOf %g below the memory's %g", a.Name(), got, floor)
 			}
 		}
-		m.Memory = 0
+		// 2 ranks of 4 MiB each: one thread is the tighter limit.
+		two := sched.Params{Coll: sched.ReduceScatter, NRanks: 2, Count: 1 << 20}
+		if mv, ok := a.(algo.Mover); ok && a.Supports(two) == nil {
+			got := algo.CostOf(a, two, 4, m)
+			if floor := m.Own(mv.Moved(two, 4, m), 1); floor <= m.Shared(nil, 2, mv.Moved(two, 4, m)) || got < floor {
+				t.Errorf("%s on 2 ranks: CostOf %g, one thread's time %g (want it above the shared memory's %g, and CostOf at least it)",
+					a.Name(), got, floor, m.Shared(nil, 2, mv.Moved(two, 4, m)))
+			}
+		}
+		m.Memory, m.Core = 0, 0
 		if got := algo.CostOf(a, p, 4, m); got != base {
-			t.Errorf("%s: CostOf without a memory limit = %g, Cost %g", a.Name(), got, base)
+			t.Errorf("%s: CostOf without memory limits = %g, Cost %g", a.Name(), got, base)
 		}
 	}
 	if c := algo.CostOf(noCost{}, sched.Params{}, 4, cost.Default()); !math.IsNaN(c) {

@@ -84,6 +84,15 @@ type Model struct {
 	// transfers overlap reductions; when many ranks of a host move data at
 	// once, they add up against this limit instead. 0 means no limit.
 	Memory float64
+	// Core is the bytes per second that one thread copies or reduces
+	// through memory once its data outgrows the caches (see Own): a rank
+	// of a few on a host cannot draw on the host's whole Memory, which
+	// takes many cores to reach. 0 means no limit.
+	Core float64
+	// Cache is the bytes a rank moves (as Shared counts them) before Core
+	// limits it: what a core's caches hold. It is not carried by tuning
+	// tables: the built-in figure applies.
+	Cache float64
 	// Eager is the largest message, in bytes, that the host's transport
 	// copies twice: into a ring by its sender, out of it by its receiver.
 	// Larger messages are copied once, by the receiver, out of the
@@ -105,6 +114,8 @@ func Default() Model {
 	m.Gamma = 1 / 10e9
 	m.Overhead = DefaultOverhead
 	m.Memory = DefaultMemory
+	m.Core = DefaultCore
+	m.Cache = DefaultCache
 	m.Eager = DefaultEager
 	return m
 }
@@ -117,6 +128,26 @@ func Default() Model {
 // through memory, counted as Shared counts it, all ranks together, at 8
 // ranks as at 16.
 const DefaultMemory = 52e9
+
+// DefaultCore is Model.Core unless a tuning table says otherwise, from
+// reduce-scatters of 1–64 MiB on the 16-core node (session 13, with and
+// without a rank's threads; docs/PERFORMANCE.md): counted as Shared counts
+// bytes, the segmented ring on 2 ranks moved 6.0–7.7 GB/s a rank, the
+// direct exchange on 4 ranks 5.5, and the shared area 6.2–7.1 a thread on
+// 2 ranks with one thread each (3 times that with 8). Without this limit
+// the model, which bounds those ranks only by the host's Memory shared
+// among them (26 and 13 GB/s a rank), put the ring and the exchange at a
+// third to a half of their measured times, and chose them over the area,
+// which ran 1.3–3.6 times as fast. At 8 ranks Core equals Memory's share
+// of a rank (52/8 GB/s); above, the host's limit is the tighter.
+const DefaultCore = 6.5e9
+
+// DefaultCache is Model.Cache: the 2 MiB of a core's second-level cache
+// on the 16-core node's Xeons and this VM's. Below it the ring and the
+// area moved their bytes faster than Core (2 ranks, 64 KiB: the segmented
+// ring's reduce-scatter took 11.6 µs, which Core would put at 15 and
+// more), and the link model alone priced them well.
+const DefaultCache = 2 << 20
 
 // DefaultEager is Model.Eager unless a tuning table says otherwise: the
 // shm transport's default eager limit (transport/shm.DefaultEagerLimit).
@@ -146,6 +177,12 @@ func (m Model) Valid() error {
 	}
 	if m.Memory < 0 || math.IsNaN(m.Memory) || math.IsInf(m.Memory, 0) {
 		return fmt.Errorf("cost: memory bandwidth %g B/s is not valid", m.Memory)
+	}
+	if m.Core < 0 || math.IsNaN(m.Core) || math.IsInf(m.Core, 0) {
+		return fmt.Errorf("cost: one thread's memory bandwidth %g B/s is not valid", m.Core)
+	}
+	if m.Cache < 0 || math.IsNaN(m.Cache) || math.IsInf(m.Cache, 0) {
+		return fmt.Errorf("cost: cache size %g B is not valid", m.Cache)
 	}
 	if m.Eager < 0 || math.IsNaN(m.Eager) || math.IsInf(m.Eager, 0) {
 		return fmt.Errorf("cost: eager limit %g B is not valid", m.Eager)
@@ -178,6 +215,17 @@ func (m Model) Shared(l *sched.Layout, n int, bytes float64) float64 {
 	return float64(k) * bytes / m.Memory
 }
 
+// Own returns the seconds that one rank takes to move bytes through
+// memory (counted as Shared counts them) on threads of its own: the bytes
+// beyond Cache at threads·Core; 0 when m has no such limit. threads below
+// 1 count as 1.
+func (m Model) Own(bytes, threads float64) float64 {
+	if m.Core <= 0 || bytes <= m.Cache {
+		return 0
+	}
+	return (bytes - m.Cache) / (m.Core * max(1, threads))
+}
+
 // Latencies returns m without its limits on bytes: infinite bandwidths,
 // no reduction time and no memory limit. An algorithm's cost under it is
 // what its steps take whatever their size: latencies, per-message
@@ -186,20 +234,22 @@ func (m Model) Latencies() Model {
 	for c := range m.Links {
 		m.Links[c].Beta = math.Inf(1)
 	}
-	m.Gamma, m.Memory = 0, 0
+	m.Gamma, m.Memory, m.Core = 0, 0, 0
 	return m
 }
 
 // Bounded returns an algorithm's time on m given t, its cost under m's
-// links and γ, lat, its cost under m.Latencies(), and moved, the bytes its
-// busiest rank moves through memory (see Shared): the larger of t and
-// lat + Shared(l, n, moved). The link model lets a rank's transfers
-// overlap its reductions and leaves local copies out; when many ranks of
-// a host move data at once, every copy and reduction draws on the same
-// memory, so the algorithm takes at least the time that memory needs for
-// all of them, and its steps' latencies on top of that.
-func (m Model) Bounded(l *sched.Layout, n int, t, lat, moved float64) float64 {
-	return max(t, lat+m.Shared(l, n, moved))
+// links and γ, lat, its cost under m.Latencies(), moved, the bytes its
+// busiest rank moves through memory (see Shared), and threads, how many
+// threads that rank moves them on: the larger of t and lat plus the larger
+// of Shared(l, n, moved) and Own(moved, threads). The link model lets a
+// rank's transfers overlap its reductions and leaves local copies out;
+// when many ranks of a host move data at once, every copy and reduction
+// draws on the same memory, so the algorithm takes at least the time that
+// memory needs for all of them, and when few do, the time their own
+// threads need; and its steps' latencies on top of that.
+func (m Model) Bounded(l *sched.Layout, n int, t, lat, moved, threads float64) float64 {
+	return max(t, lat+max(m.Shared(l, n, moved), m.Own(moved, threads)))
 }
 
 // ClassOf returns the class of the link between ranks a and b of layout l

@@ -85,17 +85,55 @@ func TestLatenciesAndBounded(t *testing.T) {
 			t.Errorf("%v: Latencies' time of 1 GB = %g, want α = %g", c, got, want)
 		}
 	}
-	if lat.Gamma != 0 || lat.Memory != 0 || lat.Overhead != m.Overhead {
-		t.Errorf("Latencies = γ %g, memory %g, o %g; want 0, 0, %g", lat.Gamma, lat.Memory, lat.Overhead, m.Overhead)
+	if lat.Gamma != 0 || lat.Memory != 0 || lat.Core != 0 || lat.Overhead != m.Overhead {
+		t.Errorf("Latencies = γ %g, memory %g, core %g, o %g; want 0, 0, 0, %g", lat.Gamma, lat.Memory, lat.Core, lat.Overhead, m.Overhead)
 	}
-	m.Memory = 10e9
+	m.Memory, m.Core = 10e9, 0
 	// Memory-bound: 4 ranks × 1 MB at 10 GB/s is 400 µs, above the link's
 	// 100 µs; the latencies add.
-	if got, want := m.Bounded(nil, 4, 100e-6, 5e-6, 1e6), 405e-6; math.Abs(got-want) > 1e-12 {
+	if got, want := m.Bounded(nil, 4, 100e-6, 5e-6, 1e6, 1), 405e-6; math.Abs(got-want) > 1e-12 {
 		t.Errorf("Bounded (memory-bound) = %g, want %g", got, want)
 	}
 	// Link-bound.
-	if got, want := m.Bounded(nil, 4, 1e-3, 5e-6, 1e6), 1e-3; got != want {
+	if got, want := m.Bounded(nil, 4, 1e-3, 5e-6, 1e6, 1), 1e-3; got != want {
 		t.Errorf("Bounded (link-bound) = %g, want %g", got, want)
+	}
+	// Bound by a thread: 2 ranks share 10 GB/s (200 µs for 1 MB each), but
+	// one thread moves 2 GB/s (500 µs); two threads halve it.
+	m.Core, m.Cache = 2e9, 0
+	if got, want := m.Bounded(nil, 2, 100e-6, 5e-6, 1e6, 1), 505e-6; math.Abs(got-want) > 1e-12 {
+		t.Errorf("Bounded (one thread) = %g, want %g", got, want)
+	}
+	if got, want := m.Bounded(nil, 2, 100e-6, 5e-6, 1e6, 2), 255e-6; math.Abs(got-want) > 1e-12 {
+		t.Errorf("Bounded (two threads) = %g, want %g", got, want)
+	}
+	// Many ranks: the host's memory is the tighter (8 × 1 MB at 10 GB/s).
+	if got, want := m.Bounded(nil, 8, 100e-6, 5e-6, 1e6, 1), 805e-6; math.Abs(got-want) > 1e-12 {
+		t.Errorf("Bounded (8 ranks) = %g, want %g", got, want)
+	}
+	if got := m.Own(1e6, 0); got != 500e-6 {
+		t.Errorf("Own(1 MB, 0 threads) = %g, want 500e-6 (counted as one)", got)
+	}
+	// Bytes a core's caches hold are left out.
+	m.Cache = 0.5e6
+	if got, want := m.Own(1e6, 1), 250e-6; math.Abs(got-want) > 1e-12 {
+		t.Errorf("Own(1 MB) beyond a 0.5 MB cache = %g, want %g", got, want)
+	}
+	if got := m.Own(0.4e6, 1); got != 0 {
+		t.Errorf("Own(0.4 MB) within a 0.5 MB cache = %g, want 0", got)
+	}
+	m.Core = 0
+	if got := m.Own(1e6, 1); got != 0 {
+		t.Errorf("Own without a limit = %g, want 0", got)
+	}
+	bad := Default()
+	bad.Core = math.Inf(1)
+	if bad.Valid() == nil {
+		t.Error("infinite core bandwidth accepted")
+	}
+	bad = Default()
+	bad.Cache = -1
+	if bad.Valid() == nil {
+		t.Error("negative cache size accepted")
 	}
 }

@@ -124,8 +124,9 @@ reduce ranks=3 hosts=* size=8-1G knomial:k=4
 	// zero.
 	def := cost.Default()
 	for _, m := range []*cost.Model{tab.Model, again.Model} {
-		if m.Memory != def.Memory || m.Overhead != def.Overhead || m.Eager != def.Eager {
-			t.Errorf("memory %g, overhead %g, eager %g; want the defaults %g, %g, %g", m.Memory, m.Overhead, m.Eager, def.Memory, def.Overhead, def.Eager)
+		if m.Memory != def.Memory || m.Overhead != def.Overhead || m.Eager != def.Eager || m.Core != def.Core || m.Cache != def.Cache {
+			t.Errorf("memory %g, overhead %g, eager %g, core %g, cache %g; want the defaults %g, %g, %g, %g, %g",
+				m.Memory, m.Overhead, m.Eager, m.Core, m.Cache, def.Memory, def.Overhead, def.Eager, def.Core, def.Cache)
 		}
 	}
 	for _, tc := range []struct {
@@ -151,28 +152,29 @@ reduce ranks=3 hosts=* size=8-1G knomial:k=4
 }
 
 // TestTableMemoryOverhead checks that the figures braid tune measures for
-// the host's memory and the per-message overhead survive a table's
-// round trip, 0 µs of overhead included, and that each alone leaves the
-// other figures at the built-in model's.
+// the host's memory and the per-message overhead, and a thread's memory
+// rate, survive a table's round trip, 0 µs of overhead included, and that
+// each alone leaves the other figures at the built-in model's.
 func TestTableMemoryOverhead(t *testing.T) {
 	def := cost.Default()
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-3*math.Abs(b) }
 	for _, tc := range []struct {
-		src              string
-		memory, overhead float64
+		src                    string
+		memory, overhead, core float64
 	}{
-		{"memory 30GB/s\n", 30e9, def.Overhead},
-		{"overhead 0.73us\n", def.Memory, 0.73e-6},
-		{"overhead 0us\n", def.Memory, 0},
-		{"machine cores=16 numa=1\nmemory 48.5GB/s\noverhead 1250ns\n", 48.5e9, 1.25e-6},
+		{"memory 30GB/s\n", 30e9, def.Overhead, def.Core},
+		{"overhead 0.73us\n", def.Memory, 0.73e-6, def.Core},
+		{"overhead 0us\n", def.Memory, 0, def.Core},
+		{"core 9GB/s\n", def.Memory, def.Overhead, 9e9},
+		{"machine cores=16 numa=1\nmemory 48.5GB/s\ncore 7.25GB/s\noverhead 1250ns\n", 48.5e9, 1.25e-6, 7.25e9},
 	} {
 		tab, err := plan.ParseTable(strings.NewReader(tc.src), "m")
 		if err != nil || tab.Model == nil {
 			t.Fatalf("%q: %+v, %v", tc.src, tab, err)
 		}
-		if m := tab.Model; m.Memory != tc.memory || !near(m.Overhead, tc.overhead) && m.Overhead != tc.overhead ||
-			m.Gamma != def.Gamma || m.Links != def.Links || m.Eager != def.Eager {
-			t.Errorf("%q: model %+v, want memory %g, overhead %g, the rest the defaults", tc.src, *m, tc.memory, tc.overhead)
+		if m := tab.Model; m.Memory != tc.memory || !near(m.Overhead, tc.overhead) && m.Overhead != tc.overhead || m.Core != tc.core ||
+			m.Gamma != def.Gamma || m.Links != def.Links || m.Eager != def.Eager || m.Cache != def.Cache {
+			t.Errorf("%q: model %+v, want memory %g, overhead %g, core %g, the rest the defaults", tc.src, *m, tc.memory, tc.overhead, tc.core)
 		}
 		var b strings.Builder
 		if _, err := tab.WriteTo(&b); err != nil {
@@ -182,8 +184,8 @@ func TestTableMemoryOverhead(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: reading what WriteTo wrote: %v\n%s", tc.src, err, b.String())
 		}
-		if m := again.Model; !near(m.Memory, tc.memory) || !near(m.Overhead, tc.overhead) && m.Overhead != tc.overhead {
-			t.Errorf("%q: wrote\n%sread back memory %g, overhead %g", tc.src, b.String(), m.Memory, m.Overhead)
+		if m := again.Model; !near(m.Memory, tc.memory) || !near(m.Overhead, tc.overhead) && m.Overhead != tc.overhead || !near(m.Core, tc.core) {
+			t.Errorf("%q: wrote\n%sread back memory %g, overhead %g, core %g", tc.src, b.String(), m.Memory, m.Overhead, m.Core)
 		}
 		if want := tab.Machine; again.Machine != want {
 			t.Errorf("%q: machine %+v became %+v", tc.src, want, again.Machine)
@@ -217,6 +219,9 @@ func TestTableErrors(t *testing.T) {
 		{"memory 1GB/s\nmemory 2GB/s", "t:2: memory given twice"},
 		{"memory lots", "rate"},
 		{"memory", "want \"memory RATE\""},
+		{"core 1GB/s\ncore 2GB/s", "t:2: core given twice"},
+		{"core quick", "rate"},
+		{"core", "want \"core RATE\""},
 		{"overhead 1us\noverhead 2us", "t:2: overhead given twice"},
 		{"overhead -1us", "non-negative"},
 		{"overhead 1", "unit"},

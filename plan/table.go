@@ -26,6 +26,7 @@ import (
 //	link inter alpha=25us beta=1.2GB/s
 //	gamma 10.5GB/s
 //	memory 52GB/s
+//	core 6.5GB/s
 //	overhead 0.5us
 //	allreduce ranks=2 hosts=1 size=0-16K recdouble
 //	allreduce ranks=2 hosts=1 size=16K-2M ring
@@ -39,13 +40,14 @@ import (
 // file. The choice is an algorithm name with optional parameters, as
 // BRAID_ALGO takes them (see ParseChoice). Two entries for the same
 // collective and counts whose sizes overlap, or a link class, gamma,
-// memory or overhead given twice, are errors; so is any malformed line
+// memory, core or overhead given twice, are errors; so is any malformed line
 // (ParseTable's errors say FILE:LINE). This package reads the syntax only: whether the algorithms
 // exist, and take the parameters given, is checked where the algorithms
 // are known (Init and NewLocal check every table they load).
 //
 // memory is the rate at which a host's ranks together copy and reduce
-// (cost.Model.Memory), overhead the time a rank spends on each message
+// (cost.Model.Memory), core the rate of one thread (cost.Model.Core),
+// overhead the time a rank spends on each message
 // of a step beyond the first (cost.Model.Overhead, LogP's o). A figure
 // the file does not give is the built-in model's (cost.Default).
 //
@@ -239,7 +241,7 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 	t := &Table{Source: name}
 	var model cost.Model
 	haveLink := [len(model.Links)]bool{}
-	haveGamma, haveMemory, haveOverhead, any := false, false, false, false
+	haveGamma, haveMemory, haveCore, haveOverhead, any := false, false, false, false, false
 	err := textfile.Records(r, "tuning table", name, func(line int, f []string) error {
 		switch f[0] {
 		case "machine":
@@ -305,6 +307,18 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 				return err
 			}
 			model.Memory, haveMemory, any = rate, true, true
+		case "core":
+			if len(f) != 2 {
+				return fmt.Errorf("want \"core RATE\" (bytes one thread copies per second, e.g. 6.5GB/s)")
+			}
+			if haveCore {
+				return fmt.Errorf("core given twice")
+			}
+			rate, err := parseRate(f[1])
+			if err != nil {
+				return err
+			}
+			model.Core, haveCore, any = rate, true, true
 		case "overhead":
 			if len(f) != 2 {
 				return fmt.Errorf("want \"overhead TIME\" (a rank's time per message beyond the first of a step, e.g. 0.5us)")
@@ -337,8 +351,9 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 		return nil, err
 	}
 	if any {
-		// Figures the file lacks come from the built-in model, and so does
-		// the one the format does not carry (the transport's eager limit).
+		// Figures the file lacks come from the built-in model, and so do
+		// the ones the format does not carry (the transport's eager limit,
+		// a core's cache).
 		def := cost.Default()
 		for c, ok := range haveLink {
 			if !ok {
@@ -351,10 +366,13 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 		if !haveMemory {
 			model.Memory = def.Memory
 		}
+		if !haveCore {
+			model.Core = def.Core
+		}
 		if !haveOverhead {
 			model.Overhead = def.Overhead
 		}
-		model.Eager = def.Eager
+		model.Eager, model.Cache = def.Eager, def.Cache
 		t.Model = &model
 	}
 	return t, nil
@@ -431,6 +449,9 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 		}
 		if t.Model.Memory > 0 {
 			fmt.Fprintf(&b, "memory %s\n", formatRate(t.Model.Memory))
+		}
+		if t.Model.Core > 0 {
+			fmt.Fprintf(&b, "core %s\n", formatRate(t.Model.Core))
 		}
 		fmt.Fprintf(&b, "overhead %s\n", formatSecondsExact(t.Model.Overhead))
 	}
