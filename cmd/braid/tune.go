@@ -178,7 +178,7 @@ func tuneCmd(args []string) error {
 		model = *parts[0].Model
 	}
 	var notes []string
-	model.Memory, model.Overhead, notes = combineFits(fits, cost.Default())
+	model.Memory, model.Core, model.Overhead, notes = combineFits(fits, cost.Default())
 	t := &plan.Table{Model: &model, Machine: parts[0].Machine}
 	for _, p := range parts {
 		t.Entries = append(t.Entries, p.Entries...)

@@ -31,6 +31,10 @@ import (
 //     rank alone, says whether the ranks contend for memory at all: with fewer ranks than cores and copies that scale
 //     with the ranks, the figure is only a lower bound on the host's
 //     rate, and the table keeps the default;
+//   - the rate of one rank's thread (cost.Model.Core), as DefaultCore
+//     was fitted: the same reduce-scatter's bytes a rank over its time,
+//     in a job whose ranks do not contend (fewer ranks than cores, copies
+//     that scale with the ranks);
 //   - the per-message overhead (cost.Model.Overhead, LogP's o), from
 //     small calls of algorithms whose steps exchange with different
 //     numbers of peers: direct allreduce and allgather (every peer in
@@ -409,16 +413,19 @@ func readFit(file string) (modelFit, error) {
 	return f, nil
 }
 
-// combineFits returns the memory rate and overhead a table gets from its
-// jobs' fits, each where none is measured def's, and comment lines that
-// say where each figure came from. The memory rate is the largest among
-// the jobs whose ranks contend for the host (a limit that other causes
-// only lower); the overhead is that of the job with the most ranks it
-// was measured on (it grows with the ranks that poll at once, and the
-// planner needs it where steps have many peers).
-func combineFits(fits []modelFit, def cost.Model) (memory, overhead float64, notes []string) {
-	memory, overhead = def.Memory, def.Overhead
-	memFrom, ohFrom := -1, -1
+// combineFits returns the memory rate, a thread's rate and the overhead
+// a table gets from its jobs' fits, each where none is measured def's,
+// and comment lines that say where each figure came from. The memory rate
+// is the largest among the jobs whose ranks contend for the host (a limit
+// that other causes only lower); a thread's rate (cost.Model.Core) is the
+// largest rate a rank reached in the jobs whose ranks do not contend,
+// the same reduce-scatter's bytes a rank over its time, as DefaultCore was
+// fitted; the overhead is that of the job with the most ranks it was
+// measured on (it grows with the ranks that poll at once, and the planner
+// needs it where steps have many peers).
+func combineFits(fits []modelFit, def cost.Model) (memory, core, overhead float64, notes []string) {
+	memory, core, overhead = def.Memory, def.Core, def.Overhead
+	memFrom, coreFrom, ohFrom := -1, -1, -1
 	for i, f := range fits {
 		mf, of := f.Memory, f.Overhead
 		switch {
@@ -436,6 +443,9 @@ func combineFits(fits []modelFit, def cost.Model) (memory, overhead float64, not
 				rateString(mf.CopyAll), rateString(mf.CopyOne), mf.CopyAll/mf.CopyOne, state))
 			if mf.Saturated && mf.Rate > 0 && (memFrom < 0 || mf.Rate > memory) {
 				memory, memFrom = mf.Rate, i
+			}
+			if r := mf.Rate / float64(max(f.Ranks, 1)); !mf.Saturated && f.Ranks < f.Cores && r > 0 && (coreFrom < 0 || r > core) {
+				core, coreFrom = r, i
 			}
 		}
 		switch {
@@ -461,12 +471,17 @@ func combineFits(fits []modelFit, def cost.Model) (memory, overhead float64, not
 		}
 		notes = append(notes, fmt.Sprintf("memory: the built-in %s (no job measured the host's rate; tune with -n %d, a rank per core)", rateString(def.Memory), cores))
 	}
+	if coreFrom >= 0 {
+		notes = append(notes, fmt.Sprintf("core: a rank's rate in the %d-rank job, %s", fits[coreFrom].Ranks, rateString(core)))
+	} else {
+		notes = append(notes, fmt.Sprintf("core: the built-in %s (no job of fewer ranks than cores measured a rank's rate alone; tune with -n 2)", rateString(def.Core)))
+	}
 	if ohFrom >= 0 {
 		notes = append(notes, fmt.Sprintf("overhead: the %d-rank figure", fits[ohFrom].Ranks))
 	} else {
 		notes = append(notes, fmt.Sprintf("overhead: the built-in %s (no job measured it: it needs 3 ranks or more on one host)", usString(def.Overhead)))
 	}
-	return memory, overhead, notes
+	return memory, core, overhead, notes
 }
 
 // usString writes seconds in µs to three significant figures, as a

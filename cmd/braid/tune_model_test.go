@@ -158,9 +158,10 @@ func TestSaturated(t *testing.T) {
 }
 
 // TestCombineFits checks which job's figures a table gets: the largest
-// memory rate among jobs whose ranks contend, the overhead of the job
-// with the most ranks that measured it, and the defaults otherwise, with
-// a note for each.
+// memory rate among jobs whose ranks contend, the largest rate of a rank
+// among jobs whose ranks do not, the overhead of the job with the most
+// ranks that measured it, and the defaults otherwise, with a note for
+// each.
 func TestCombineFits(t *testing.T) {
 	def := cost.Default()
 	two := modelFit{Ranks: 2, Cores: 16,
@@ -173,23 +174,26 @@ func TestCombineFits(t *testing.T) {
 		Memory:   memoryFit{Bytes: 16 << 20, Secs: 6e-3, Moved: 30 << 20, Rate: 40e9, CopyAll: 60e9, CopyOne: 10e9, Saturated: true},
 		Overhead: overheadFit{OK: true, Alpha: 1e-6, O: 0.6e-6}}
 	for _, c := range []struct {
-		name             string
-		fits             []modelFit
-		memory, overhead float64
-		notes            []string
+		name                   string
+		fits                   []modelFit
+		memory, core, overhead float64
+		notes                  []string
 	}{
-		{"2 and 4 ranks", []modelFit{two, four}, 30e9, 0.3e-6,
-			[]string{"memory, 2 ranks", "a lower bound", "overhead, 2 ranks: not measured", "memory, 4 ranks", "o 0.30us", "memory: the 4-rank figure", "overhead: the 4-rank figure"}},
-		{"8, 4 and 2 ranks", []modelFit{eight, four, two}, 40e9, 0.6e-6,
+		{"2 and 4 ranks", []modelFit{two, four}, 30e9, 8.5e9, 0.3e-6,
+			[]string{"memory, 2 ranks", "a lower bound", "overhead, 2 ranks: not measured", "memory, 4 ranks", "o 0.30us", "memory: the 4-rank figure",
+				"core: a rank's rate in the 2-rank job", "overhead: the 4-rank figure"}},
+		{"8, 4 and 2 ranks", []modelFit{eight, four, two}, 40e9, 8.5e9, 0.6e-6,
 			[]string{"memory: the 8-rank figure", "overhead: the 8-rank figure"}},
-		{"2 ranks", []modelFit{two}, def.Memory, def.Overhead,
+		{"2 ranks", []modelFit{two}, def.Memory, 8.5e9, def.Overhead,
 			[]string{"memory: the built-in 52GB/s", "-n 16", "overhead: the built-in 0.50us"}},
-		{"tcp", []modelFit{{Ranks: 4, Cores: 16, Memory: memoryFit{Skipped: "tcp"}, Overhead: overheadFit{Skipped: "tcp"}}}, def.Memory, def.Overhead,
+		{"4 and 8 ranks, contending", []modelFit{four, eight}, 40e9, def.Core, 0.6e-6,
+			[]string{"core: the built-in 6.5GB/s", "-n 2"}},
+		{"tcp", []modelFit{{Ranks: 4, Cores: 16, Memory: memoryFit{Skipped: "tcp"}, Overhead: overheadFit{Skipped: "tcp"}}}, def.Memory, def.Core, def.Overhead,
 			[]string{"memory, 4 ranks: not measured (tcp)", "overhead, 4 ranks: not measured (tcp)"}},
 	} {
-		memory, overhead, notes := combineFits(c.fits, def)
-		if memory != c.memory || overhead != c.overhead {
-			t.Errorf("%s: memory %g, overhead %g; want %g, %g", c.name, memory, overhead, c.memory, c.overhead)
+		memory, core, overhead, notes := combineFits(c.fits, def)
+		if memory != c.memory || core != c.core || overhead != c.overhead {
+			t.Errorf("%s: memory %g, core %g, overhead %g; want %g, %g, %g", c.name, memory, core, overhead, c.memory, c.core, c.overhead)
 		}
 		all := strings.Join(notes, "\n")
 		for _, w := range c.notes {
