@@ -579,6 +579,26 @@ func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error)
 	return g.slotBuf(q, kind, int(f&1))[:nbytes], nil
 }
 
+// readPlaced is read of a chunk whose writer placed it (placed): where
+// its flag line says, if it is too large for the line.
+func (g *Group) readPlaced(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
+	l, err := g.await(c, q, kind, f, nbytes)
+	if err != nil {
+		return nil, err
+	}
+	if *u32(l[flagLen:])&flagDirect != 0 {
+		return nil, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
+	}
+	if nbytes <= inline {
+		return l[flagBytes : flagBytes+nbytes], nil
+	}
+	pos := int(*u32(l[flagPos:]))
+	if pos > g.slot-nbytes {
+		return nil, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
+	}
+	return g.slotBuf(q, kind, int(f&1))[pos : pos+nbytes], nil
+}
+
 // await waits for rank q's flag line of kind for chunk f, checks its
 // signature and length (nbytes), and returns it.
 func (g *Group) await(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
@@ -802,7 +822,11 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 	if direct {
 		g.commitDirect(f, c.Sig, b)
 	} else {
-		par.Copy(g.buf(slotIn, f, b), in)
+		dst := g.buf(slotIn, f, b)
+		if b > inline {
+			dst = g.placed(slotIn, f, b)
+		}
+		par.Copy(dst, in)
 		g.commit(slotIn, f, c.Sig, b)
 	}
 	m := b / es
@@ -814,7 +838,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 			srcs[q] = in[lo*es : hi*es]
 			continue
 		}
-		s, err := g.readIn(c, q, f, b)
+		s, err := g.readInPlaced(c, q, f, b, true)
 		if err != nil {
 			return err
 		}
@@ -822,13 +846,16 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 	}
 	g.sawAll(f)
 	mine := g.buf(slotRes, f, (hi-lo)*es)
+	if len(mine) > inline {
+		mine = g.placed(slotRes, f, len(mine))
+	}
 	g.combine(r, mine, srcs)
 	g.commit(slotRes, f, c.Sig, len(mine))
 	if root < 0 || g.rank == root {
 		for i := range g.n {
 			q := (g.rank + i) % g.n
 			qlo, qhi := block(m, g.n, q)
-			s, err := g.read(c, q, slotRes, f, (qhi-qlo)*es)
+			s, err := g.readPlaced(c, q, slotRes, f, (qhi-qlo)*es)
 			if err != nil {
 				return err
 			}
@@ -936,6 +963,25 @@ func (g *Group) bcastChunk(total int) (seg, sub int) {
 	return seg, max(1, min(g.slot/seg, ring/2))
 }
 
+// placed returns where this rank writes nbytes (more than a flag line
+// holds) of kind (slotIn or slotRes) for chunk f, and says where in the
+// chunk's flag line (flagPos), for readers that read it with readPlaced
+// or readInPlaced. A chunk of at most a quarter slot goes to quarter part
+// (f/2) mod 4 of slot f mod 2, the next such chunk's to the next part, as
+// a broadcast's do (bcastChunk): the lines it writes were last read eight
+// chunks back rather than two, which on the 16-core node took a 2-rank
+// broadcast of 16 KiB from 3.7 to 2.4 µs and of 64 KiB from 7.0 to 5.2.
+// The claim stays chunk f−2's, the last chunk that any layout used slot
+// f mod 2 for. Larger chunks go to the slot's start.
+func (g *Group) placed(kind int, f uint64, nbytes int) []byte {
+	pos := 0
+	if nbytes <= g.slot/4 {
+		pos = int(f>>1) % 4 * (g.slot / 4)
+	}
+	*u32(g.flag(g.rank, kind, f)[flagPos:]) = uint32(pos)
+	return g.slotBuf(g.rank, kind, int(f&1))[pos : pos+nbytes]
+}
+
 // Allgather copies every rank's in (blk bytes) to block q of every rank's
 // out. in may be this rank's block of out.
 func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
@@ -955,10 +1001,14 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 		if err := g.claim(c, f, b <= inline || direct); err != nil {
 			return err
 		}
-		if direct {
+		switch {
+		case direct:
 			g.commitDirect(f, c.Sig, b)
-		} else {
-			par.Copy(g.buf(slotIn, f, b), in[off:off+b])
+		case b <= inline:
+			copy(g.buf(slotIn, f, b), in[off:off+b])
+			g.commit(slotIn, f, c.Sig, b)
+		default:
+			par.Copy(g.placed(slotIn, f, b), in[off:off+b])
 			g.commit(slotIn, f, c.Sig, b)
 		}
 		g.touch(slotIn, f)
@@ -968,7 +1018,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 			if q == g.rank && direct {
 				s = in[off : off+b]
 			} else {
-				in, err := g.readIn(c, q, f, b)
+				in, err := g.readInPlaced(c, q, f, b, true)
 				if err != nil {
 					return err
 				}
@@ -1014,6 +1064,9 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 			g.commitDirect(f, c.Sig, g.n*b)
 		} else {
 			dst := g.buf(slotIn, f, g.n*b)
+			if g.n*b > inline {
+				dst = g.placed(slotIn, f, g.n*b)
+			}
 			for q := range g.n {
 				par.Copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
 			}
@@ -1031,7 +1084,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 				srcs[q] = own
 				continue
 			}
-			s, err := g.readIn(c, q, f, g.n*b)
+			s, err := g.readInPlaced(c, q, f, g.n*b, true)
 			if err != nil {
 				return err
 			}

@@ -835,3 +835,103 @@ func checkSum(ob []byte, n int, val func(q, i int) float64) error {
 	}
 	return nil
 }
+
+// TestAllgatherParts checks allgathers, reduce-scatters and allreduces
+// whose chunks take at most a quarter slot, which go round the quarter
+// parts of the slots, back to back with data
+// that changes every call, between calls that use whole slots (a larger
+// allgather, an allreduce of two phases) and with ranks that lag by
+// turns, so that a reader reads a part while its writer has gone on to
+// the next ones.
+func TestAllgatherParts(t *testing.T) {
+	const slot = 4096
+	sizes := []int{41, 64, 1000, slot/4 - 8, slot / 4, slot/4 + 8, slot, 3*slot + 8}
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			runAll(t, n, Options{Slot: slot, FlatMax: 256}, func(g *Group, c *Call) error {
+				r := g.Rank()
+				for k, blk := range sizes {
+					for rep := range 11 {
+						if (rep+k)%n == r {
+							time.Sleep(time.Duration(rep%3) * 50 * time.Microsecond)
+						}
+						in := make([]byte, blk)
+						for i := range in {
+							in[i] = bcastByte(r*31+k*7+rep, i)
+						}
+						out := make([]byte, n*blk)
+						c.Sig, c.Ticket = uint32(k*16+rep), g.Ticket()
+						if err := g.Allgather(c, in, out); err != nil {
+							return fmt.Errorf("allgather of %d B, call %d: %w", blk, rep, err)
+						}
+						for i, x := range out {
+							q, j := i/blk, i%blk
+							if want := bcastByte(q*31+k*7+rep, j); x != want {
+								return fmt.Errorf("allgather of %d B, call %d: block %d [%d] = %d, want %d", blk, rep, q, j, x, want)
+							}
+						}
+						// A reduce-scatter whose input (n blocks) of m
+						// float64s a block takes a part as well, or not.
+						m := blk/(8*n) + 1
+						full := make([]float64, n*m)
+						for i := range full {
+							full[i] = val(r, i+rep)
+						}
+						rb := make([]byte, 8*m)
+						c.Sig, c.Ticket = uint32(1<<19+k*16+rep), g.Ticket()
+						if err := g.ReduceScatter(c, bytesOf(full), rb, sumF64()); err != nil {
+							return fmt.Errorf("reducescatter of %d×%d float64s, call %d: %w", n, m, rep, err)
+						}
+						for i, x := range f64s(rb) {
+							want := 0.0
+							for q := range n {
+								want += val(q, r*m+i+rep)
+							}
+							if x != want {
+								return fmt.Errorf("reducescatter of %d×%d float64s, call %d: [%d] = %v, want %v", n, m, rep, i, x, want)
+							}
+						}
+						// An allreduce of as many float64s: two phases
+						// above FlatMax, each phase's chunks in parts.
+						ar := make([]float64, blk/8+1)
+						for i := range ar {
+							ar[i] = val(r, i+rep)
+						}
+						ab := make([]byte, 8*len(ar))
+						c.Sig, c.Ticket = uint32(1<<18+k*16+rep), g.Ticket()
+						if err := g.Allreduce(c, bytesOf(ar), ab, sumF64()); err != nil {
+							return fmt.Errorf("allreduce of %d float64s, call %d: %w", len(ar), rep, err)
+						}
+						if err := checkSum(ab, n, func(q, i int) float64 { return val(q, i+rep) }); err != nil {
+							return fmt.Errorf("allreduce of %d float64s, call %d: %w", len(ar), rep, err)
+						}
+						if rep%4 == 3 {
+							// Whole slots between them.
+							ib := bytesOf([]float64{val(r, 0), val(r, 1), val(r, 2)})
+							big := make([]byte, slot/2+8)
+							ib = append(ib, big...)
+							ob := make([]byte, len(ib))
+							c.Sig, c.Ticket = uint32(1<<20+k*16+rep), g.Ticket()
+							if err := g.Allreduce(c, ib, ob, sumF64()); err != nil {
+								return fmt.Errorf("allreduce after allgather of %d B: %w", blk, err)
+							}
+							if got, want := f64s(ob[:24]), []float64{0, 0, 0}; len(got) == 3 {
+								for q := range n {
+									for i := range want {
+										want[i] += val(q, i)
+									}
+								}
+								for i := range want {
+									if got[i] != want[i] {
+										return fmt.Errorf("allreduce after allgather of %d B: [%d] = %v, want %v", blk, i, got[i], want[i])
+									}
+								}
+							}
+						}
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
