@@ -160,16 +160,10 @@ func (e *DirectError) Error() string {
 func (e *DirectError) Unwrap() error { return e.Err }
 
 // readIn waits for rank q's input of chunk f, nbytes published, and
-// returns it wherever its writer put it.
+// returns it wherever its writer put it: in the flag line, in its slot
+// where the flag line says (flagPos: see placed, and Bcast), or in its
+// registered memory.
 func (g *Group) readIn(c *Call, q int, f uint64, nbytes int) (input, error) {
-	return g.readInPlaced(c, q, f, nbytes, false)
-}
-
-// readInPlaced is readIn; placed says that the writer copied a chunk too
-// large for the flag line to the place in its slot that the flag line
-// gives (flagPos: a broadcast's part of the slot, see Bcast), else to the
-// slot's start.
-func (g *Group) readInPlaced(c *Call, q int, f uint64, nbytes int, placed bool) (input, error) {
 	l, err := g.await(c, q, slotIn, f, nbytes)
 	if err != nil {
 		return input{}, err
@@ -178,12 +172,9 @@ func (g *Group) readInPlaced(c *Call, q int, f uint64, nbytes int, placed bool) 
 		if nbytes <= inline {
 			return input{slot: l[flagBytes : flagBytes+nbytes]}, nil
 		}
-		pos := 0
-		if placed {
-			pos = int(*u32(l[flagPos:]))
-			if pos > g.slot-nbytes {
-				return input{}, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
-			}
+		pos := int(*u32(l[flagPos:]))
+		if pos > g.slot-nbytes {
+			return input{}, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
 		}
 		return input{slot: g.slotBuf(q, slotIn, int(f&1))[pos : pos+nbytes]}, nil
 	}

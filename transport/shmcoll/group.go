@@ -838,7 +838,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 			srcs[q] = in[lo*es : hi*es]
 			continue
 		}
-		s, err := g.readInPlaced(c, q, f, b, true)
+		s, err := g.readIn(c, q, f, b)
 		if err != nil {
 			return err
 		}
@@ -891,7 +891,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 		b := min(size, len(buf)-off)
 		f := g.next()
 		if g.rank != root {
-			s, err := g.readInPlaced(c, root, f, b, true)
+			s, err := g.readIn(c, root, f, b)
 			if err != nil {
 				return err
 			}
@@ -966,7 +966,7 @@ func (g *Group) bcastChunk(total int) (seg, sub int) {
 // placed returns where this rank writes nbytes (more than a flag line
 // holds) of kind (slotIn or slotRes) for chunk f, and says where in the
 // chunk's flag line (flagPos), for readers that read it with readPlaced
-// or readInPlaced. A chunk of at most a quarter slot goes to quarter part
+// or readIn. A chunk of at most a quarter slot goes to quarter part
 // (f/2) mod 4 of slot f mod 2, the next such chunk's to the next part, as
 // a broadcast's do (bcastChunk): the lines it writes were last read eight
 // chunks back rather than two, which on the 16-core node took a 2-rank
@@ -1018,7 +1018,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 			if q == g.rank && direct {
 				s = in[off : off+b]
 			} else {
-				in, err := g.readInPlaced(c, q, f, b, true)
+				in, err := g.readIn(c, q, f, b)
 				if err != nil {
 					return err
 				}
@@ -1084,7 +1084,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 				srcs[q] = own
 				continue
 			}
-			s, err := g.readInPlaced(c, q, f, g.n*b, true)
+			s, err := g.readIn(c, q, f, g.n*b)
 			if err != nil {
 				return err
 			}
