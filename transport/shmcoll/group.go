@@ -564,24 +564,19 @@ func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
 }
 
 // read waits for rank q's chunk f of kind and returns its data, which must
-// be nbytes long (and not published by reference: see readIn).
+// be nbytes long (and not published by reference: see readIn), from the
+// start of q's slot if it is too large for the flag line.
 func (g *Group) read(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
-	l, err := g.await(c, q, kind, f, nbytes)
-	if err != nil {
-		return nil, err
-	}
-	if *u32(l[flagLen:])&flagDirect != 0 {
-		return nil, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
-	}
-	if nbytes <= inline {
-		return l[flagBytes : flagBytes+nbytes], nil
-	}
-	return g.slotBuf(q, kind, int(f&1))[:nbytes], nil
+	return g.readAt(c, q, kind, f, nbytes, false)
 }
 
 // readPlaced is read of a chunk whose writer placed it (placed): where
 // its flag line says, if it is too large for the line.
 func (g *Group) readPlaced(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
+	return g.readAt(c, q, kind, f, nbytes, true)
+}
+
+func (g *Group) readAt(c *Call, q, kind int, f uint64, nbytes int, placed bool) ([]byte, error) {
 	l, err := g.await(c, q, kind, f, nbytes)
 	if err != nil {
 		return nil, err
@@ -592,9 +587,11 @@ func (g *Group) readPlaced(c *Call, q, kind int, f uint64, nbytes int) ([]byte, 
 	if nbytes <= inline {
 		return l[flagBytes : flagBytes+nbytes], nil
 	}
-	pos := int(*u32(l[flagPos:]))
-	if pos > g.slot-nbytes {
-		return nil, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
+	pos := 0
+	if placed {
+		if pos = int(*u32(l[flagPos:])); pos > g.slot-nbytes {
+			return nil, &MismatchError{Peer: q, Sig: *u32(l[flagSig:]), Want: c.Sig}
+		}
 	}
 	return g.slotBuf(q, kind, int(f&1))[pos : pos+nbytes], nil
 }
