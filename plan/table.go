@@ -241,7 +241,8 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 	t := &Table{Source: name}
 	var model cost.Model
 	haveLink := [len(model.Links)]bool{}
-	haveGamma, haveMemory, haveCore, haveOverhead, any := false, false, false, false, false
+	have := map[string]bool{} // the figures given: gamma, memory, core, overhead
+	any := false
 	err := textfile.Records(r, "tuning table", name, func(line int, f []string) error {
 		switch f[0] {
 		case "machine":
@@ -283,54 +284,26 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 				return fmt.Errorf("link %v given twice", c)
 			}
 			model.Links[c], haveLink[c], any = l, true, true
-		case "gamma":
-			if len(f) != 2 {
-				return fmt.Errorf("want \"gamma RATE\" (bytes reduced per second, e.g. 10GB/s)")
-			}
-			if haveGamma {
-				return fmt.Errorf("gamma given twice")
-			}
-			rate, err := parseRate(f[1])
+		case "gamma", "memory", "core":
+			rate, err := parseFigure(f, have, "RATE", rateHelp[f[0]], parseRate)
 			if err != nil {
 				return err
 			}
-			model.Gamma, haveGamma, any = 1/rate, true, true
-		case "memory":
-			if len(f) != 2 {
-				return fmt.Errorf("want \"memory RATE\" (bytes a host's ranks copy per second together, e.g. 50GB/s)")
+			switch f[0] {
+			case "gamma":
+				model.Gamma = 1 / rate
+			case "memory":
+				model.Memory = rate
+			default:
+				model.Core = rate
 			}
-			if haveMemory {
-				return fmt.Errorf("memory given twice")
-			}
-			rate, err := parseRate(f[1])
-			if err != nil {
-				return err
-			}
-			model.Memory, haveMemory, any = rate, true, true
-		case "core":
-			if len(f) != 2 {
-				return fmt.Errorf("want \"core RATE\" (bytes one thread copies per second, e.g. 6.5GB/s)")
-			}
-			if haveCore {
-				return fmt.Errorf("core given twice")
-			}
-			rate, err := parseRate(f[1])
-			if err != nil {
-				return err
-			}
-			model.Core, haveCore, any = rate, true, true
+			any = true
 		case "overhead":
-			if len(f) != 2 {
-				return fmt.Errorf("want \"overhead TIME\" (a rank's time per message beyond the first of a step, e.g. 0.5us)")
-			}
-			if haveOverhead {
-				return fmt.Errorf("overhead given twice")
-			}
-			o, err := parseSeconds(f[1])
+			o, err := parseFigure(f, have, "TIME", "a rank's time per message beyond the first of a step, e.g. 0.5us", parseSeconds)
 			if err != nil {
 				return err
 			}
-			model.Overhead, haveOverhead, any = o, true, true
+			model.Overhead, any = o, true
 		default:
 			e, err := parseEntry(f)
 			if err != nil {
@@ -360,16 +333,16 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 				model.Links[c] = def.Links[c]
 			}
 		}
-		if !haveGamma {
+		if !have["gamma"] {
 			model.Gamma = def.Gamma
 		}
-		if !haveMemory {
+		if !have["memory"] {
 			model.Memory = def.Memory
 		}
-		if !haveCore {
+		if !have["core"] {
 			model.Core = def.Core
 		}
-		if !haveOverhead {
+		if !have["overhead"] {
 			model.Overhead = def.Overhead
 		}
 		model.Eager, model.Cache = def.Eager, def.Cache
@@ -461,6 +434,31 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 	}
 	n, err := w.Write(b.Bytes())
 	return int64(n), err
+}
+
+// rateHelp says what each rate line of a table gives, for its errors.
+var rateHelp = map[string]string{
+	"gamma":  "bytes reduced per second, e.g. 10GB/s",
+	"memory": "bytes a host's ranks copy per second together, e.g. 50GB/s",
+	"core":   "bytes one thread copies per second, e.g. 6.5GB/s",
+}
+
+// parseFigure reads a line "NAME VALUE" of a table's model with parse,
+// once: what is the kind of VALUE for the error of a malformed line, help
+// what the figure means.
+func parseFigure(f []string, have map[string]bool, what, help string, parse func(string) (float64, error)) (float64, error) {
+	if len(f) != 2 {
+		return 0, fmt.Errorf("want \"%s %s\" (%s)", f[0], what, help)
+	}
+	if have[f[0]] {
+		return 0, fmt.Errorf("%s given twice", f[0])
+	}
+	v, err := parse(f[1])
+	if err != nil {
+		return 0, err
+	}
+	have[f[0]] = true
+	return v, nil
 }
 
 // parseSeconds reads a duration with a unit: 1.5us, 800ns, 2ms, 1s.
