@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -377,7 +378,22 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv("BRAID_TEST_CHILD"); v != "" {
 		os.Exit(childMain(v))
 	}
+	quickRaceExit()
 	os.Exit(m.Run())
+}
+
+// quickRaceExit sets GORACE's atexit_sleep_ms to 0 for the processes the
+// tests start, unless GORACE already sets it. A process built with the race
+// detector sleeps that long at exit (default 1000 ms) before ending, in case
+// goroutines still running race then; a race found during the run, which is
+// what the tests look for, still makes the process exit with status 66 and
+// the test fail. The tests start hundreds of such processes, most of them
+// in sequence, so the default costs minutes. GORACE=atexit_sleep_ms=1000
+// restores it.
+func quickRaceExit() {
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
+	}
 }
 
 func childMain(role string) int {
