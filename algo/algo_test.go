@@ -10,7 +10,6 @@ import (
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/sched"
-	"github.com/braid-ccl/braid/sched/schedtest"
 )
 
 // params returns the calls to test a on: n ranks, the given counts, and for
@@ -62,7 +61,7 @@ func check(t *testing.T, a algo.Algorithm, p sched.Params) {
 		t.Errorf("%+v: %v", p, err)
 		return
 	}
-	if err := schedtest.Check(p, algo.Programs(a, p)); err != nil {
+	if err := algo.CheckSched(t, p, algo.Programs(a, p)); err != nil {
 		t.Errorf("%s: %v", a.Name(), err)
 	}
 }

@@ -71,6 +71,8 @@ else
 fi
 echo "== the correctness matrix at full size, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
+echo "== the schedules of algo, every one run in the reference interpreter, without the race detector (under it, a sample: algo/checksched_test.go)"
+go test -count=1 ./algo 2>&1 | tee -a /tmp/braid-test.log
 echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
 # A hang, a slow end, a wrong result, a file left behind or a failure without a
 # fault fails CI; an error that names another rank than the faulty one is
