@@ -75,8 +75,8 @@ if (cd examples/mnist && go mod download) >/dev/null 2>&1; then
 else
     echo "note: could not download examples/mnist's modules; its test is skipped"
 fi
-echo "== the correctness matrix at full size, without the race detector"
-go test -count=1 -timeout 20m -run 'TestMatrix' . 2>&1 | tee -a /tmp/braid-test.log
+echo "== the correctness matrix at full size, and TestPAPSameBits, without the race detector"
+go test -count=1 -timeout 20m -run 'TestMatrix|TestPAPSameBits' . 2>&1 | tee -a /tmp/braid-test.log
 echo "== the schedules of algo, every one run in the reference interpreter, without the race detector (under it, a sample: algo/checksched_test.go)"
 go test -count=1 ./algo 2>&1 | tee -a /tmp/braid-test.log
 echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
