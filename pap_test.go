@@ -147,20 +147,27 @@ func TestPAPSameBits(t *testing.T) {
 		op    dtype.Op
 		count int
 	}
-	var keys []key
-	for _, d := range dtype.All() {
-		for _, op := range opsFor(sched.Allreduce, d) {
-			for _, count := range []int{3, 300, 1000} {
-				keys = append(keys, key{d, op, count})
+	for _, n := range []int{5, 8} {
+		var keys []key
+		for i, d := range dtype.All() {
+			// Under the race detector each dtype but float32 runs on one
+			// of the two rank counts (odd indices in dtype.All() on 5,
+			// even on 8); scripts/test.sh runs this test again without
+			// it, every dtype on both.
+			if raceEnabled && !full && d != dtype.Float32 && i%2 != n%2 {
+				continue
 			}
-			// Many segments and chunks: where sums and products round,
-			// and one integer type.
-			if d.IsFloat() && (op == dtype.Sum || op == dtype.Prod) || d == dtype.Int32 {
-				keys = append(keys, key{d, op, 70000})
+			for _, op := range opsFor(sched.Allreduce, d) {
+				for _, count := range []int{3, 300, 1000} {
+					keys = append(keys, key{d, op, count})
+				}
+				// Many segments and chunks: where sums and products
+				// round, and one integer type.
+				if d.IsFloat() && (op == dtype.Sum || op == dtype.Prod) || d == dtype.Int32 {
+					keys = append(keys, key{d, op, 70000})
+				}
 			}
 		}
-	}
-	for _, n := range []int{5, 8} {
 		got := make([][][]byte, n)
 		errs := onRanks(t, n, &braid.Options{Algo: "allreduce=pap", SharedSlot: 256 << 10}, func(c *braid.Comm) error {
 			r := c.Rank()

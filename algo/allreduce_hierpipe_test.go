@@ -55,7 +55,7 @@ func TestHierpipeLayouts(t *testing.T) {
 						if err := a.Supports(p); err != nil {
 							t.Fatalf("n=%d: %v", n, err)
 						}
-						if err := schedtest.Check(p, Programs(a, p)); err != nil {
+						if err := checkSched(t, p, Programs(a, p)); err != nil {
 							t.Fatalf("n=%d count=%d seg=%d: %v", n, count, seg, err)
 						}
 					}
@@ -107,7 +107,7 @@ func TestHierpipeStage2(t *testing.T) {
 			for _, n := range []int{4, 7, 9} {
 				for _, seg := range []int{2, 50, 0} {
 					p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: 333, Segment: seg, Layout: lay.make(n)}
-					if err := schedtest.Check(p, Programs(a, p)); err != nil {
+					if err := checkSched(t, p, Programs(a, p)); err != nil {
 						t.Fatalf("slots=%d layout %s n=%d seg=%d: %v", slots, lay.name, n, seg, err)
 					}
 				}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/sched"
-	"github.com/braid-ccl/braid/sched/schedtest"
 )
 
 func papBcast(t *testing.T) algo.DynamicAlgorithm {
@@ -54,7 +53,7 @@ func TestPAPBcastTrace(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, order := range orders {
-					if err := schedtest.Check(p, algo.ArrivalPrograms(a, p, order)); err != nil {
+					if err := algo.CheckSched(t, p, algo.ArrivalPrograms(a, p, order)); err != nil {
 						t.Fatalf("n=%d root=%d count=%d order %v: %v", n, root, count, order, err)
 					}
 				}

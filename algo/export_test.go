@@ -1,6 +1,10 @@
 package algo
 
-import "github.com/braid-ccl/braid/sched"
+import (
+	"testing"
+
+	"github.com/braid-ccl/braid/sched"
+)
 
 // SegWindow is segWindow, for the cost tests of package algo_test.
 const SegWindow = segWindow
@@ -36,4 +40,10 @@ func PAPBcastGroups(p sched.Params, order []int) [][]int { return traceGroups(p,
 // serves groups, in order.
 func PAPBcastProgram(p sched.Params, groups [][]int, r int) sched.Program {
 	return LookupDynamic(sched.Bcast, "papbcast").(papBcastAlgo).a.program(p, groups, r)
+}
+
+// CheckSched is checkSched (schedtest.Check, interpreting a sample under
+// the race detector), for package algo_test.
+func CheckSched(t testing.TB, p sched.Params, progs []sched.Program) error {
+	return checkSched(t, p, progs)
 }

@@ -111,7 +111,7 @@ func TestLayoutAlgorithms(t *testing.T) {
 							if err := a.Supports(p); err != nil {
 								t.Fatalf("%s n=%d: %v", lay.name, n, err)
 							}
-							if err := schedtest.Check(p, Programs(a, p)); err != nil {
+							if err := checkSched(t, p, Programs(a, p)); err != nil {
 								t.Fatalf("layout %s n=%d count=%d root=%d: %v", lay.name, n, count, root, err)
 							}
 						}
@@ -137,7 +137,7 @@ func TestLayoutSegments(t *testing.T) {
 						if !la.coll.Rooted() {
 							p.Root = 0
 						}
-						if err := schedtest.Check(p, Programs(a, p)); err != nil {
+						if err := checkSched(t, p, Programs(a, p)); err != nil {
 							t.Fatalf("%v %s layout %s n=%d seg=%d count=%d: %v", la.coll, la.name, lay.name, n, seg, count, err)
 						}
 					}
@@ -425,7 +425,7 @@ func TestTuneSegment(t *testing.T) {
 				if ct, c0 := a.(Coster).Cost(tp, es, m), a.(Coster).Cost(p, es, m); ct > c0*(1+1e-12) {
 					t.Errorf("%s count %d: tuned cost %g above untuned %g", name, c, ct, c0)
 				}
-				if err := schedtest.Check(tp, Programs(a, tp)); err != nil {
+				if err := checkSched(t, tp, Programs(a, tp)); err != nil {
 					t.Errorf("%s tuned: %v", name, err)
 				}
 			}

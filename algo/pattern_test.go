@@ -9,7 +9,6 @@ import (
 
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/sched"
-	"github.com/braid-ccl/braid/sched/schedtest"
 )
 
 // msgModel is a MsgTime of two tiers: ranks r and q share a node if
@@ -99,7 +98,7 @@ func TestPatternAlgorithms(t *testing.T) {
 						for mi, msg := range []algo.MsgTime{msgModel(1), msgModel(4), bandwidthModel} {
 							for k, est := range arrivalPatterns(rng, n) {
 								what := fmt.Sprintf("n=%d root=%d count=%d model %d pattern %d %v", n, root, count, mi, k, est)
-								if err := schedtest.Check(p, a.PatternPrograms(p, est, msg)); err != nil {
+								if err := algo.CheckSched(t, p, a.PatternPrograms(p, est, msg)); err != nil {
 									t.Fatalf("%s: %v", what, err)
 								}
 							}

@@ -59,14 +59,14 @@ func TestSegRing(t *testing.T) {
 						if err := a.Supports(p); err != nil {
 							t.Fatalf("%+v: %v", p, err)
 						}
-						if err := schedtest.Check(p, Programs(a, p)); err != nil {
+						if err := checkSched(t, p, Programs(a, p)); err != nil {
 							t.Errorf("n=%d count=%d segment=%d: %v", n, count, segment, err)
 						}
 						if count > 1000 || segment == 0 || n > 3 {
 							continue
 						}
 						for _, w := range []int{1, 3} {
-							if err := schedtest.Check(p, segPrograms(sr.prog, p, w)); err != nil {
+							if err := checkSched(t, p, segPrograms(sr.prog, p, w)); err != nil {
 								t.Errorf("n=%d count=%d segment=%d window=%d: %v", n, count, segment, w, err)
 							}
 						}

@@ -12,7 +12,6 @@ import (
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/pack"
 	"github.com/braid-ccl/braid/sched"
-	"github.com/braid-ccl/braid/sched/schedtest"
 	"github.com/braid-ccl/braid/sim"
 	"github.com/braid-ccl/braid/topo"
 )
@@ -100,7 +99,7 @@ func checkTreepack(t *testing.T, a algo.Algorithm, p sched.Params) {
 	if err := a.Supports(p); err != nil {
 		t.Fatalf("%v on %d ranks: %v", p.Coll, p.NRanks, err)
 	}
-	if err := schedtest.Check(p, algo.Programs(a, p)); err != nil {
+	if err := algo.CheckSched(t, p, algo.Programs(a, p)); err != nil {
 		t.Fatalf("segment %d, trees\n%v: %v", p.Segment, p.Trees, err)
 	}
 }

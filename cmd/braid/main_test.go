@@ -26,6 +26,16 @@ func TestMain(m *testing.M) {
 	if os.Getenv("BRAID_TUNING") == "" {
 		os.Setenv("BRAID_TUNING", "none")
 	}
+	// braid and the programs it starts are built with the race detector
+	// when the tests are; each such process sleeps GORACE's
+	// atexit_sleep_ms (default 1000 ms) at exit, in case goroutines still
+	// running race then. A race found during the run still makes it exit
+	// with status 66 and the test fail; the tests start hundreds of them,
+	// so the sleep is 0 unless GORACE sets it (atexit_sleep_ms=1000
+	// restores the default).
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
+	}
 	dir, err := os.MkdirTemp("", "braid-cmd-test")
 	if err != nil {
 		panic(err)
