@@ -21,7 +21,10 @@ func init() { childRoles["hang"] = hangChild }
 
 var (
 	callRE  = regexp.MustCompile(`waited for rank 2 \(call (\d+),`)
-	stuckRE = regexp.MustCompile(`the job stuck at call (\d+) \(allreduce\) of communicator [0-9a-f]{8}: .*`)
+	// The loop's allreduce, or the arrival planner's allgather that the
+	// communicator makes between them now and then (arrivalplan.go): rank
+	// 2 may be stopped in either.
+	stuckRE = regexp.MustCompile(`the job stuck at call (\d+) \((allreduce|allgather \(arrival statistics\))\) of communicator [0-9a-f]{8}: .*`)
 )
 
 // hangChild is one rank of TestHungRankNamed: it writes its pid where the
