@@ -20,7 +20,7 @@ import (
 func init() { childRoles["hang"] = hangChild }
 
 var (
-	callRE  = regexp.MustCompile(`waited for rank 2 \(call (\d+),`)
+	callRE = regexp.MustCompile(`waited for rank 2 \(call (\d+),`)
 	// The loop's allreduce, or the arrival planner's allgather that the
 	// communicator makes between them now and then (arrivalplan.go): rank
 	// 2 may be stopped in either.
