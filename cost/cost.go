@@ -90,8 +90,8 @@ type Model struct {
 	// takes many cores to reach. 0 means no limit.
 	Core float64
 	// Cache is the bytes a rank moves (as Shared counts them) before Core
-	// limits it: what a core's caches hold. It is not carried by tuning
-	// tables: the built-in figure applies.
+	// limits it: what a core's caches hold of them. It is not carried by
+	// tuning tables: the built-in figure applies.
 	Cache float64
 	// Eager is the largest message, in bytes, that the host's transport
 	// copies twice: into a ring by its sender, out of it by its receiver.
@@ -142,12 +142,14 @@ const DefaultMemory = 52e9
 // of a rank (52/8 GB/s); above, the host's limit is the tighter.
 const DefaultCore = 6.5e9
 
-// DefaultCache is Model.Cache: the 2 MiB of a core's second-level cache
-// on the 16-core node's Xeons and this VM's. Below it the ring and the
-// area moved their bytes faster than Core (2 ranks, 64 KiB: the segmented
+// DefaultCache is Model.Cache: half the 2 MiB second-level cache of a
+// core of the 16-core node's Xeons and this VM's (a call's input, output
+// and the area's or the transport's copies share it). Far below it the
+// ring moved its bytes faster than Core (2 ranks, 64 KiB: the segmented
 // ring's reduce-scatter took 11.6 µs, which Core would put at 15 and
-// more), and the link model alone priced them well.
-const DefaultCache = 2 << 20
+// more); at 1 MiB, 2 ranks, the segmented ring took 133–195 µs, the area
+// 91–113, which the link model alone ranked the other way.
+const DefaultCache = 1 << 20
 
 // DefaultEager is Model.Eager unless a tuning table says otherwise: the
 // shm transport's default eager limit (transport/shm.DefaultEagerLimit).
