@@ -161,7 +161,7 @@ func (e *DirectError) Unwrap() error { return e.Err }
 
 // readIn waits for rank q's input of chunk f, nbytes published, and
 // returns it wherever its writer put it: in the flag line, in its slot
-// where the flag line says (flagPos: see placed, and Bcast), or in its
+// where the flag line says (flagPos: see slotAt, part and Bcast), or in its
 // registered memory.
 func (g *Group) readIn(c *Call, q int, f uint64, nbytes int) (input, error) {
 	l, err := g.await(c, q, slotIn, f, nbytes)

@@ -28,7 +28,7 @@
 //
 // A chunk of at most a quarter slot goes to a quarter part of its slot,
 // (f/2) mod 4, which the chunk's flag line names, so that successive small
-// chunks go round eight parts instead of two places (see placed).
+// chunks go round eight parts instead of two places (see part).
 //
 // Before a rank writes parity p for chunk f, every rank must have finished
 // reading chunk f−2, the last user of p. A rank that read every other rank's

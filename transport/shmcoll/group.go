@@ -816,16 +816,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 	es := r.ElemSize
 	b := len(in)
 	direct := g.direct(b)
-	if direct {
-		g.commitDirect(f, c.Sig, b)
-	} else {
-		dst := g.buf(slotIn, f, b)
-		if b > inline {
-			dst = g.placed(slotIn, f, b)
-		}
-		par.Copy(dst, in)
-		g.commit(slotIn, f, c.Sig, b)
-	}
+	g.publishIn(f, c.Sig, in, direct, g.part(f, b))
 	m := b / es
 	lo, hi := block(m, g.n, g.rank)
 	srcs := g.srcs
@@ -842,10 +833,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 		srcs[q] = s.at(lo*es, pos+lo*es, (hi-lo)*es)
 	}
 	g.sawAll(f)
-	mine := g.buf(slotRes, f, (hi-lo)*es)
-	if len(mine) > inline {
-		mine = g.placed(slotRes, f, len(mine))
-	}
+	mine := g.placed(slotRes, f, (hi-lo)*es)
 	g.combine(r, mine, srcs)
 	g.commit(slotRes, f, c.Sig, len(mine))
 	if root < 0 || g.rank == root {
@@ -909,18 +897,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 		if err := g.claimBack(c, f, back); err != nil {
 			return err
 		}
-		switch {
-		case direct:
-			g.commitDirect(f, c.Sig, b)
-		case b <= inline:
-			copy(g.buf(slotIn, f, b), buf[off:off+b])
-			g.commit(slotIn, f, c.Sig, b)
-		default:
-			pos := int(f>>1) % sub * size
-			par.Copy(g.slotBuf(g.rank, slotIn, int(f&1))[pos:pos+b], buf[off:off+b])
-			*u32(g.flag(g.rank, slotIn, f)[flagPos:]) = uint32(pos)
-			g.commit(slotIn, f, c.Sig, b)
-		}
+		g.publishIn(f, c.Sig, buf[off:off+b], direct, int(f>>1)%sub*size)
 		g.finish(f, c.Sig)
 	}
 	return nil
@@ -960,23 +937,53 @@ func (g *Group) bcastChunk(total int) (seg, sub int) {
 	return seg, max(1, min(g.slot/seg, ring/2))
 }
 
-// placed returns where this rank writes nbytes (more than a flag line
-// holds) of kind (slotIn or slotRes) for chunk f, and says where in the
-// chunk's flag line (flagPos), for readers that read it with readPlaced
-// or readIn. A chunk of at most a quarter slot goes to quarter part
-// (f/2) mod 4 of slot f mod 2, the next such chunk's to the next part, as
-// a broadcast's do (bcastChunk): the lines it writes were last read eight
-// chunks back rather than two, which on the 16-core node took a 2-rank
-// broadcast of 16 KiB from 3.7 to 2.4 µs and of 64 KiB from 7.0 to 5.2.
-// The claim stays chunk f−2's, the last chunk that any layout used slot
-// f mod 2 for. Larger chunks go to the slot's start.
+// placed returns where this rank writes nbytes of kind (slotIn or
+// slotRes) for chunk f: inside the flag line if they fit (buf), else at
+// part(f, nbytes) of its slot, which the flag line names (slotAt), for
+// readers that read it with readPlaced or readIn.
 func (g *Group) placed(kind int, f uint64, nbytes int) []byte {
-	pos := 0
-	if nbytes <= g.slot/4 {
-		pos = int(f>>1) % 4 * (g.slot / 4)
+	if nbytes <= inline {
+		return g.buf(kind, f, nbytes)
 	}
+	return g.slotAt(kind, f, g.part(f, nbytes), nbytes)
+}
+
+// part returns where in slot f mod 2 a chunk f of nbytes goes. A chunk of
+// at most a quarter slot goes to quarter part (f/2) mod 4, the next such
+// chunk's to the next part, as a broadcast's do (bcastChunk): the lines it
+// writes were last read eight chunks back rather than two, which on the
+// 16-core node took a 2-rank broadcast of 16 KiB from 3.7 to 2.4 µs and
+// of 64 KiB from 7.0 to 5.2. The claim stays chunk f−2's, the last chunk
+// that any layout used slot f mod 2 for. Larger chunks go to the slot's
+// start.
+func (g *Group) part(f uint64, nbytes int) int {
+	if nbytes <= g.slot/4 {
+		return int(f>>1) % 4 * (g.slot / 4)
+	}
+	return 0
+}
+
+// slotAt returns nbytes at pos of this rank's slot of kind for chunk f,
+// and names pos in the chunk's flag line (flagPos).
+func (g *Group) slotAt(kind int, f uint64, pos, nbytes int) []byte {
 	*u32(g.flag(g.rank, kind, f)[flagPos:]) = uint32(pos)
 	return g.slotBuf(g.rank, kind, int(f&1))[pos : pos+nbytes]
+}
+
+// publishIn publishes src as this rank's input of chunk f: by reference
+// if direct (commitDirect), else inside the flag line if it fits, else
+// copied to pos of slot f mod 2 (slotAt), where readIn finds it.
+func (g *Group) publishIn(f uint64, sig uint32, src []byte, direct bool, pos int) {
+	switch {
+	case direct:
+		g.commitDirect(f, sig, len(src))
+		return
+	case len(src) <= inline:
+		copy(g.buf(slotIn, f, len(src)), src)
+	default:
+		par.Copy(g.slotAt(slotIn, f, pos, len(src)), src)
+	}
+	g.commit(slotIn, f, sig, len(src))
 }
 
 // Allgather copies every rank's in (blk bytes) to block q of every rank's
@@ -998,16 +1005,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 		if err := g.claim(c, f, b <= inline || direct); err != nil {
 			return err
 		}
-		switch {
-		case direct:
-			g.commitDirect(f, c.Sig, b)
-		case b <= inline:
-			copy(g.buf(slotIn, f, b), in[off:off+b])
-			g.commit(slotIn, f, c.Sig, b)
-		default:
-			par.Copy(g.placed(slotIn, f, b), in[off:off+b])
-			g.commit(slotIn, f, c.Sig, b)
-		}
+		g.publishIn(f, c.Sig, in[off:off+b], direct, g.part(f, b))
 		g.touch(slotIn, f)
 		for k := range g.n {
 			q := (g.rank + k) % g.n
@@ -1060,10 +1058,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 		if direct {
 			g.commitDirect(f, c.Sig, g.n*b)
 		} else {
-			dst := g.buf(slotIn, f, g.n*b)
-			if g.n*b > inline {
-				dst = g.placed(slotIn, f, g.n*b)
-			}
+			dst := g.placed(slotIn, f, g.n*b)
 			for q := range g.n {
 				par.Copy(dst[q*b:(q+1)*b], in[q*blk+off:q*blk+off+b])
 			}
