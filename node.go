@@ -83,16 +83,17 @@ func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
 	if moved == 0 || m.Memory <= 0 && m.Core <= 0 {
 		return t
 	}
-	_, _, k := nodeChunks(g, p, es)
+	_, _, _, k := nodeChunks(g, p, es)
 	return m.Bounded(p.Layout, p.NRanks, t, nodeLinkCost(g, p, es, m.Latencies()), moved, k)
 }
 
 // nodeChunks returns how the area cuts p: the number of chunks, a chunk's
-// bytes, and how many times faster than one thread a rank copies and
-// reduces a chunk (nodeParSpeedup where package par splits it: a
-// process's chunk above par.MinSize, not the chain's segments, not
-// goroutine ranks, which share one process's pool).
-func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b, k float64) {
+// bytes, whether an allreduce's chunks take the chain, and how many times
+// faster than one thread a rank copies and reduces a chunk
+// (nodeParSpeedup where package par splits it: a process's chunk above
+// par.MinSize, not the chain's segments, not goroutine ranks, which share
+// one process's pool).
+func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b float64, chained bool, k float64) {
 	n := float64(p.NRanks)
 	slot := g.Slot()
 	var bytes, per float64 // the data a chunk is counted on, and the chunks' limit
@@ -105,11 +106,11 @@ func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b, k float64)
 	chunks = math.Max(1, math.Ceil(bytes/per))
 	b = bytes / chunks
 	k = 1
-	chained := p.Coll == sched.Allreduce && g.Chained(int(b))
+	chained = p.Coll == sched.Allreduce && g.Chained(int(b))
 	if s := nodeParSpeedup(p.NRanks, par.Threads()); s > 1 && b > float64(par.MinSize()) && !chained && !g.Goroutines() {
 		k = s
 	}
-	return chunks, b, k
+	return chunks, b, chained, k
 }
 
 // nodeMoved returns the bytes each rank moves through memory in the area
@@ -136,8 +137,7 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	if p.Coll == sched.Barrier {
 		return sync
 	}
-	chunks, b, k := nodeChunks(g, p, es)
-	chained := p.Coll == sched.Allreduce && g.Chained(int(b))
+	chunks, b, chained, k := nodeChunks(g, p, es)
 	// The chunk's copies and reductions are split across the rank's
 	// threads (package par) from above par.MinSize: on the node a 2-rank
 	// broadcast of 256 KiB took 27 µs through the area with 8 threads,
