@@ -33,8 +33,9 @@ const (
 	flagSig   = 8 // uint32
 	flagLen   = 12
 	flagBytes = 16
-	// flagPos holds, in the input flag line of a broadcast's chunk too
-	// large for the line, where in its slot the writer put it (Bcast).
+	// flagPos holds, in the flag line of a chunk too large for the line
+	// that its writer placed (slotAt: a broadcast's chunk, and those of
+	// placed), where in its slot the writer put it.
 	flagPos = flagBytes
 	// flagArrive holds the writer's arrival stamp (Call.Arrive) in an
 	// input flag line, after the inline data.
