@@ -40,8 +40,8 @@ type Mover interface {
 // CostOf returns the predicted seconds of a on p with es-byte elements
 // under m, as the planner compares them: a's Cost, raised for a Mover to
 // the time its ranks' memory traffic takes when they share their host's
-// memory, or on one thread each, plus its latencies (cost.Model.Bounded). It is NaN if a has no
-// cost model.
+// memory, or on one thread each, plus its latencies (cost.Model.Bounded).
+// It is NaN if a has no cost model.
 func CostOf(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
 	k, ok := a.(Coster)
 	if !ok {
