@@ -130,6 +130,8 @@ func main() {
 		err = profCmd(os.Args[2:])
 	case "agg":
 		err = aggCmd(os.Args[2:])
+	case guardName:
+		guardCmd()
 	case "version", "--version", "-v":
 		fmt.Println("braid", version)
 	case "help", "-h", "--help":

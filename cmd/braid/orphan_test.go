@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/braid-ccl/braid/internal/shmfile"
+	"github.com/braid-ccl/braid/transport/shm"
 )
 
 // tagged returns the processes whose environment holds tag (KEY=VALUE).
@@ -35,6 +38,19 @@ func tagged(tag string) []int {
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// untagged waits until no process carries tag, or limit passes, and
+// returns those that still do.
+func untagged(tag string, limit time.Duration) []int {
+	deadline := time.Now().Add(limit)
+	for {
+		left := tagged(tag)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func killTagged(tag string) {
@@ -97,7 +113,9 @@ func TestLauncherKilledBehindShell(t *testing.T) {
 	if !errors.As(err, &ee) {
 		t.Fatalf("braid run: %v", err)
 	}
-	if left := tagged(tag); len(left) > 0 {
+	// braid run's guardian carries the tag too, and ends once it has
+	// cleaned up after the shells.
+	if left := untagged(tag, 10*time.Second); len(left) > 0 {
 		t.Fatalf("processes %v outlived braid run:\n%s", left, out.String())
 	}
 	s := out.String()
@@ -210,5 +228,45 @@ func TestTorchrunEnv(t *testing.T) {
 	if err := c1.Wait(); err == nil || !strings.Contains(o1.String(), "rank 1") || strings.Contains(o1.String(), "rank -1") ||
 		!strings.Contains(o1.String(), "BRAID_SECRET") {
 		t.Fatalf("rank 1 across hosts without a secret: %v\n%s", err, o1)
+	}
+}
+
+// TestGuardReaps: once braid run has ended, its guardian removes the
+// shared-memory files that dead processes of this PID namespace left in
+// /dev/shm (as a rank killed with braid run would), and leaves a live
+// process's.
+func TestGuardReaps(t *testing.T) {
+	ns := shmfile.PIDNamespace()
+	if ns == 0 {
+		t.Skip("no PID namespace in /proc")
+	}
+	if st, err := os.Stat(shm.DefaultDir); err != nil || !st.IsDir() {
+		t.Skipf("no %s", shm.DefaultDir)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(shm.DefaultDir, fmt.Sprintf("braid-reg-p%d-n%d-%x", dead.Process.Pid, ns, time.Now().UnixNano()))
+	live := filepath.Join(shm.DefaultDir, fmt.Sprintf("braid-reg-p%d-n%d-%x", os.Getpid(), ns, time.Now().UnixNano()))
+	for _, f := range []string{stale, live} {
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			t.Skipf("cannot write in %s: %v", shm.DefaultDir, err)
+		}
+		t.Cleanup(func() { os.Remove(f) })
+	}
+	if out, err := run(t, 60*time.Second, nil, "run", "-n", "1", "--", "true"); err != nil {
+		t.Fatalf("braid run: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(stale); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (its maker dead) still there 10 s after braid run ended", stale)
+		}
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("the guardian removed a live process's file: %v", err)
 	}
 }

@@ -5,8 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/braid-ccl/braid/internal/launch"
+	"github.com/braid-ccl/braid/transport/shm"
+	"github.com/braid-ccl/braid/transport/shmcoll"
+	"github.com/braid-ccl/braid/transport/shmreg"
 )
 
 func runCmd(args []string) error {
@@ -48,7 +54,37 @@ func resolveProg(p string) string {
 }
 
 // launchLocal starts n ranks of prog; launch.Run forwards SIGINT and
-// SIGTERM to them itself.
+// SIGTERM to them itself. A guardian (braid __guard, guardCmd) removes the
+// shared-memory files of ranks that braid run's death killed.
 func launchLocal(n int, prefix bool, prog string, args []string) error {
-	return launch.Run(context.Background(), launch.Config{N: n, Prog: prog, Args: args, Prefix: prefix, Stdout: os.Stdout, Stderr: os.Stderr})
+	cfg := launch.Config{N: n, Prog: prog, Args: args, Prefix: prefix, Stdout: os.Stdout, Stderr: os.Stderr}
+	if self, err := os.Executable(); err == nil {
+		cfg.Guard = []string{self, guardName}
+	}
+	return launch.Run(context.Background(), cfg)
+}
+
+// guardName is the hidden command of braid run's guardian.
+const guardName = "__guard"
+
+// guardLimit bounds how long the guardian waits for the ranks to be gone
+// once braid run has ended or died.
+const guardLimit = 10 * time.Second
+
+// guardCmd is braid run's guardian (launch.Config.Guard): it reads the
+// ranks' pids on standard input until braid run ends or dies, waits for
+// the ranks to be gone, and removes the shared-memory files that dead
+// processes left in /dev/shm: the shm transport's segments, the
+// registered pools and the shared areas, each judged by the maker's pid
+// and PID namespace in its name (internal/shmfile). Terminal signals are
+// not its business: braid run handles them.
+func guardCmd() {
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM)
+	launch.Guard(os.Stdin, guardLimit, func([]int) {
+		// The files of ranks still alive are theirs to remove, and
+		// ReapStale leaves them alone.
+		shm.ReapStale(shm.DefaultDir)
+		shmreg.ReapStale(shm.DefaultDir)
+		shmcoll.ReapStale(shm.DefaultDir)
+	})
 }

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/braid-ccl/braid/bootstrap"
+	"github.com/braid-ccl/braid/internal/shmfile"
 )
 
 // DefaultGrace is how long Run waits, after it asked the ranks to stop
@@ -63,6 +65,16 @@ type Config struct {
 	JobID string
 	// Logf logs what the store refuses; nil means log.Printf.
 	Logf func(format string, args ...any)
+
+	// Guard, if not empty, is the command (program and arguments) of a
+	// guardian that Run starts before the ranks and that outlives Run: it
+	// should call Guard with its standard input, to which Run writes each
+	// rank's pid. A rank killed by the death signal when Run's process
+	// dies (a SIGKILL of braid run) cannot remove the shared-memory files
+	// it made; the guardian does, once the ranks are gone. It runs in its
+	// own process group, with no output; Run goes on without it if it
+	// cannot start.
+	Guard []string
 }
 
 // ExitError reports the rank that failed first: the first whose
@@ -215,10 +227,74 @@ func Run(ctx context.Context, cfg Config) error {
 		env = append(env, extra...)
 		j.torch = true
 	}
+	if len(cfg.Guard) > 0 {
+		g, err := startGuard(cfg.Guard)
+		if err != nil {
+			cfg.Logf("launch: no guardian (%v): if this launcher is killed, the ranks' shared-memory files stay until the next job on the host removes them", err)
+		}
+		j.guard = g
+		// Closing its input, as this process's death does, lets it act.
+		defer j.closeGuard()
+	}
 	if err := j.start(env); err != nil {
 		return err
 	}
 	return j.wait(ctx, sigs)
+}
+
+// startGuard starts the guardian command and returns the write end of its
+// standard input. Its process is waited for in the background, so that
+// it leaves no zombie in a process that goes on after Run.
+func startGuard(argv []string) (*os.File, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = pr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	pr.Close()
+	if err != nil {
+		pw.Close()
+		return nil, err
+	}
+	go cmd.Wait()
+	return pw, nil
+}
+
+// closeGuard ends the guardian's input: it then waits for the ranks whose
+// pids it read to be gone and cleans up after them.
+func (j *job) closeGuard() {
+	if j.guard != nil {
+		j.guard.Close()
+	}
+}
+
+// Guard is the guardian's work (see Config.Guard): it reads pids from in,
+// one per line, until in ends (Run returned, or its process died); then
+// waits until none of those processes lives (a zombie counts as gone), or
+// until limit passes, and calls clean with those that still live (none,
+// unless the limit passed).
+func Guard(in io.Reader, limit time.Duration, clean func(left []int)) {
+	var pids []int
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		if pid, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	deadline := time.Now().Add(limit)
+	var left []int
+	for _, pid := range pids {
+		for !shmfile.Gone(pid) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !shmfile.Gone(pid) {
+			left = append(left, pid)
+		}
+	}
+	clean(left)
 }
 
 // job is a running set of ranks.
@@ -231,6 +307,7 @@ type job struct {
 	release chan struct{}   // closed when the ranks are reaped: see start
 	store   bootstrap.Store // the job's store, where ranks report failures
 	torch   bool            // the ranks get RANK and LOCAL_RANK too: see torchEnv
+	guard   *os.File        // the guardian's input (Config.Guard), or nil
 }
 
 // torchEnv returns torchrun's job-wide variables for a job of n ranks on
@@ -329,6 +406,9 @@ func (j *job) startLocked(env []string) error {
 			return fmt.Errorf("launch: rank %d: %w", r, err)
 		}
 		j.cmds = append(j.cmds, cmd)
+		if j.guard != nil {
+			fmt.Fprintf(j.guard, "%d\n", cmd.Process.Pid)
+		}
 	}
 	return nil
 }

@@ -79,6 +79,16 @@ func childMain(mode string) error {
 	case "launcher":
 		// A launcher whose ranks print their pids and sleep.
 		return Run(context.Background(), sh(2, `echo $$; exec sleep 60`))
+	case "guarded-launcher":
+		// The same, with a guardian that writes, to the file that
+		// guardEnv names, "left" and the ranks still alive when it cleans.
+		cfg := sh(2, `echo $$; exec sleep 60`)
+		cfg.Guard = []string{"env", childEnv + "=guard", os.Args[0]}
+		return Run(context.Background(), cfg)
+	case "guard":
+		Guard(os.Stdin, 10*time.Second, func(left []int) {
+			os.WriteFile(os.Getenv(guardEnv), []byte(fmt.Sprint("left ", left)), 0o600)
+		})
 	default:
 		return fmt.Errorf("unknown mode %q", mode)
 	}
@@ -477,6 +487,92 @@ func TestRunDiesWithParent(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// guardEnv names the file where the guardian of guarded-launcher writes.
+const guardEnv = "BRAID_LAUNCH_TEST_GUARD"
+
+// TestGuardAfterLauncherKilled: the guardian outlives a launcher killed by
+// SIGKILL, and cleans up once the ranks its death killed are gone.
+func TestGuardAfterLauncherKilled(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "cleaned")
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=guarded-launcher", guardEnv+"="+mark)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	sc := bufio.NewScanner(out)
+	for len(pids) < 2 && sc.Scan() {
+		pid, err := strconv.Atoi(sc.Text())
+		if err != nil {
+			t.Fatalf("launcher printed %q", sc.Text())
+		}
+		pids = append(pids, pid)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the guardian cleaned while the launcher ran")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(mark)
+		if err == nil && len(b) > 0 {
+			if got := string(b); got != "left []" {
+				t.Fatalf("the guardian cleaned with ranks alive: %q (ranks %v)", got, pids)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no guardian cleaned within 10 s of the launcher's death")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("rank %d outlived its launcher", pid)
+		}
+	}
+}
+
+// TestGuardWaits: Guard cleans only once the processes it read are gone,
+// or the limit passed, and names those left.
+func TestGuardWaits(t *testing.T) {
+	short := exec.Command("sleep", "0.3")
+	long := exec.Command("sleep", "60")
+	for _, c := range []*exec.Cmd{short, long} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer long.Process.Kill()
+	go short.Wait()
+	in := fmt.Sprintf("%d\n", short.Process.Pid)
+	var cleaned bool
+	Guard(strings.NewReader(in), 10*time.Second, func(left []int) {
+		cleaned = true
+		if len(left) != 0 || alive(short.Process.Pid) {
+			t.Errorf("cleaned with %v left, sleep 0.3 alive %v", left, alive(short.Process.Pid))
+		}
+	})
+	if !cleaned {
+		t.Fatal("Guard did not clean")
+	}
+	start := time.Now()
+	Guard(strings.NewReader(fmt.Sprintf("%d\n", long.Process.Pid)), 200*time.Millisecond, func(left []int) {
+		if len(left) != 1 || left[0] != long.Process.Pid {
+			t.Errorf("left %v, want [%d]", left, long.Process.Pid)
+		}
+		if time.Since(start) < 200*time.Millisecond {
+			t.Errorf("cleaned %v after its start, before the limit", time.Since(start))
+		}
+	})
 }
 
 // alive reports whether pid runs (a zombie does not).

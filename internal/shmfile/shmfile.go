@@ -20,10 +20,10 @@ func PIDNamespace() uint64 {
 	return st.Ino
 }
 
-// gone reports whether no live process has pid: none has it, or it is a
+// Gone reports whether no live process has pid: none has it, or it is a
 // zombie, dead and waiting for its parent (or, if its parent died too,
 // whoever adopts it) to reap it, which may take a while.
-func gone(pid int) bool {
+func Gone(pid int) bool {
 	if unix.Kill(pid, 0) == unix.ESRCH {
 		return true
 	}
@@ -61,7 +61,7 @@ func ReapStale(dir string, re *regexp.Regexp) {
 			continue
 		}
 		pid, err := strconv.Atoi(m[1])
-		if err != nil || pid <= 0 || !gone(pid) {
+		if err != nil || pid <= 0 || !Gone(pid) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())

@@ -173,7 +173,7 @@ func (t *shmTransport) Connect(ctx context.Context, cfg transport.Config) (trans
 		m.release()
 		// A peer killed during Connect leaves its segment: remove it
 		// now that its maker is dead, rather than at the next Connect.
-		reapStale(opts.Dir)
+		ReapStale(opts.Dir)
 		return nil, err
 	}
 	go m.watch()
@@ -193,7 +193,7 @@ func (m *mesh) connect(ctx context.Context) error {
 	cfg, opts := m.cfg, m.opts
 	n := len(cfg.Peers)
 	l := newLayout(n, opts.Slots, opts.RingSize)
-	reapStale(opts.Dir)
+	ReapStale(opts.Dir)
 	if err := m.create(l); err != nil {
 		return err
 	}
@@ -339,7 +339,7 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 func pidNS() uint64 { return shmfile.PIDNamespace() }
 
 // segmentName is the name of a segment file: the job's prefix hash, the
-// rank, and the maker's pid and PID namespace, by which reapStale judges
+// rank, and the maker's pid and PID namespace, by which ReapStale judges
 // the file without opening it (a rank killed while making it leaves a
 // file without a whole header).
 func segmentName(prefix uint64, rank, pid int, ns uint64, rnd [4]byte) string {
@@ -348,11 +348,11 @@ func segmentName(prefix uint64, rank, pid int, ns uint64, rnd [4]byte) string {
 
 var segmentRe = regexp.MustCompile(`^braid-[0-9a-f]{16}-[0-9]+-p([0-9]+)-n([0-9]+)-[0-9a-f]+$`)
 
-// reapStale removes the segment files in dir that dead processes of this
+// ReapStale removes the segment files in dir that dead processes of this
 // PID namespace made and left: a rank killed during Connect (a launcher's
 // death signal does that) leaves its file, since it unlinks it only once
 // every peer has mapped it. It judges only files it owns whose name
 // names its PID namespace, so that a process it cannot see is never taken
 // for dead; a pid that was reused keeps its file, which the next reaper
 // judges again. Shared-area files (braid-coll-*) are package shmcoll's.
-func reapStale(dir string) { shmfile.ReapStale(dir, segmentRe) }
+func ReapStale(dir string) { shmfile.ReapStale(dir, segmentRe) }

@@ -150,7 +150,7 @@ func Join(ctx context.Context, cfg Config) (g *Group, err error) {
 	}
 	defer func() {
 		if err != nil {
-			reapStale(dir)
+			ReapStale(dir)
 		}
 	}()
 	size := headerSize + n*BlockSize(o.Slot)
@@ -229,7 +229,7 @@ func Join(ctx context.Context, cfg Config) (g *Group, err error) {
 }
 
 // areaName is the name of an area's file: its maker's pid and PID
-// namespace, by which a later maker judges it (reapStale), and a random
+// namespace, by which a later maker judges it (ReapStale), and a random
 // part.
 func areaName(pid int, ns uint64, rnd [8]byte) string {
 	return fmt.Sprintf("braid-coll-%d-n%d-%x", pid, ns, rnd)
@@ -237,13 +237,13 @@ func areaName(pid int, ns uint64, rnd [8]byte) string {
 
 var areaRe = regexp.MustCompile(`^braid-coll-([0-9]+)-n([0-9]+)-[0-9a-f]+$`)
 
-// reapStale removes the area files in dir that dead processes of this PID
+// ReapStale removes the area files in dir that dead processes of this PID
 // namespace left: a rank 0 killed between making its area's file and the
 // last rank's mapping it, which unlinks it, leaves it behind. Files of
 // live processes, of other PID namespaces and of older releases (named
 // without the namespace) are left alone, as are the transport's segments
 // (package shm reaps those).
-func reapStale(dir string) { shmfile.ReapStale(dir, areaRe) }
+func ReapStale(dir string) { shmfile.ReapStale(dir, areaRe) }
 
 // create makes, sizes (with its pages allocated, so that a full /dev/shm
 // fails here rather than as a bus error later) and maps the area's file,
@@ -253,7 +253,7 @@ func create(dir string, size, n, slot int, secret []byte) ([]byte, string, error
 	if _, err := unix.Getrandom(rnd[:], 0); err != nil {
 		return nil, "", err
 	}
-	reapStale(dir)
+	ReapStale(dir)
 	path := filepath.Join(dir, areaName(os.Getpid(), shmfile.PIDNamespace(), rnd))
 	mem, err := shmfile.Create(path, size)
 	if err != nil {

@@ -121,7 +121,7 @@ func Create(dir string, secret []byte, readers int) (*Pool, error) {
 	if readers < 0 {
 		return nil, fmt.Errorf("shmreg: %d readers", readers)
 	}
-	reapStale(dir)
+	ReapStale(dir)
 	var rnd [6]byte
 	if _, err := unix.Getrandom(rnd[:], 0); err != nil {
 		return nil, err
