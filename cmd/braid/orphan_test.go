@@ -94,7 +94,7 @@ func startJob(t *testing.T, env []string, want int, args ...string) (*exec.Cmd, 
 func TestLauncherKilledBehindShell(t *testing.T) {
 	loop := filepath.Join(binDir, "loop")
 	pidfile := filepath.Join(t.TempDir(), "rank0.pid")
-	// 1 launcher + 2 shells + 2 ranks carry the tag.
+	// 1 launcher + 2 shells + 2 ranks carry the tag (and braid run's guardian, not waited for here).
 	cmd, out, tag := startJob(t, []string{"LOOP_VICTIM=0", "LOOP_PIDFILE=" + pidfile, "LOOP_COUNT=4096"}, 5,
 		"run", "-n", "2", "--", "sh", "-c", loop+"; echo shell went on")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
