@@ -455,10 +455,12 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// TestRunDiesWithParent: when the launcher is killed, so are its ranks.
-func TestRunDiesWithParent(t *testing.T) {
+// startLauncher starts this test binary as a launcher (env picks which)
+// whose two ranks print their pids, and returns it once they have.
+func startLauncher(t *testing.T, env ...string) (*exec.Cmd, []int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=launcher")
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -475,6 +477,12 @@ func TestRunDiesWithParent(t *testing.T) {
 		}
 		pids = append(pids, pid)
 	}
+	return cmd, pids
+}
+
+// TestRunDiesWithParent: when the launcher is killed, so are its ranks.
+func TestRunDiesWithParent(t *testing.T) {
+	cmd, pids := startLauncher(t, childEnv+"=launcher")
 	cmd.Process.Kill()
 	cmd.Wait()
 	for _, pid := range pids {
@@ -496,24 +504,7 @@ const guardEnv = "BRAID_LAUNCH_TEST_GUARD"
 // SIGKILL, and cleans up once the ranks its death killed are gone.
 func TestGuardAfterLauncherKilled(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "cleaned")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=guarded-launcher", guardEnv+"="+mark)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	sc := bufio.NewScanner(out)
-	for len(pids) < 2 && sc.Scan() {
-		pid, err := strconv.Atoi(sc.Text())
-		if err != nil {
-			t.Fatalf("launcher printed %q", sc.Text())
-		}
-		pids = append(pids, pid)
-	}
+	cmd, pids := startLauncher(t, childEnv+"=guarded-launcher", guardEnv+"="+mark)
 	if _, err := os.Stat(mark); err == nil {
 		t.Fatal("the guardian cleaned while the launcher ran")
 	}
