@@ -192,16 +192,18 @@ func noSizes(cfg Config, n int) error {
 		d = braid.Float32
 	}
 	what := fmt.Sprintf("from %s to %s (doubling from --min-size)", FormatSize(cfg.MinSize), FormatSize(cfg.MaxSize))
+	fixMax, fixMin := "a --max-size of", "a --min-size that is"
 	if len(cfg.SizeList) > 0 {
 		what = fmt.Sprint(cfg.SizeList)
+		fixMax, fixMin = "--sizes of", "--sizes that are"
 	}
 	switch cfg.Coll {
 	case sched.Allgather, sched.ReduceScatter, sched.Gather, sched.Scatter, sched.Alltoall:
-		return fmt.Errorf("bench: no size %s holds one %v element (%d B) per rank on %d ranks: give a --max-size of %s or more",
-			what, d, d.Size(), n, FormatSize(int64(d.Size()*n)))
+		return fmt.Errorf("bench: no size %s holds one %v element (%d B) per rank on %d ranks: give %s %s or more",
+			what, d, d.Size(), n, fixMax, FormatSize(int64(d.Size()*n)))
 	}
-	return fmt.Errorf("bench: no size %s is a whole number of %v elements (%d B): give a --min-size that is a multiple of %d",
-		what, d, d.Size(), d.Size())
+	return fmt.Errorf("bench: no size %s is a whole number of %v elements (%d B): give %s a multiple of %d",
+		what, d, d.Size(), fixMin, d.Size())
 }
 
 // params returns the collective's params for a row of size bytes, or ok=false

@@ -493,6 +493,19 @@ func TestCheckSizes(t *testing.T) {
 			t.Errorf("%v %v %d-%d on %d ranks: %v, want %q", tc.coll, tc.d, tc.lo, tc.hi, tc.n, err, tc.want)
 		}
 	}
+	// A list of sizes (--sizes) is what to mend, not --min-size or --max-size.
+	for _, tc := range []struct {
+		coll sched.Collective
+		want string
+	}{
+		{sched.Allreduce, "no size [3 5] is a whole number of float32 elements (4 B): give --sizes that are a multiple of 4"},
+		{sched.Allgather, "no size [3 5] holds one float32 element (4 B) per rank on 4 ranks: give --sizes of 16 or more"},
+	} {
+		err := bench.CheckSizes(bench.Config{Coll: tc.coll, DType: braid.Float32, SizeList: []int64{3, 5}}, 4)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, sizes 3 and 5 on 4 ranks: %v, want %q", tc.coll, err, tc.want)
+		}
+	}
 	// Run says the same.
 	comms, err := braid.NewLocal(1, &braid.Options{Tuning: "none"})
 	if err != nil {
