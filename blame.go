@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/exec"
+	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
@@ -57,6 +58,11 @@ var waitedRE = regexp.MustCompile(`waited for rank \d+ \(call (\d+), step (\d+)\
 // rank it waited for said that it waits too (see the top of this file).
 func (c *Comm) waitedFor(err error) string {
 	s := fmt.Sprintf("no progress within the timeout (%v; set BRAID_TIMEOUT or a context deadline)", c.w.opts.Timeout)
+	if !errors.Is(err, transport.ErrTimeout) {
+		// The caller's context had a deadline, which the communicator's
+		// timeout does not override.
+		s = fmt.Sprintf("no progress before the call's context deadline (BRAID_TIMEOUT, %v, applies to calls without one)", c.w.opts.Timeout)
+	}
 	var se *exec.StepError
 	var we *shmcoll.WaitError
 	switch {

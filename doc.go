@@ -93,5 +93,7 @@
 // waited for, and the other ranks' calls fail with a Timeout that names
 // the same rank. When the rank waited for was itself waiting (one rank of a
 // ring hangs, and the others wait for each other), the error names the rank
-// at the end of the chain: the one that does not answer.
+// at the end of the chain: the one that does not answer. BRAID_TIMEOUT
+// applies to calls whose context has no deadline; the error says which of
+// the two limits passed.
 package braid

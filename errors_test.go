@@ -240,3 +240,48 @@ func TestErrorsIs(t *testing.T) {
 		t.Fatalf("message %q", e.Error())
 	}
 }
+
+// TestTimeoutSaysWhichLimit: a call that waits in vain says which limit
+// ended it: the communicator's timeout (BRAID_TIMEOUT, Options.Timeout)
+// for a call whose context has no deadline, else the context's deadline,
+// which the timeout does not override. Through a schedule (ring), the
+// shared area (shm) and a receive.
+func TestTimeoutSaysWhichLimit(t *testing.T) {
+	const limit = 100 * time.Millisecond
+	for _, algo := range []string{"ring", "shm", "recv"} {
+		for _, byCtx := range []bool{false, true} {
+			opts := &braid.Options{Timeout: limit}
+			if byCtx {
+				opts.Timeout = time.Minute
+			}
+			if algo != "recv" {
+				opts.Algo = "allreduce=" + algo
+			}
+			errs := onRanks(t, 2, opts, func(c *braid.Comm) error {
+				if c.Rank() == 0 {
+					return nil // never calls
+				}
+				ctx := context.Background()
+				if byCtx {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, limit)
+					defer cancel()
+				}
+				b := make([]float32, 4)
+				if algo == "recv" {
+					return c.Recv(ctx, b, 0, 1)
+				}
+				return c.Allreduce(ctx, b, b, braid.Sum)
+			})
+			err := errs[1]
+			want, not := "no progress within the timeout (100ms", "before the call's context deadline"
+			if byCtx {
+				want, not = "no progress before the call's context deadline (BRAID_TIMEOUT, 1m0s, applies to calls without one)", "within the timeout"
+			}
+			if braid.KindOf(err) != braid.Timeout || !errors.Is(err, context.DeadlineExceeded) ||
+				!strings.Contains(err.Error(), want) || strings.Contains(err.Error(), not) {
+				t.Errorf("%s, deadline in the context %v: %v; want a timeout that says %q", algo, byCtx, err, want)
+			}
+		}
+	}
+}

@@ -139,7 +139,7 @@ func (c *Comm) p2pPoll(ctx context.Context, req transport.Request) error {
 				if deadline.IsZero() {
 					deadline = now.Add(c.w.opts.Timeout)
 				} else if now.After(deadline) {
-					return context.DeadlineExceeded
+					return transport.ErrTimeout
 				}
 			}
 		}

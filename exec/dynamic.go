@@ -250,7 +250,7 @@ func (x *dynExec) idle(hs []sched.Handle) error {
 				x.env.Deadline = now.Add(x.env.Timeout)
 			}
 			if now.After(x.env.Deadline) {
-				e = context.DeadlineExceeded
+				e = transport.ErrTimeout
 			}
 		}
 		if e == nil && x.env.Fail != nil {

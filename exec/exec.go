@@ -37,8 +37,9 @@ type Env struct {
 	// so that a step held by its dependencies holds back no later step.
 	// Program order alone never deadlocks (sched.Validate proves it).
 	Ahead bool
-	// Deadline, if not zero, ends the run with context.DeadlineExceeded
-	// when it passes (in addition to ctx's own deadline).
+	// Deadline, if not zero, ends the run with transport.ErrTimeout (a
+	// context.DeadlineExceeded) when it passes (in addition to ctx's own
+	// deadline, which ends it with ctx's error).
 	Deadline time.Time
 	// Timeout, if not zero and Deadline is zero, sets Deadline to Timeout
 	// after the run first has to wait.
@@ -393,7 +394,7 @@ func (r *run) check() error {
 			r.env.Deadline = now.Add(r.env.Timeout)
 		}
 		if !r.env.Deadline.IsZero() && now.After(r.env.Deadline) {
-			return r.waitErr(context.DeadlineExceeded)
+			return r.waitErr(transport.ErrTimeout)
 		}
 		r.stall(now)
 	}

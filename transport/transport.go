@@ -47,6 +47,20 @@ var (
 	ErrCanceled = errors.New("canceled")
 )
 
+// ErrTimeout is the error of a wait that made no progress within the
+// communicator's own timeout (BRAID_TIMEOUT, Options.Timeout), which
+// applies to calls whose context has no deadline. It is a
+// context.DeadlineExceeded (errors.Is), so that a caller testing for a
+// deadline sees one; the end of the caller's context deadline is
+// context.DeadlineExceeded itself, which lets an error message say which
+// limit passed.
+var ErrTimeout error = timeoutError{}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string        { return "timed out" }
+func (timeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
 // Request is an outstanding send or receive.
 type Request interface {
 	// Test makes whatever progress it can without blocking and reports

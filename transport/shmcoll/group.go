@@ -235,7 +235,7 @@ type WaitError struct {
 	Seq   uint32 // the call (Call.Seq)
 	What  string // what was awaited
 	Chunk uint64 // the call's chunk, counted from 1
-	Err   error  // context.DeadlineExceeded, the context's error, or Fail's
+	Err   error  // transport.ErrTimeout (Call.Timeout), the context's error, or Fail's
 }
 
 func (e *WaitError) Error() string {
@@ -407,7 +407,7 @@ func (c *Call) idle(q int, what string, chunk uint64) error {
 			case c.since.IsZero():
 				c.since = now
 			case c.Timeout > 0 && now.Sub(c.since) > c.Timeout:
-				err = context.DeadlineExceeded
+				err = transport.ErrTimeout
 			case c.Stall != nil && c.stalled != q+1 && now.Sub(c.since) >= c.StallAfter:
 				c.stalled = q + 1
 				c.Stall(c.Seq, q, what)
