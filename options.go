@@ -63,7 +63,8 @@ type Options struct {
 
 	// DisableArrival switches off the planner's use of arrival
 	// statistics: a call site of reduce above 16 KiB, or of allreduce
-	// above the shared area's FlatMax (2 KiB), on one host whose ranks
+	// above the shared area's FlatMax (2 KiB below 16 ranks, less from
+	// there: shmcoll.FlatMaxFor), on one host whose ranks
 	// arrive far apart is switched to the arrival-aware reductions
 	// (arrivalplan.go). BRAID_ARRIVAL=off (or 0, false; on, 1, true or unset
 	// keep it on).

@@ -35,7 +35,7 @@ const (
 // Options of a group.
 type Options struct {
 	Slot    int // bytes of a data slot; 0 means SlotFor(the group's size)
-	FlatMax int // largest one-phase allreduce chunk; 0 means DefaultFlatMax
+	FlatMax int // largest one-phase allreduce chunk; 0 means FlatMaxFor(n)
 	// ChainMin is the smallest allreduce chunk that goes along the
 	// rank-order chain, on ChainRanks ranks and more; 0 means
 	// DefaultChainMin (DefaultChainRanks), negative never.
@@ -57,7 +57,7 @@ func (o Options) resolve(n int) (Options, error) {
 		o.Slot = SlotFor(n)
 	}
 	if o.FlatMax == 0 {
-		o.FlatMax = DefaultFlatMax
+		o.FlatMax = FlatMaxFor(n)
 	}
 	if o.ChainMin == 0 {
 		o.ChainMin = DefaultChainMin

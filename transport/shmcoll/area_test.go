@@ -125,3 +125,17 @@ func TestReapAfterFailedJoin(t *testing.T) {
 		t.Errorf("the dead rank 0's area file is still there (%v)", err)
 	}
 }
+
+func TestFlatMaxFor(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{
+		{1, 2048}, {2, 2048}, {8, 2048}, {15, 2048}, {16, 1024}, {31, 1024}, {32, 512}, {63, 512}, {64, 256}, {512, 256},
+	} {
+		if got := FlatMaxFor(tc.n); got != tc.want {
+			t.Errorf("FlatMaxFor(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+		o, err := Options{}.Check(tc.n)
+		if err != nil || o.FlatMax != min(tc.want, o.Slot) {
+			t.Errorf("Options{}.Check(%d): FlatMax %d, %v; want %d", tc.n, o.FlatMax, err, tc.want)
+		}
+	}
+}

@@ -75,10 +75,39 @@ const (
 	DefaultChainRanks = 4
 )
 
-// DefaultFlatMax is the largest chunk an allreduce or reduce combines in one
-// phase (every rank reads every input); larger chunks take two phases
-// (reduce-scatter, then allgather) so that each rank reads each byte once.
+// DefaultFlatMax is the largest chunk an allreduce or reduce of fewer
+// than 16 ranks combines in one phase (every rank reads every input);
+// larger chunks take two phases (reduce-scatter, then allgather) so that
+// each rank reads each byte once. FlatMaxFor gives it for more ranks.
 const DefaultFlatMax = 2 << 10
+
+// minFlatMax is the least FlatMaxFor gives.
+const minFlatMax = 256
+
+// FlatMaxFor returns the default FlatMax of a group of n ranks:
+// DefaultFlatMax below 16 ranks, halved at 16 and at each doubling beyond
+// (1 KiB from 16 ranks, 512 B from 32), and at least 256 B. A flat chunk
+// makes every rank read n inputs, so the lines all ranks read grow as n²;
+// two phases read each byte once, for one more synchronisation.
+//
+// On the 16-core node (session 13, docs/PERFORMANCE.md) 16 ranks allreduced
+// 1 KiB flat in 7.0 µs and 4 KiB in two phases in 7.8, while the planner,
+// which prices a flat 2 KiB above a two-phase 4 KiB there, ran 2 KiB with
+// recursive doubling in 13.0 (Open MPI 11.5). 8 ranks took 5.9 µs flat at
+// 2 KiB and 6.1 in two phases at 4 KiB. With ranks that outnumber the
+// cores the extra synchronisation costs more than the reads: on the 2-core
+// VM, 9 and 12 ranks allreduced 2 KiB flat in 21-31 µs and in two phases in
+// 34-53, so the limit stays 2 KiB below 16 ranks. (16 ranks there: flat
+// 2 KiB 43-45 µs, two phases 70-71, recursive doubling, which the planner
+// took before, 122-143; it now takes the area, whose calls the arrival
+// planner moved to the arrival-aware allreduce, 42-44.)
+func FlatMaxFor(n int) int {
+	m := DefaultFlatMax
+	for k := 16; k <= n && m > minFlatMax; k *= 2 {
+		m /= 2
+	}
+	return m
+}
 
 // BlockSize returns the bytes of one rank's block for the given slot size.
 func BlockSize(slot int) int { return dataOff + 4*slot }
