@@ -150,6 +150,9 @@ func TestResolveKnobs(t *testing.T) {
 		{name: "copy threads 1", env: map[string]string{"BRAID_COPY_THREADS": "1"}},
 		{name: "copy threads 0", env: map[string]string{"BRAID_COPY_THREADS": "0"}, want: []string{`BRAID_COPY_THREADS="0": want a whole number of threads from 1`}},
 		{name: "copy threads not a number", env: map[string]string{"BRAID_COPY_THREADS": "many"}, want: []string{`BRAID_COPY_THREADS="many"`}},
+		{name: "copy min 2M", env: map[string]string{"BRAID_COPY_MIN": "2M"}},
+		{name: "copy min too small", env: map[string]string{"BRAID_COPY_MIN": "4K"}, want: []string{`BRAID_COPY_MIN="4K": want a size from 64K to 1G`}},
+		{name: "copy min not a size", env: map[string]string{"BRAID_COPY_MIN": "big"}, want: []string{`BRAID_COPY_MIN="big"`}},
 
 		// BRAID_HOST and Options.Host.
 		{name: "host", env: map[string]string{"BRAID_HOST": "node-1.example"}, check: func(t *testing.T, o Options) {

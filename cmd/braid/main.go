@@ -74,14 +74,18 @@ that names the variable):
                    auto (one CPU per rank unless already bound or
                    outnumbered), core or share
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
-                   (process_vm_readv); split: single copy, a message of 256K
-                   or more read by several of the rank's threads at once
+                   (process_vm_readv); split: single copy, a message of
+                   BRAID_COPY_MIN or more read by several of the rank's
+                   threads at once
   BRAID_SHM_EAGER  largest message copied through the shm transport's ring
                    (default 64K); larger ones are one process_vm_readv copy
   BRAID_COPY_THREADS  most threads one rank splits a large copy or reduction
                    of the shm collectives across (default GOMAXPROCS, which
                    Braid lowers to the host's cores per local rank); 1 turns
                    the splitting off; the planner counts on it, so give
+                   every rank of a host the same
+  BRAID_COPY_MIN   least bytes of a copy or reduction that a rank splits
+                   across its threads (default 256K; from 64K to 1G); give
                    every rank of a host the same
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank

@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/braid-ccl/braid/internal/size"
 )
 
 // EnvThreads is the environment variable that caps the threads one rank
@@ -41,8 +43,32 @@ const EnvThreads = "BRAID_COPY_THREADS"
 // MaxThreads is the most threads a call splits across.
 const MaxThreads = 64
 
-// DefaultMinSize is the least bytes that a call splits (see MinSize).
+// EnvMinSize is the environment variable that sets the least bytes a copy
+// or reduction splits (MinSize; a size such as 512K or 2M). It is read
+// once, at the first large call; ParseMinSize checks it.
+const EnvMinSize = "BRAID_COPY_MIN"
+
+// DefaultMinSize is the least bytes that a call splits unless EnvMinSize
+// says otherwise (see MinSize). The shared area cuts calls into chunks of
+// at most a slot (1 MiB up to 8 ranks), whose copies and reductions are
+// split from here: on the 16-core node (session 13, 2 ranks of 8 threads)
+// the area's calls of 1-64 MiB took 0.28-0.64 of their one-thread time.
+// Calls whose copies were split at 256-512 KiB ran slower than their
+// neighbours there (the area's broadcast of 256 KiB 26.8 µs in quarter
+// parts, each copy split, against 17.2 in 64 KiB chunks, none split;
+// bruck's allgather of 512 KiB, 256 KiB blocks, 85.6 µs against 15.4 at
+// 256 KiB); whether the split is the cause is for BRAID_COPY_MIN to show
+// on the node.
 const DefaultMinSize = 256 << 10
+
+// ParseMinSize parses a value of EnvMinSize: a size from 64 KiB to 1 GiB.
+func ParseMinSize(v string) (int, error) {
+	n, err := size.Parse(v)
+	if err != nil || n < 64<<10 || n > 1<<30 {
+		return 0, fmt.Errorf("%s=%q: want a size from 64K to 1G, the least bytes a rank splits a copy or reduction at across its threads (default %dK)", EnvMinSize, v, DefaultMinSize>>10)
+	}
+	return int(n), nil
+}
 
 // minPiece is the least bytes of a piece: a piece's hand-out costs an
 // atomic add on a line every participant writes.
@@ -69,14 +95,23 @@ var (
 	splits  atomic.Uint64 // calls split so far
 	envOnce sync.Once
 	envN    int // EnvThreads' value, 0 if unset or invalid
+	envMin  int // EnvMinSize's value, 0 if unset or invalid
 )
 
-func envThreads() int {
+func readEnv() {
 	envOnce.Do(func() {
+		// Braid's Init reports a bad value.
 		if v := os.Getenv(EnvThreads); v != "" {
-			envN, _ = ParseThreads(v) // Braid's Init reports a bad value
+			envN, _ = ParseThreads(v)
+		}
+		if v := os.Getenv(EnvMinSize); v != "" {
+			envMin, _ = ParseMinSize(v)
 		}
 	})
+}
+
+func envThreads() int {
+	readEnv()
 	return envN
 }
 
@@ -108,10 +143,14 @@ func SetThreads(n, minBytes int) (restore func()) {
 // this process.
 func Splits() uint64 { return splits.Load() }
 
-// MinSize returns the least bytes that a call splits.
+// MinSize returns the least bytes that a call splits: SetThreads' value,
+// else EnvMinSize's, else DefaultMinSize.
 func MinSize() int {
 	if m := minSize.Load(); m > 0 {
 		return int(m)
+	}
+	if readEnv(); envMin > 0 {
+		return envMin
 	}
 	return DefaultMinSize
 }

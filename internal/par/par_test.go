@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,5 +208,48 @@ func TestThreadsFollowsGOMAXPROCS(t *testing.T) {
 	SetThreads(0, 0)
 	if n := Threads(); n < 1 || n > MaxThreads {
 		t.Fatalf("Threads %d", n)
+	}
+}
+
+func TestParseMinSize(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int
+	}{{"64K", 64 << 10}, {"256K", 256 << 10}, {"1M", 1 << 20}, {"1G", 1 << 30}, {"1048576", 1 << 20}} {
+		if n, err := ParseMinSize(tc.v); err != nil || n != tc.want {
+			t.Errorf("ParseMinSize(%q) = %d, %v; want %d", tc.v, n, err, tc.want)
+		}
+	}
+	for _, v := range []string{"", "0", "32K", "2G", "-1M", "lots"} {
+		if _, err := ParseMinSize(v); err == nil || !strings.Contains(err.Error(), EnvMinSize) {
+			t.Errorf("ParseMinSize(%q): %v; want an error naming %s", v, err, EnvMinSize)
+		}
+	}
+}
+
+// TestMinSizeEnv: BRAID_COPY_MIN sets MinSize (read once, so in a child
+// process), SetThreads overrides it, and a bad value leaves the default.
+func TestMinSizeEnv(t *testing.T) {
+	if v := os.Getenv("PAR_TEST_MIN_CHILD"); v != "" {
+		fmt.Println("min", MinSize())
+		restore := SetThreads(2, 4096)
+		fmt.Println("forced", MinSize())
+		restore()
+		return
+	}
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{{"512K", 512 << 10}, {"2M", 2 << 20}, {"4K", DefaultMinSize}} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMinSizeEnv$")
+		cmd.Env = append(os.Environ(), "PAR_TEST_MIN_CHILD=1", EnvMinSize+"="+tc.env)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s=%s: %v\n%s", EnvMinSize, tc.env, err, out)
+		}
+		want := fmt.Sprintf("min %d\nforced 4096\n", tc.want)
+		if !strings.HasPrefix(string(out), want) {
+			t.Errorf("%s=%s: the child printed %q, want %q first", EnvMinSize, tc.env, out, want)
+		}
 	}
 }
