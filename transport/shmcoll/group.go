@@ -100,7 +100,7 @@ const minFlatMax = 256
 // 34-53, so the limit stays 2 KiB below 16 ranks. (16 ranks there: flat
 // 2 KiB 43-45 µs, two phases 70-71, recursive doubling, which the planner
 // took before, 122-143; it now takes the area, whose calls the arrival
-// planner moved to the arrival-aware allreduce, 42-44.)
+// planner moved to the arrival-aware allreduce, 41-44.)
 func FlatMaxFor(n int) int {
 	m := DefaultFlatMax
 	for k := 16; k <= n && m > minFlatMax; k *= 2 {
