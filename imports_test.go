@@ -46,8 +46,9 @@ func TestImportRules(t *testing.T) {
 		// transports, the GPU loops and the CUDA worker.
 		"internal/wait": {},
 		// Splitting a rank's large copies and reductions across its
-		// threads: shmcoll, exec and the shm transport.
-		"internal/par": {},
+		// threads: shmcoll, exec and the shm transport. It parses its
+		// size knob (BRAID_COPY_MIN) with the leaf size parser.
+		"internal/par": {"internal/size"},
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imps, _ := strings.Cut(line, ":")
