@@ -420,9 +420,34 @@ func (c *Comm) failWithPeer(call string, err error, peer int) *Error {
 	if wp >= 0 && wp < len(c.members) {
 		wp = c.members[wp]
 	}
+	if c.split() && e.Rank == c.rank {
+		// Give the world ranks too: the transports' words name those.
+		if e == be {
+			cp := *be
+			e = &cp
+		}
+		e.split, e.worldRank, e.worldPeer = true, c.members[c.rank], -1
+		if e.Peer >= 0 {
+			e.worldPeer = wp
+		}
+	}
 	c.w.failPeer(e, wp)
 	c.w.failedFlight(e)
 	return e
+}
+
+// split reports whether c's ranks differ from the world's (a communicator
+// made by Split that is not a copy of the world).
+func (c *Comm) split() bool {
+	if len(c.members) != c.w.size {
+		return true
+	}
+	for i, wr := range c.members {
+		if wr != i {
+			return true
+		}
+	}
+	return false
 }
 
 // Abort ends the communicator (and every communicator of this job in this

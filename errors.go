@@ -61,15 +61,29 @@ type Error struct {
 	// gives the peer's rank in itself (Comm.peerIn).
 	wpeer  int
 	wknown bool
+
+	// split says that Rank and Peer are ranks in a communicator made by
+	// Split, whose world ranks are worldRank and worldPeer (−1 for none):
+	// the message gives both, since a transport's words in Err name world
+	// ranks.
+	split                bool
+	worldRank, worldPeer int
 }
 
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("braid: rank %d: %s: %s", e.Rank, e.Call, e.Kind)
+	rank := fmt.Sprintf("rank %d", e.Rank)
+	if e.split {
+		rank += fmt.Sprintf(" (world rank %d)", e.worldRank)
+	}
+	msg := fmt.Sprintf("braid: %s: %s: %s", rank, e.Call, e.Kind)
 	if e.Rank < 0 {
 		// Before the rank is known (options checked at Init, NewLocal).
 		msg = fmt.Sprintf("braid: %s: %s", e.Call, e.Kind)
 	}
-	if e.Peer >= 0 {
+	switch {
+	case e.Peer >= 0 && e.split && e.worldPeer >= 0:
+		msg += fmt.Sprintf(" (peer rank %d, world rank %d)", e.Peer, e.worldPeer)
+	case e.Peer >= 0:
 		msg += fmt.Sprintf(" (peer rank %d)", e.Peer)
 	}
 	if e.Err != nil {

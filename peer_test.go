@@ -3,6 +3,8 @@ package braid_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +64,12 @@ func TestP2PPeerOnSplit(t *testing.T) {
 			if e.Peer != c.peer || e.Rank != c.rank {
 				t.Errorf("split rank %d: Rank %d, Peer %d, want rank %d naming its peer split rank %d (world rank %d): %v",
 					c.rank, e.Rank, e.Peer, c.rank, c.peer, n-1-c.peer, e)
+			}
+			// The message gives the world ranks too, which the
+			// transport's words in it use.
+			want := fmt.Sprintf("braid: rank %d (world rank %d): recv: %v (peer rank %d, world rank %d): ", c.rank, n-1-c.rank, c.kind, c.peer, n-1-c.peer)
+			if !strings.HasPrefix(e.Error(), want) {
+				t.Errorf("split rank %d: %q, want it to start %q", c.rank, e.Error(), want)
 			}
 		})
 	}
