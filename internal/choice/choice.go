@@ -104,9 +104,30 @@ func Check(coll sched.Collective, ch plan.Choice) error {
 		return nil
 	}
 	if _, err := algo.Lookup(coll, ch.Algo); err != nil {
-		return fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "algo: "))
+		return fmt.Errorf("no %v algorithm named %q (have %s)", coll, ch.Algo, strings.Join(NamesOf(coll), ", "))
 	}
 	return checkParams(coll, ch)
+}
+
+// NamesOf returns every name Check accepts for coll, sorted, each once:
+// its schedules, its arrival-aware (dynamic) algorithms, the shared
+// area's (Shared, SharedPAP), the aggregation daemons' (Agg) and the fused
+// kernels on device buffers.
+func NamesOf(coll sched.Collective) []string {
+	var names []string
+	for _, a := range algo.ForCollective(coll) {
+		names = append(names, a.Name())
+	}
+	for _, a := range algo.Dynamics(coll) {
+		names = append(names, a.Name())
+	}
+	for _, n := range []string{Shared, SharedPAP, Agg, Fused, algo.GPUOneShot.Name()} {
+		if IsShared(coll, n) || n == Agg && AggRuns(coll) || DeviceOnly(coll, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // CheckAny returns an error unless some collective has an algorithm named

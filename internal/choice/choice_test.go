@@ -1,6 +1,7 @@
 package choice
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestParseAlgo(t *testing.T) {
 
 		{in: "rign", err: `entry "rign": no collective has an algorithm named "rign" (algorithms: `},
 		{in: "rign", err: "ring"},
-		{in: "allreduce=rign", err: `entry "allreduce=rign": no allreduce algorithm named "rign" (have direct,`},
+		{in: "allreduce=rign", err: `entry "allreduce=rign": no allreduce algorithm named "rign" (have agg, direct,`},
 		{in: "allscatter=ring", err: `entry "allscatter=ring": unknown collective "allscatter" (want one of allreduce,`},
 		{in: "allreduce=", err: `entry "allreduce=": algorithm ""`},
 		{in: "=ring", err: `unknown collective ""`},
@@ -185,5 +186,31 @@ func TestDeviceOnly(t *testing.T) {
 	}
 	if !DeviceOnly(sched.Bcast, Fused) || DeviceOnly(sched.Bcast, "chain") || !DeviceOnly(sched.Allreduce, "gpu_oneshot") {
 		t.Error("DeviceOnly")
+	}
+}
+
+// TestNamesOf: Check accepts every name its error lists for a collective,
+// and the list holds the shared area's and the dynamic algorithms' names
+// beside the schedules.
+func TestNamesOf(t *testing.T) {
+	for _, coll := range sched.Collectives() {
+		names := NamesOf(coll)
+		for _, n := range names {
+			if err := Check(coll, plan.Choice{Algo: n}); err != nil {
+				t.Errorf("%v: NamesOf lists %q, which Check refuses: %v", coll, n, err)
+			}
+		}
+		err := Check(coll, plan.Choice{Algo: "nosuch"})
+		if err == nil || !strings.Contains(err.Error(), strings.Join(names, ", ")) {
+			t.Errorf("%v: Check of an unknown name: %v; want it to list %v", coll, err, names)
+		}
+	}
+	for _, tc := range []struct {
+		coll sched.Collective
+		name string
+	}{{sched.Allreduce, Shared}, {sched.Allreduce, SharedPAP}, {sched.Allreduce, Agg}, {sched.Allreduce, "papchain"}, {sched.Bcast, Fused}, {sched.Barrier, Shared}} {
+		if !slices.Contains(NamesOf(tc.coll), tc.name) {
+			t.Errorf("NamesOf(%v) = %v: no %q", tc.coll, NamesOf(tc.coll), tc.name)
+		}
 	}
 }
