@@ -421,15 +421,13 @@ func (c *Comm) failWithPeer(call string, err error, peer int) *Error {
 		wp = c.members[wp]
 	}
 	if c.split() && e.Rank == c.rank {
-		// Give the world ranks too: the transports' words name those.
+		// Give the world ranks too: the transports' words name those
+		// (the peer's is wpeer, which failPeer records).
 		if e == be {
 			cp := *be
 			e = &cp
 		}
-		e.split, e.worldRank, e.worldPeer = true, c.members[c.rank], -1
-		if e.Peer >= 0 {
-			e.worldPeer = wp
-		}
+		e.split, e.worldRank = true, c.members[c.rank]
 	}
 	c.w.failPeer(e, wp)
 	c.w.failedFlight(e)

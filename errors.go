@@ -63,11 +63,10 @@ type Error struct {
 	wknown bool
 
 	// split says that Rank and Peer are ranks in a communicator made by
-	// Split, whose world ranks are worldRank and worldPeer (−1 for none):
-	// the message gives both, since a transport's words in Err name world
-	// ranks.
-	split                bool
-	worldRank, worldPeer int
+	// Split, whose world ranks are worldRank and wpeer: the message gives
+	// both, since a transport's words in Err name world ranks.
+	split     bool
+	worldRank int
 }
 
 func (e *Error) Error() string {
@@ -81,8 +80,8 @@ func (e *Error) Error() string {
 		msg = fmt.Sprintf("braid: %s: %s", e.Call, e.Kind)
 	}
 	switch {
-	case e.Peer >= 0 && e.split && e.worldPeer >= 0:
-		msg += fmt.Sprintf(" (peer rank %d, world rank %d)", e.Peer, e.worldPeer)
+	case e.Peer >= 0 && e.split && e.wknown && e.wpeer >= 0:
+		msg += fmt.Sprintf(" (peer rank %d, world rank %d)", e.Peer, e.wpeer)
 	case e.Peer >= 0:
 		msg += fmt.Sprintf(" (peer rank %d)", e.Peer)
 	}
