@@ -168,17 +168,11 @@ func CheckAny(ch plan.Choice) error {
 }
 
 // Names returns the names of every algorithm of every collective, sorted,
-// each once.
+// each once: those NamesOf gives for some collective.
 func Names() []string {
 	var names []string
-	for _, a := range algo.All() {
-		names = append(names, a.Name())
-	}
-	names = append(names, Shared, SharedPAP, Agg, Fused, algo.GPUOneShot.Name())
 	for _, c := range sched.Collectives() {
-		for _, a := range algo.Dynamics(c) {
-			names = append(names, a.Name())
-		}
+		names = append(names, NamesOf(c)...)
 	}
 	slices.Sort(names)
 	return slices.Compact(names)
