@@ -85,7 +85,7 @@ that names the variable):
                    the splitting off; the planner counts on it, so give
                    every rank of a host the same
   BRAID_COPY_MIN   least bytes of a copy or reduction that a rank splits
-                   across its threads (default 256K; from 64K to 1G); give
+                   across its threads (default 512K; from 64K to 1G); give
                    every rank of a host the same
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank

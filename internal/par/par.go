@@ -53,13 +53,16 @@ const EnvMinSize = "BRAID_COPY_MIN"
 // at most a slot (1 MiB up to 8 ranks), whose copies and reductions are
 // split from here: on the 16-core node (session 13, 2 ranks of 8 threads)
 // the area's calls of 1-64 MiB took 0.28-0.64 of their one-thread time.
-// Calls whose copies were split at 256-512 KiB ran slower than their
-// neighbours there (the area's broadcast of 256 KiB 26.8 µs in quarter
-// parts, each copy split, against 17.2 in 64 KiB chunks, none split;
-// bruck's allgather of 512 KiB, 256 KiB blocks, 85.6 µs against 15.4 at
-// 256 KiB); whether the split is the cause is for BRAID_COPY_MIN to show
-// on the node.
-const DefaultMinSize = 256 << 10
+// Copies of 256 KiB did not gain, they lost: the node's cores have 2 MiB
+// of L2 each, a 256 KiB chunk is still in its writer's, and helpers on
+// other cores pull it from there. With the split at 256 KiB (session 16,
+// 2 ranks, medians of two rounds), Bruck's allgather of 512 KiB (256 KiB
+// blocks) took 77.5 µs and 31.1 with it at 512 KiB, the area's allreduce
+// of 256 KiB 81.3 and 44.8, its reduce-scatter of 512 KiB 84.0 and 57.1,
+// its broadcast of 256 KiB 30.5 and 21.3; from 1 MiB splitting still paid
+// (the area's allreduce of 1 MiB 123 µs split, 263 not; its allgather 82
+// and 108), so the limit is 512 KiB.
+const DefaultMinSize = 512 << 10
 
 // ParseMinSize parses a value of EnvMinSize: a size from 64 KiB to 1 GiB.
 func ParseMinSize(v string) (int, error) {
