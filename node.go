@@ -52,6 +52,15 @@ const (
 
 func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
 
+// nodeHot is the largest lone chunk whose second pass an allreduce through
+// the area does not pay: its copies and partial sums are still in the
+// caches of the cores that wrote them. 2 ranks allreduced 64 KiB through
+// the area in 10.9 µs on the 16-core node and 10.0–10.3 on this 2-core VM
+// (session 16), which the model without the pass gives (10.9), against
+// 16.6 and 16.1–17.3 with the segmented ring it preferred when it counted
+// the pass (17.4 µs).
+const nodeHot = 64 << 10
+
 // nodeParSpeedup is how much faster than on one core a rank of n on the
 // host copies and reduces a chunk that package par splits across its
 // threads (more than par.MinSize bytes; par.Threads, which follows
@@ -155,10 +164,12 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			// the chunk before (two slots), so a chunk costs about one
 			// pass over its bytes and the reduction.
 			t = 2*sync + b/beta + (n-1)*b/n*gamma
-			if chunks == 1 && !chained {
+			if chunks == 1 && !chained && b > nodeHot {
 				// Nothing to overlap with; the chain pipelines a chunk
 				// in segments (on the node, 4 ranks, 1 MiB: the chain
 				// 285 µs, the segmented ring the model preferred 374).
+				// A chunk of at most nodeHot bytes is still in its
+				// writers' caches when it is copied out.
 				t += b / beta
 			}
 		}
