@@ -285,8 +285,18 @@ func (p *pool) run(n, align int, t Task) {
 		}
 	}
 	p.take()
-	for i := 0; i < 1<<10 && p.pending.Load() != 0; i++ {
-		if i&15 == 15 {
+	// Wait for the helpers' last pieces by polling, as they wait for jobs,
+	// for up to spinFor before blocking: a blocked caller costs a wake-up
+	// when the last helper finishes. On the 16-core node (session 16, 2
+	// ranks, three alternated rounds of 512 KiB-4 MiB) this took the area's
+	// broadcasts to 0.86-0.92 of the time with 1,024 polls, the other
+	// collectives within their rounds' spread.
+	start := time.Now()
+	for i := 0; p.pending.Load() != 0; i++ {
+		if i&63 == 63 {
+			if time.Since(start) > spinFor {
+				break
+			}
 			runtime.Gosched()
 		}
 	}
