@@ -99,9 +99,9 @@ func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
 // nodeChunks returns how the area cuts p: the number of chunks, a chunk's
 // bytes, whether an allreduce's chunks take the chain, and how many times
 // faster than one thread a rank copies and reduces a chunk
-// (nodeParSpeedup where package par splits it: a process's chunk above
-// par.MinSize, not the chain's segments, not goroutine ranks, which share
-// one process's pool).
+// (nodeParSpeedup where package par splits it: a process's chunk of
+// par.MinSize bytes or more, as par splits them, not the chain's segments,
+// not goroutine ranks, which share one process's pool).
 func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b float64, chained bool, k float64) {
 	n := float64(p.NRanks)
 	slot := g.Slot()
@@ -116,7 +116,7 @@ func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b float64, ch
 	b = bytes / chunks
 	k = 1
 	chained = p.Coll == sched.Allreduce && g.Chained(int(b))
-	if s := nodeParSpeedup(p.NRanks, par.Threads()); s > 1 && b > float64(par.MinSize()) && !chained && !g.Goroutines() {
+	if s := nodeParSpeedup(p.NRanks, par.Threads()); s > 1 && b >= float64(par.MinSize()) && !chained && !g.Goroutines() {
 		k = s
 	}
 	return chunks, b, chained, k
@@ -148,9 +148,12 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	}
 	chunks, b, chained, k := nodeChunks(g, p, es)
 	// The chunk's copies and reductions are split across the rank's
-	// threads (package par) from above par.MinSize: on the node a 2-rank
-	// broadcast of 256 KiB took 27 µs through the area with 8 threads,
-	// binomial 15, and of 1 MiB 38 against 78.
+	// threads (package par) from par.MinSize: on the node a 2-rank
+	// broadcast of 1 MiB took 38 µs through the area with 8 threads,
+	// binomial 78. (Counting only chunks above it, the model priced
+	// 2-rank allgathers of 512 KiB a rank as unsplit, and the planner
+	// ran Bruck's, 122-149 µs, where the split area took 70-82; session
+	// 16.)
 	beta, gamma = beta*k, gamma/k
 	var t float64
 	switch p.Coll {

@@ -13,7 +13,7 @@ import (
 
 // TestNodeCostThreads checks that the node model counts a rank's threads
 // (package par) where the area splits a chunk across them: a process's
-// chunk above par.MinSize, not one at or below it, not the chain's
+// chunk of par.MinSize bytes or more, not one below it, not the chain's
 // segments, and not goroutine ranks, which share one process's pool.
 func TestNodeCostThreads(t *testing.T) {
 	proc, path, err := shmcoll.Make(t.TempDir(), 2, shmcoll.Options{}, nil)
@@ -52,9 +52,15 @@ func TestNodeCostThreads(t *testing.T) {
 		if !(eight < one) || eight < one/want*0.99 {
 			t.Errorf("%v of %d B on 2 processes: %.1f µs with 8 threads, %.1f with one; want faster, by at most %.2f×", coll, big, eight*1e6, one*1e6, want)
 		}
-		small := par.MinSize()
+		// par splits from MinSize bytes on, and so does the model: a
+		// chunk of MinSize is split, one 64 bytes smaller is not.
+		small := par.MinSize() - 64
 		if a, b := costWith(proc, 1, coll, small), costWith(proc, 8, coll, small); a != b {
-			t.Errorf("%v of %d B (par.MinSize, not split): %.2f µs with 8 threads, %.2f with one", coll, small, b*1e6, a*1e6)
+			t.Errorf("%v of %d B (below par.MinSize, not split): %.2f µs with 8 threads, %.2f with one", coll, small, b*1e6, a*1e6)
+		}
+		at := par.MinSize()
+		if a, b := costWith(proc, 1, coll, at), costWith(proc, 8, coll, at); !(b < a) {
+			t.Errorf("%v of %d B (par.MinSize, split): %.2f µs with 8 threads, %.2f with one; want faster", coll, at, b*1e6, a*1e6)
 		}
 		if a, b := costWith(locals[0], 1, coll, big), costWith(locals[0], 8, coll, big); a != b {
 			t.Errorf("%v of %d B on goroutine ranks: %.1f µs with 8 threads, %.1f with one; want the same (one shared pool)", coll, big, b*1e6, a*1e6)
