@@ -27,6 +27,7 @@ type conn struct {
 	peerPID   int
 	peerStart uint64   // the peer process's start time, against pid reuse
 	peerSeg   *segment // our mapping of the peer's segment
+	peerIdx   int      // this rank's index in the peer's segment's list of peers
 	cma       bool     // the peer copies our large messages out of our memory
 
 	closed atomic.Bool

@@ -39,13 +39,13 @@ const (
 	offNSlots   = 32
 	offSecret   = 40 // 16 bytes
 	offState    = 64
-	offMapped   = 128
+	offMapped   = 128 // how many peers mapped this segment; each also sets its word of layout.mapped
 	offReason   = 192
 	reasonSize  = 512
 	offPeers    = offReason + reasonSize
 
 	magic   = 0x4d48534449415242 // "BRAIDSHM"
-	version = 2
+	version = 3
 
 	// ctrlSize is the size of a ring's control block (shmring.At): the
 	// tail and the cma flag on a cache line of their own.
@@ -70,7 +70,7 @@ func roundUp(n, to int) int { return (n + to - 1) / to * to }
 
 func newLayout(nPeers, nSlots, ringSize int) layout {
 	l := layout{nPeers: nPeers, nSlots: nSlots, ringSize: ringSize}
-	l.slotsOff = roundUp(offPeers+4*nPeers, 64)
+	l.slotsOff = roundUp(offPeers+8*nPeers, 64) // the peers' ranks, then their mapped words
 	l.ringsOff = roundUp(l.slotsOff+8*nSlots*nPeers, pageBytes)
 	l.size = l.ringsOff + nPeers*(ctrlSize+ringSize)
 	l.size = roundUp(l.size, pageBytes)
@@ -78,7 +78,12 @@ func newLayout(nPeers, nSlots, ringSize int) layout {
 }
 
 func (l layout) slot(peer, slot int) int { return l.slotsOff + 8*(peer*l.nSlots+slot) }
-func (l layout) ctrl(peer int) int       { return l.ringsOff + peer*(ctrlSize+l.ringSize) }
+
+// mapped is the word that the owner's i-th peer sets, before it counts
+// itself in offMapped, once it has mapped the segment: an owner whose wait
+// for the count times out names the peers whose word is still 0.
+func (l layout) mapped(i int) int  { return offPeers + 4*l.nPeers + 4*i }
+func (l layout) ctrl(peer int) int { return l.ringsOff + peer*(ctrlSize+l.ringSize) }
 
 func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }

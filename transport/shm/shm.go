@@ -225,13 +225,14 @@ func (m *mesh) connect(ctx context.Context) error {
 	}
 	// Every flag we set is in place: tell the peers, then wait for them.
 	for _, c := range m.list {
+		atomic.StoreUint32(c.peerSeg.u32(c.peerSeg.l.mapped(c.peerIdx)), 1)
 		atomic.AddUint64(c.peerSeg.u64(offMapped), 1)
 	}
 	var b transport.Backoff
 	last := time.Now()
 	for atomic.LoadUint64(seg.u64(offMapped)) < uint64(n) {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("shm: rank %d: waiting for peers to map its segment: %w", m.rank, err)
+			return fmt.Errorf("shm: rank %d: waiting for peers to map its segment: %s: %w", m.rank, m.unmapped(), err)
 		}
 		if time.Since(last) > opts.Watchdog {
 			last = time.Now()
@@ -249,6 +250,31 @@ func (m *mesh) connect(ctx context.Context) error {
 		c.cma = atomic.LoadUint64(c.out.CMA) == 1
 	}
 	return nil
+}
+
+// unmapped names the peers that have not said that they mapped this
+// rank's segment (layout.mapped), for the error of a wait for them: "rank 2
+// (pid 4242, stopped) has not". A peer stopped by a signal, which the
+// watchdog's liveness check takes for alive, says so.
+func (m *mesh) unmapped() string {
+	var names []string
+	for i, c := range m.list {
+		if atomic.LoadUint32(m.seg.u32(m.seg.l.mapped(i))) != 0 {
+			continue
+		}
+		s := fmt.Sprintf("%d (pid %d", c.peer, c.peerPID)
+		if st, _, err := procStat(c.peerPID); err == nil && (st == 'T' || st == 't') {
+			s += ", stopped"
+		}
+		names = append(names, s+")")
+	}
+	switch len(names) {
+	case 0:
+		return "every peer has said so, but not counted itself yet"
+	case 1:
+		return "rank " + names[0] + " has not"
+	}
+	return "ranks " + strings.Join(names, ", ") + " have not"
 }
 
 // create makes, sizes and maps this rank's segment file. Its pages are
@@ -309,6 +335,7 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	if j < 0 {
 		return nil, fmt.Errorf("shm: rank %d: rank %d does not list it as a peer", m.rank, peer)
 	}
+	c.peerIdx = j
 	c.in = rx{Ring: m.seg.ring(i)}
 	c.out = tx{Ring: seg.ring(j)}
 	c.acks = l.slot(j, 0)

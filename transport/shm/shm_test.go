@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,5 +244,68 @@ func TestReapAfterFailedConnect(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
 		t.Errorf("files left: %v", files)
+	}
+}
+
+// stallGet is a store whose Get of one key waits for the context's end: a
+// rank that uses it publishes its segment and then stalls before it maps
+// the segment of that key's rank, as a rank stopped during Connect does.
+type stallGet struct {
+	transport.KV
+	key string
+}
+
+func (s stallGet) Get(ctx context.Context, key string) ([]byte, error) {
+	if key == s.key {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.KV.Get(ctx, key)
+}
+
+// TestConnectNamesUnmapped: when a rank has published its segment but
+// never maps the others' (here it stalls looking up rank 0's), the ranks
+// that wait for it to map theirs name it in their error, and only it.
+func TestConnectNamesUnmapped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	kv := &transporttest.MemKV{}
+	errs := make([]error, 3)
+	done := make(chan struct{})
+	for r := range 3 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			var store transport.KV = kv
+			if r == 2 {
+				store = stallGet{KV: kv, key: t.Name() + "shm/0"}
+			}
+			var peers []transport.Endpoint
+			for q := range 3 {
+				if q != r {
+					peers = append(peers, transport.Endpoint{Rank: q, Host: "h"})
+				}
+			}
+			m, err := NewWithOptions(Options{Dir: t.TempDir()}).Connect(ctx, transport.Config{
+				Self: transport.Endpoint{Rank: r, Host: "h"}, Peers: peers,
+				World: 3, Store: store, Prefix: t.Name(), Secret: []byte("s"),
+			})
+			if err == nil {
+				m.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	for range 3 {
+		<-done
+	}
+	pid := fmt.Sprintf("(pid %d)", os.Getpid())
+	for r, err := range errs[:2] {
+		want := fmt.Sprintf("shm: rank %d: waiting for peers to map its segment: rank 2 %s has not: ", r, pid)
+		if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("rank %d: %v; want %q…, a deadline", r, err, want)
+		}
+	}
+	if err := errs[2]; err == nil || !strings.Contains(err.Error(), "look up rank 0") {
+		t.Errorf("rank 2: %v; want its lookup of rank 0 named", err)
 	}
 }
