@@ -91,6 +91,10 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 			// A rank or the store was lost while this one waited.
 			err = &Error{Kind: cause.Kind, Rank: cause.Rank, Call: cause.Call, Peer: cause.Peer,
 				Err: fmt.Errorf("%w; Init stopped: %v", cause.Err, err)}
+		} else if e := storeLost(store, &info); e != nil {
+			// The store's call failed before watchInit said why.
+			err = &Error{Kind: e.Kind, Rank: e.Rank, Call: e.Call, Peer: e.Peer,
+				Err: fmt.Errorf("%w; Init stopped: %v", e.Err, err)}
 		}
 		// The peers already connected learn of this failure through the
 		// transports' abort, which names its cause, rather than seeing
@@ -291,12 +295,10 @@ func (w *world) watchStore(store bootstrap.Store, info *bootstrap.Info) {
 	if lost == nil {
 		return
 	}
-	addr := info.Store
 	go func() {
 		<-lost
 		if err := why(); err != nil && !w.closed.Load() {
-			w.fail(&Error{Kind: PeerLost, Rank: w.rank, Call: "store", Peer: -1,
-				Err: fmt.Errorf("lost the job's store at %s: the launcher or the rank that served it is gone: %w", addr, err)})
+			w.fail(storeLossError(info, "store", "", err))
 		}
 	}()
 }
@@ -307,13 +309,12 @@ func (w *world) watchStore(store bootstrap.Store, info *bootstrap.Info) {
 // otherwise leave them waiting for it until the timeout), or when the
 // store itself is lost. It returns when ctx ends.
 func watchInit(ctx context.Context, stop context.CancelCauseFunc, store bootstrap.Store, info *bootstrap.Info) {
-	if lost, why := bootstrap.Lost(store); lost != nil {
+	if lost, _ := bootstrap.Lost(store); lost != nil {
 		go func() {
 			select {
 			case <-lost:
-				if err := why(); err != nil {
-					stop(&Error{Kind: PeerLost, Rank: info.Rank, Call: "init", Peer: -1,
-						Err: fmt.Errorf("lost the job's store at %s during Init: the launcher or the rank that served it is gone: %w", info.Store, err)})
+				if e := storeLost(store, info); e != nil {
+					stop(e)
 				}
 			case <-ctx.Done():
 			}
@@ -336,6 +337,38 @@ func watchInit(ctx context.Context, stop context.CancelCauseFunc, store bootstra
 		e.Kind, e.Peer = k, p
 	}
 	stop(e)
+}
+
+// storeLost returns the error of a rank whose connection to the job's
+// store ended during Init, or nil while it holds (or the store is not one
+// that another process serves). Where rank 0 serves the store (started by
+// hand, mpirun, torchrun), the loss is rank 0's: the error names it.
+func storeLost(store bootstrap.Store, info *bootstrap.Info) *Error {
+	lost, why := bootstrap.Lost(store)
+	if lost == nil {
+		return nil
+	}
+	select {
+	case <-lost:
+	default:
+		return nil
+	}
+	err := why()
+	if err == nil {
+		return nil
+	}
+	return storeLossError(info, "init", " during Init", err)
+}
+
+// storeLossError is the error of a rank that lost the job's store (err):
+// PeerLost, naming rank 0 where it served the store.
+func storeLossError(info *bootstrap.Info, call, when string, err error) *Error {
+	peer, who := -1, "the launcher or the rank that served it is gone"
+	if info.RankZeroServes && info.Rank != 0 {
+		peer, who = 0, "rank 0, which served it, is gone"
+	}
+	return &Error{Kind: PeerLost, Rank: info.Rank, Call: call, Peer: peer,
+		Err: fmt.Errorf("lost the job's store at %s%s: %s: %w", info.Store, when, who, err)}
 }
 
 func ranksOf(eps []transport.Endpoint) []int {

@@ -130,6 +130,64 @@ func TestInitRankKilled(t *testing.T) {
 	t.Logf("ranks 0 and 1 ended %v after rank 2's death", time.Since(killed).Round(time.Millisecond))
 }
 
+// TestInitStoreServerKilled kills rank 0, which serves the job's TCP
+// store (the ranks are started by hand, as under mpirun or torchrun), while
+// rank 1 waits in its Init for rank 2, which never comes: rank 1 loses the
+// store and must fail with PeerLost naming rank 0 as the store's server,
+// not a store lost to nobody in particular, and not after BRAID_TIMEOUT.
+func TestInitStoreServerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	const job = "initserver"
+	env := append(os.Environ(), "BRAID_TEST_CHILD=init", "BRAID_WORLD_SIZE=3", "BRAID_STORE="+addr,
+		"BRAID_SECRET="+hex.EncodeToString(secret), "BRAID_JOB="+job, "BRAID_TRANSPORT=tcp", "BRAID_TIMEOUT=40s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	outs := make([]lockedBuffer, 2)
+	start := func(r int) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, os.Args[0])
+		cmd.Env = append(env, fmt.Sprintf("BRAID_RANK=%d", r))
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	server := start(0)
+	store, err := bootstrap.DialTCPStore(ctx, addr, secret)
+	if err != nil {
+		t.Fatalf("the store rank 0 serves: %v\n%s", err, outs[0].String())
+	}
+	rank1 := start(1)
+	_, err = store.Get(ctx, "braid/"+job+"/ep/1")
+	store.Close()
+	if err != nil {
+		t.Fatalf("rank 1 did not publish its endpoint: %v\n%s", err, outs[1].String())
+	}
+	server.Process.Kill()
+	server.Wait()
+	killed := time.Now()
+	rank1.Wait()
+	kind, peer, msg, ok := result(outs[1].String())
+	switch {
+	case !ok:
+		t.Fatalf("rank 1 printed no result:\n%s", outs[1].String())
+	case kind != braid.PeerLost || peer != 0 || !strings.Contains(msg, "rank 0, which served it, is gone"):
+		t.Errorf("rank 1: %s; want PeerLost naming rank 0 as the store's server", msg)
+	default:
+		t.Logf("rank 1, %v after rank 0's death: %s", time.Since(killed).Round(time.Millisecond), msg)
+	}
+}
+
 // TestInitFullShm runs a job of 2 ranks on a /dev/shm of 64 KiB (a
 // tmpfs mounted in a user and mount namespace of their own, where their
 // launcher runs), too small for their shm segments: Init fails on every

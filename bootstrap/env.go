@@ -60,6 +60,12 @@ type Info struct {
 	// listening on its port (rank 0, unless braid run serves it).
 	ServeStore bool
 
+	// RankZeroServes says, on every rank, that rank 0 serves the TCP store
+	// named by Store (rather than braid run or a server of its own,
+	// BRAID_STORE_EXTERNAL=1): a rank that loses the store can then name
+	// rank 0.
+	RankZeroServes bool
+
 	// Secret is the job's secret, which every bootstrap and transport
 	// connection must prove it knows. Empty means that Open derives it:
 	// rank 0 writes a fresh one to a private file that the other ranks read.
@@ -394,6 +400,7 @@ func (e env) torchrun() (Info, error) {
 		return info, fmt.Errorf("bootstrap: MASTER_PORT=%q is not a port below 65535", port)
 	}
 	info.Store = net.JoinHostPort(addr, strconv.Itoa(p+1))
+	info.RankZeroServes = true
 	info.ServeStore = info.Rank == 0
 	return info, nil
 }
@@ -418,7 +425,7 @@ func (e env) overrides(info *Info) error {
 	info.JobID = sanitizeJobID(info.JobID)
 	if e.has(EnvStore) {
 		info.Store = e.get(EnvStore)
-		info.ServeStore = false
+		info.ServeStore, info.RankZeroServes = false, false
 		if isRedisStore(info.Store) {
 			if len(info.Secret) == 0 {
 				return fmt.Errorf("bootstrap: rank %d: the Redis store %s needs the job's secret: set %s to the same hex value on every rank",
@@ -429,7 +436,8 @@ func (e env) overrides(info *Info) error {
 			if p, perr := strconv.Atoi(port); err != nil || perr != nil || p < 1 || p > 65535 || host == "" {
 				return fmt.Errorf("bootstrap: %s=%q: want HOST:PORT or file:DIR", EnvStore, info.Store)
 			}
-			info.ServeStore = info.Rank == 0 && e.get(EnvStoreExternal) != "1"
+			info.RankZeroServes = e.get(EnvStoreExternal) != "1"
+			info.ServeStore = info.Rank == 0 && info.RankZeroServes
 		}
 	} else if info.Store == "" && info.Size > 1 {
 		// Open MPI, PMI or Slurm: a file store on this host.
