@@ -68,6 +68,60 @@ func result(out string) (kind braid.ErrorKind, peer int, msg string, ok bool) {
 	return braid.ErrorKind(k), peer, line, true
 }
 
+// handJob is a job of 3 ranks over TCP that no launcher watches (the
+// ranks are started by hand, as children running Init, rank 0 serving the
+// store), and a client of its store.
+type handJob struct {
+	t     *testing.T
+	ctx   context.Context
+	env   []string
+	outs  [3]lockedBuffer
+	store bootstrap.Store
+	rank0 *exec.Cmd
+}
+
+// startByHand starts rank 0 of a handJob named job and dials the store it
+// serves; the other ranks are for the test to start (handJob.start).
+func startByHand(t *testing.T, job string) *handJob {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	j := &handJob{t: t, ctx: ctx, env: append(os.Environ(), "BRAID_TEST_CHILD=init", "BRAID_WORLD_SIZE=3", "BRAID_STORE="+addr,
+		"BRAID_SECRET="+hex.EncodeToString(secret), "BRAID_JOB="+job, "BRAID_TRANSPORT=tcp", "BRAID_TIMEOUT=40s")}
+	j.rank0 = j.start(0)
+	if j.store, err = bootstrap.DialTCPStore(ctx, addr, secret); err != nil {
+		t.Fatalf("the store rank 0 serves: %v\n%s", err, j.outs[0].String())
+	}
+	t.Cleanup(func() { j.store.Close() })
+	return j
+}
+
+// start starts rank r; its output goes to j.outs[r].
+func (j *handJob) start(r int) *exec.Cmd {
+	cmd := exec.CommandContext(j.ctx, os.Args[0])
+	cmd.Env = append(j.env, fmt.Sprintf("BRAID_RANK=%d", r))
+	cmd.Stdout, cmd.Stderr = &j.outs[r], &j.outs[r]
+	if err := cmd.Start(); err != nil {
+		j.t.Fatal(err)
+	}
+	return cmd
+}
+
+// published waits until rank r has published its endpoint in the store:
+// it is in its Init, past joining the store.
+func (j *handJob) published(job string, r int) {
+	if _, err := j.store.Get(j.ctx, fmt.Sprintf("braid/%s/ep/%d", job, r)); err != nil {
+		j.t.Fatalf("rank %d did not publish its endpoint: %v\n%s", r, err, j.outs[r].String())
+	}
+}
+
 // TestInitRankKilled kills rank 2 of 3 during its Init over TCP, under no
 // launcher that watches it (the ranks are started by hand, rank 0 serving
 // the store): rank 2 has joined the store and published its endpoint,
@@ -78,49 +132,20 @@ func TestInitRankKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	secret := make([]byte, 32)
-	rand.Read(secret)
 	const job = "initkill"
-	env := append(os.Environ(), "BRAID_TEST_CHILD=init", "BRAID_WORLD_SIZE=3", "BRAID_STORE="+addr,
-		"BRAID_SECRET="+hex.EncodeToString(secret), "BRAID_JOB="+job, "BRAID_TRANSPORT=tcp", "BRAID_TIMEOUT=40s")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	outs := make([]lockedBuffer, 3)
-	start := func(r int) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		cmd.Env = append(env, fmt.Sprintf("BRAID_RANK=%d", r))
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	rank0 := start(0)
-	store, err := bootstrap.DialTCPStore(ctx, addr, secret)
-	if err != nil {
-		t.Fatalf("the store rank 0 serves: %v\n%s", err, outs[0].String())
-	}
-	defer store.Close()
-	victim := start(2)
-	if _, err := store.Get(ctx, "braid/"+job+"/ep/2"); err != nil {
-		t.Fatalf("rank 2 did not publish its endpoint: %v\n%s", err, outs[2].String())
-	}
+	j := startByHand(t, job)
+	victim := j.start(2)
+	j.published(job, 2)
 	victim.Process.Kill()
 	victim.Wait()
 	killed := time.Now()
-	rank1 := start(1)
-	for r, cmd := range map[int]*exec.Cmd{0: rank0, 1: rank1} {
+	rank1 := j.start(1)
+	for r, cmd := range map[int]*exec.Cmd{0: j.rank0, 1: rank1} {
 		cmd.Wait()
-		kind, peer, msg, ok := result(outs[r].String())
+		kind, peer, msg, ok := result(j.outs[r].String())
 		switch {
 		case !ok:
-			t.Errorf("rank %d printed no result:\n%s", r, outs[r].String())
+			t.Errorf("rank %d printed no result:\n%s", r, j.outs[r].String())
 		case kind != braid.PeerLost || peer != 2 || !strings.Contains(msg, "rank 2 "):
 			t.Errorf("rank %d: %s; want PeerLost naming rank 2", r, msg)
 		default:
@@ -139,48 +164,18 @@ func TestInitStoreServerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	secret := make([]byte, 32)
-	rand.Read(secret)
 	const job = "initserver"
-	env := append(os.Environ(), "BRAID_TEST_CHILD=init", "BRAID_WORLD_SIZE=3", "BRAID_STORE="+addr,
-		"BRAID_SECRET="+hex.EncodeToString(secret), "BRAID_JOB="+job, "BRAID_TRANSPORT=tcp", "BRAID_TIMEOUT=40s")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	outs := make([]lockedBuffer, 2)
-	start := func(r int) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		cmd.Env = append(env, fmt.Sprintf("BRAID_RANK=%d", r))
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
-	}
-	server := start(0)
-	store, err := bootstrap.DialTCPStore(ctx, addr, secret)
-	if err != nil {
-		t.Fatalf("the store rank 0 serves: %v\n%s", err, outs[0].String())
-	}
-	rank1 := start(1)
-	_, err = store.Get(ctx, "braid/"+job+"/ep/1")
-	store.Close()
-	if err != nil {
-		t.Fatalf("rank 1 did not publish its endpoint: %v\n%s", err, outs[1].String())
-	}
-	server.Process.Kill()
-	server.Wait()
+	j := startByHand(t, job)
+	rank1 := j.start(1)
+	j.published(job, 1)
+	j.rank0.Process.Kill()
+	j.rank0.Wait()
 	killed := time.Now()
 	rank1.Wait()
-	kind, peer, msg, ok := result(outs[1].String())
+	kind, peer, msg, ok := result(j.outs[1].String())
 	switch {
 	case !ok:
-		t.Fatalf("rank 1 printed no result:\n%s", outs[1].String())
+		t.Fatalf("rank 1 printed no result:\n%s", j.outs[1].String())
 	case kind != braid.PeerLost || peer != 0 || !strings.Contains(msg, "rank 0, which served it, is gone"):
 		t.Errorf("rank 1: %s; want PeerLost naming rank 0 as the store's server", msg)
 	default:
