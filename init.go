@@ -87,14 +87,15 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	w.watchStore(store, &info)
 	go watchInit(ctx, stop, store, &info)
 	fail := func(err error) (*Comm, error) {
-		if cause, ok := context.Cause(ctx).(*Error); ok {
-			// A rank or the store was lost while this one waited.
+		// A rank or the store was lost while this one waited (watchInit),
+		// or the store was, and this rank's call on it failed first.
+		cause, ok := context.Cause(ctx).(*Error)
+		if !ok {
+			cause = storeLost(store, &info)
+		}
+		if cause != nil {
 			err = &Error{Kind: cause.Kind, Rank: cause.Rank, Call: cause.Call, Peer: cause.Peer,
 				Err: fmt.Errorf("%w; Init stopped: %v", cause.Err, err)}
-		} else if e := storeLost(store, &info); e != nil {
-			// The store's call failed before watchInit said why.
-			err = &Error{Kind: e.Kind, Rank: e.Rank, Call: e.Call, Peer: e.Peer,
-				Err: fmt.Errorf("%w; Init stopped: %v", e.Err, err)}
 		}
 		// The peers already connected learn of this failure through the
 		// transports' abort, which names its cause, rather than seeing
