@@ -1,6 +1,7 @@
 package braid
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -223,7 +224,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		LLBytes: o.LLMax, LL2Bytes: o.LL2Max, LLBlocks: o.LLBlocks, Blocks: o.Blocks, Threads: o.Threads,
 		MinRounds: o.MinRounds, BcastRamp: o.BcastRamp, HostShare: o.HostShare, Pull: o.Pull, Stats: o.Stats,
 		MultiPath: multiPathShares(o.MultiPathTable), MultiPathSource: multiPathSource(o.MultiPathTable),
-		Shared: o.shared(), FirstSeq: o.firstSeq,
+		Shared: o.shared(), FirstSeq: o.firstSeq, Resident: o.Resident, ResidentMax: o.ResidentMax,
 	}); err != nil {
 		w.Close()
 		return nil, deviceError(c.rank, call, err)
@@ -236,6 +237,14 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		c.w.debugf("info", "device comm on GPU %d: multi-path through host memory: %s", dev, d.g.HostPath())
 	} else if why != "" {
 		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)
+	}
+	if o.Resident > 0 {
+		if on, why, _ := d.g.Resident(); on {
+			c.w.debugf("info", "device comm on GPU %d: a resident kernel runs synchronous allreduces in low-latency lines up to %s without a launch; it holds one SM, and ends after %v without one",
+				dev, sizeLimit(cmp.Or(o.ResidentMax, gpu.DefaultResidentMax)), o.Resident)
+		} else {
+			c.w.debugf("info", "device comm on GPU %d: no resident kernel (DeviceOptions.Resident): %s", dev, why)
+		}
 	}
 	if dt := d.topo; dt != nil {
 		c.w.debugf("info", "device comm on GPU %d: topology %s, ranks on %s: the narrowest route between two is %s, which bounds the fused kernels and the flat schedules; bcast, reduce and allreduce weigh Blink's packed trees (treepack) against them",

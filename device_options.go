@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/braid-ccl/braid/gpu"
 	"github.com/braid-ccl/braid/gpu/fused"
@@ -127,6 +128,21 @@ type DeviceOptions struct {
 	// Stats prints, when the communicator closes, where the time of its
 	// synchronous program calls went (BRAID_GPU_STATS=1).
 	Stats bool
+	// Resident, where positive, runs small synchronous allreduces (those
+	// in low-latency lines, up to ResidentMax bytes) on a kernel that
+	// stays on the GPU between calls: a call then writes its arguments to
+	// mapped host memory that the kernel polls, and costs no kernel launch
+	// (BRAID_GPU_RESIDENT, a duration such as 200us; 0 there: off). The
+	// kernel holds one SM while it waits, and ends after Resident without
+	// such a call: a synchronisation of the whole device
+	// (cudaDeviceSynchronize, torch.cuda.synchronize) waits until then.
+	// Off where ranks share a GPU, for stream-ordered calls, and in
+	// captures. 0 means off.
+	Resident time.Duration
+	// ResidentMax is the largest allreduce, in bytes, that the resident
+	// kernel runs (BRAID_GPU_RESIDENT_MAX); 0 means
+	// gpu.DefaultResidentMax.
+	ResidentMax int
 
 	// Table, where not nil, is a tuning table for calls on device buffers
 	// (format: package plan): its entries name a schedule, or a fused
@@ -188,6 +204,7 @@ var deviceEnv = []struct {
 	{"BRAID_GPU_ROUNDS", "MinRounds", func(o *DeviceOptions) *int { return &o.MinRounds }, envRange(1, 1<<20, 1)},
 	{"BRAID_GPU_BCAST_RAMP", "BcastRamp", func(o *DeviceOptions) *int { return &o.BcastRamp }, envZeroNever(envRange(0, fused.MaxRamp, 1))},
 	{"BRAID_GPU_HOST_SHARE", "HostShare", func(o *DeviceOptions) *int { return &o.HostShare }, envZeroNever(envRange(0, 50, 1))},
+	{"BRAID_GPU_RESIDENT_MAX", "ResidentMax", func(o *DeviceOptions) *int { return &o.ResidentMax }, envBytesIn(8, fused.LLMax, 8)},
 }
 
 // deviceFlags are the BRAID_GPU_* variables of DeviceOptions' switches:
@@ -210,6 +227,18 @@ func envBytes(v string) (int, error) {
 		return -1, nil
 	}
 	return int(b), nil
+}
+
+// envBytesIn reads a size in bytes (4096, 16K) from lo to hi, a multiple
+// of step.
+func envBytesIn(lo, hi, step int) func(string) (int, error) {
+	return func(v string) (int, error) {
+		b, err := size.Parse(v)
+		if err != nil || b < int64(lo) || b > int64(hi) || b%int64(step) != 0 {
+			return 0, fmt.Errorf("want a size in bytes (16K, 64K) from %d to %d, a multiple of %d", lo, hi, step)
+		}
+		return int(b), nil
+	}
 }
 
 // envRange reads an integer from lo to hi, a multiple of step.
@@ -260,6 +289,19 @@ func (o *DeviceOptions) resolve(getenv func(string) string) error {
 			return fmt.Errorf("%s=%q: want 1 or 0", e.name, v)
 		}
 	}
+	if v := getenv("BRAID_GPU_RESIDENT"); v != "" && o.Resident == 0 {
+		d, err := time.ParseDuration(v)
+		if v == "0" {
+			d, err = 0, nil
+		}
+		if err != nil || d < 0 {
+			return fmt.Errorf("BRAID_GPU_RESIDENT=%q: want a duration (200us, 1ms; 0 for off)", v)
+		}
+		o.Resident = d
+	}
+	if o.Resident < 0 {
+		return fmt.Errorf("DeviceOptions.Resident = %v: want 0 (off) or a positive duration", o.Resident)
+	}
 	check := func(field string, v, lo, hi, step int) error {
 		if v != 0 && (v < lo || v > hi || v%step != 0) {
 			return fmt.Errorf("DeviceOptions.%s = %d: want 0 or a multiple of %d from %d to %d", field, v, step, lo, hi)
@@ -273,6 +315,7 @@ func (o *DeviceOptions) resolve(getenv func(string) string) error {
 		check("MinRounds", o.MinRounds, 1, 1<<20, 1),
 		check("BcastRamp", max(o.BcastRamp, 0), 1, fused.MaxRamp, 1),
 		check("HostShare", max(o.HostShare, 0), 1, 50, 1),
+		check("ResidentMax", o.ResidentMax, 8, fused.LLMax, 8),
 	)
 }
 
@@ -288,6 +331,7 @@ func (o *DeviceOptions) shared() []gpu.Setting {
 		add("DeviceOptions."+e.field+" ("+e.name+")", *e.get(o))
 	}
 	add("DeviceOptions.Pull (BRAID_GPU_PULL)", o.Pull)
+	add("DeviceOptions.Resident (BRAID_GPU_RESIDENT)", o.Resident)
 	algos := make([]string, 0, len(o.Algo))
 	for k, v := range o.Algo {
 		algos = append(algos, k+"="+v)

@@ -119,8 +119,10 @@ func TestDeviceOptionsEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	var o DeviceOptions
 	err := o.resolve(env(map[string]string{"BRAID_GPU_LL_MAX": "64K", "BRAID_GPU_HOST_SHARE": "0", "BRAID_GPU_THREADS": "256",
-		"BRAID_GPU_BCAST_RAMP": "2", "BRAID_GPU_PULL": "1", "BRAID_GPU_LL2_MAX": "0"}))
-	if err != nil || o.LLMax != 64<<10 || o.HostShare != -1 || o.Threads != 256 || o.BcastRamp != 2 || !o.Pull || o.LL2Max != -1 {
+		"BRAID_GPU_BCAST_RAMP": "2", "BRAID_GPU_PULL": "1", "BRAID_GPU_LL2_MAX": "0", "BRAID_GPU_RESIDENT": "200us",
+		"BRAID_GPU_RESIDENT_MAX": "64K"}))
+	if err != nil || o.LLMax != 64<<10 || o.HostShare != -1 || o.Threads != 256 || o.BcastRamp != 2 || !o.Pull || o.LL2Max != -1 ||
+		o.Resident != 200*time.Microsecond || o.ResidentMax != 64<<10 {
 		t.Errorf("resolve: %v, %+v", err, o)
 	}
 	o = DeviceOptions{Threads: 128}
@@ -131,6 +133,7 @@ func TestDeviceOptionsEnv(t *testing.T) {
 		{"BRAID_GPU_THREADS", "33"}, {"BRAID_GPU_THREADS", "1024"}, {"BRAID_GPU_BLOCKS", "0"}, {"BRAID_GPU_BLOCKS", "x"},
 		{"BRAID_GPU_LL_MAX", "-5"}, {"BRAID_GPU_HOST_SHARE", "51"}, {"BRAID_GPU_BCAST_RAMP", "5"}, {"BRAID_GPU_ROUNDS", "0"},
 		{"BRAID_GPU_PULL", "yes"}, {"BRAID_GPU_STATS", "2"}, {"BRAID_GPU_LL_BLOCKS", "257"}, {"BRAID_GPU_LL2_MAX", "1Q"},
+		{"BRAID_GPU_RESIDENT", "5"}, {"BRAID_GPU_RESIDENT", "-1ms"}, {"BRAID_GPU_RESIDENT_MAX", "12"}, {"BRAID_GPU_RESIDENT_MAX", "1M"},
 	} {
 		var o DeviceOptions
 		if err := o.resolve(env(map[string]string{c.name: c.v})); err == nil || !strings.Contains(err.Error(), c.name) {
@@ -140,6 +143,14 @@ func TestDeviceOptionsEnv(t *testing.T) {
 	o = DeviceOptions{Threads: 48}
 	if err := o.resolve(env(nil)); err == nil || !strings.Contains(err.Error(), "Threads") {
 		t.Errorf("DeviceOptions.Threads 48: %v, want an error naming it", err)
+	}
+	o = DeviceOptions{Resident: -time.Second}
+	if err := o.resolve(env(nil)); err == nil || !strings.Contains(err.Error(), "Resident") {
+		t.Errorf("DeviceOptions.Resident -1s: %v, want an error naming it", err)
+	}
+	o = DeviceOptions{}
+	if err := o.resolve(env(map[string]string{"BRAID_GPU_RESIDENT": "0"})); err != nil || o.Resident != 0 {
+		t.Errorf("BRAID_GPU_RESIDENT=0: %v, resident %v, want off", err, o.Resident)
 	}
 	// Through NewDeviceComm, on every rank: this rank's own error is an
 	// InvalidArgument naming the variable, with or without a GPU.

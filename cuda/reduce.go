@@ -90,6 +90,7 @@ type reduceKernels struct {
 	ll2      [16][16]Function // [dtype][op]: braid_twoshotll
 	twoshot  [16][16]Function // [dtype][op]
 	rsfused  [16][16]Function // [dtype][op]
+	serve    [16][16]Function // [dtype][op]: braid_llserve
 	bcast    Function
 	gather   Function
 }
@@ -113,6 +114,7 @@ var kernelFamilies = []struct {
 	{"twoshotll", func(k *reduceKernels) *[16][16]Function { return &k.ll2 }},
 	{"twoshot", func(k *reduceKernels) *[16][16]Function { return &k.twoshot }},
 	{"rsfused", func(k *reduceKernels) *[16][16]Function { return &k.rsfused }},
+	{"llserve", func(k *reduceKernels) *[16][16]Function { return &k.serve }},
 }
 
 // fusedABI is an empty kernel that marks the fused kernels' parameter

@@ -60,6 +60,15 @@ type Comm struct {
 
 	fused    *fusedState // nil: one-shot allreduces run as programs
 	fusedOff string      // why fused is nil, if it was asked for
+	// res is the resident kernel (Options.Resident), or nil;
+	// residentOff says why it is nil where it was asked for.
+	res         *resident
+	residentOff string
+	// queued is set while calls may be queued on the stream that no
+	// synchronous call or Synchronize has waited for since (Enqueue, a
+	// graph's launch): the resident kernel, which does not run on the
+	// stream, waits until it is clear.
+	queued bool
 	// multiPathSource names Options.MultiPath, for logs.
 	multiPathSource string
 	pushMax         int // Options.PushMax, resolved; negative: always pull
@@ -218,6 +227,14 @@ type Options struct {
 	// FirstSeq is the fused kernels' first sequence number (0: 1), for
 	// tests that start near SeqLimit to cross the reset.
 	FirstSeq uint32
+	// Resident, where positive, runs small synchronous allreduces (the
+	// low-latency one-shot's, up to ResidentMax bytes) on a kernel that
+	// stays on the GPU between calls, which ends after Resident without
+	// a call (see serve.go). Every rank passes the same value.
+	Resident time.Duration
+	// ResidentMax is the largest allreduce, in bytes, that the resident
+	// kernel runs; 0 means DefaultResidentMax.
+	ResidentMax int
 }
 
 // Setting is one value that every rank must share (Options.Shared).
@@ -309,6 +326,9 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	}
 	if err == nil {
 		err = g.setupFused(ctx, host, opts)
+	}
+	if err == nil {
+		err = g.setupResident(ctx, host, opts)
 	}
 	if err != nil {
 		g.release()
@@ -541,10 +561,16 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 		t0 = time.Now()
 	}
 	cp := g.capture
-	if k.Fused != nil && cp == nil && g.fused.polled() {
+	switch {
+	case g.serves(k):
+		err = g.runResident(ctx, k)
+	case k.Fused != nil && cp == nil && g.fused.polled():
 		err = g.runPolled(ctx, k, seq)
-	} else {
+	default:
 		err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false, cp) })
+	}
+	if err == nil && cp == nil {
+		g.queued = false // the call waited for the stream
 	}
 	if g.stats != nil {
 		g.stats.run += time.Since(t0)
@@ -580,6 +606,7 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	}
 	kc := *k
 	cp := g.capture
+	g.queued = true
 	g.w.Post(func(c *cuda.Ctx) error {
 		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true, cp); err != nil {
 			g.aerrMu.Lock()
@@ -611,6 +638,7 @@ func (g *Comm) Synchronize(ctx context.Context) error {
 	}
 	err := g.w.Do(ctx, func(c *cuda.Ctx) error { return c.StreamSynchronize(g.s) })
 	if err == nil {
+		g.queued = false
 		err = g.fused.failed(g.rank)
 	}
 	if aerr := g.asyncErr(); aerr != nil {
@@ -720,6 +748,8 @@ func (g *Comm) release() error {
 	if g.w == nil {
 		return nil
 	}
+	// The resident kernel reads the regions and counters freed below.
+	errs = append(errs, g.freeResident())
 	err := g.w.Do(context.Background(), func(c *cuda.Ctx) error {
 		var errs []error
 		for _, p := range g.mapped {

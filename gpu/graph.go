@@ -197,6 +197,8 @@ func (gr *Graph) Launch(ctx context.Context) error {
 	err = g.w.Do(ctx, func(c *cuda.Ctx) error { return gr.launch(ctx, c, seq, false) })
 	if err != nil {
 		g.err = fmt.Errorf("gpu: rank %d: an earlier call failed: %w", g.rank, err)
+	} else {
+		g.queued = false // the launch waited for the stream
 	}
 	return err
 }
@@ -213,6 +215,7 @@ func (gr *Graph) Enqueue(dl time.Time) error {
 	if err != nil {
 		return err
 	}
+	g.queued = true
 	g.w.Post(func(c *cuda.Ctx) error {
 		if err := gr.launch(deadlineCtx{dl}, c, seq, true); err != nil {
 			g.aerrMu.Lock()

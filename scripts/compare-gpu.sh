@@ -33,7 +33,9 @@
 # Other variables: NGPUS, BRAID_EXTRA (Braid alone on more ranks, sharing the GPUs), COLLS, MIN, MAX
 # or SIZES, REPS, TRIALS, TARGET_MS, LAT_MAX, GRAPH_MAX, GRAPH_CALLS, INPUTS (at least 2), PROTOS,
 # REGS, BUDGET_S (no new round where the last round's time would take the run past it; 0: none), BRAID_FLAGS (more braid bench flags, e.g.
-# --check; not --sync, the script times both modes), NCCL_FLAGS (more nccl_ctypes.py flags, e.g.
+# --check; not --sync, the script times both modes), RESIDENT (a duration, e.g. 500us: also time Braid's
+# synchronous allreduces on the resident kernel, BRAID_GPU_RESIDENT, up to RESIDENT_MAX bytes, default 16K:
+# the "braid-res" column of the per-call table), NCCL_FLAGS (more nccl_ctypes.py flags, e.g.
 # --envs 'ch32:NCCL_MIN_NCHANNELS=32' for one more NCCL configuration), T_BRAID, T_NCCL (timeouts).
 #
 # Output, all in DIR ($OUT/compare-gpu, or /tmp/compare-gpu without $OUT): table.txt (the table),
@@ -55,6 +57,8 @@ else
 fi
 NGPUS=${NGPUS:-2}
 BRAID_EXTRA=${BRAID_EXTRA:-}
+RESIDENT=${RESIDENT:-}
+RESIDENT_MAX=${RESIDENT_MAX:-16K}
 COLLS=${COLLS:-allreduce bcast allgather reducescatter}
 MIN=${MIN:-8}
 MAX=${MAX:-1G}
@@ -153,12 +157,15 @@ for r in $(seq 1 "$REPS"); do
 		variants="default"
 		[ "$n" -gt 2 ] && variants="default nvl"
 		for c in $COLLS; do
-			for v in $variants; do
-				vflags=()
+			cv=$variants
+			[ -n "$RESIDENT" ] && [ "$c" = allreduce ] && cv="$variants res"
+			for v in $cv; do
+				vflags=() venv=()
 				[ "$v" = nvl ] && vflags=(--host-share never)
+				[ "$v" = res ] && vflags=(--modes sync) venv=(BRAID_GPU_RESIDENT="$RESIDENT" BRAID_GPU_RESIDENT_MAX="$RESIDENT_MAX")
 				echo "== round $r: braid $c on $n GPUs ($v) [$(($(date +%s) - start)) s]"
 				echo "== round $r: braid $c on $n GPUs ($v)" >>"$DIR/braid.log"
-				CUDA_VISIBLE_DEVICES=$devs timeout "$T_BRAID" "$BRAID" bench --device cuda -n "$n" "$c" "${bsizes[@]}" --inputs "$INPUTS" \
+				env ${venv[@]+"${venv[@]}"} CUDA_VISIBLE_DEVICES=$devs timeout "$T_BRAID" "$BRAID" bench --device cuda -n "$n" "$c" "${bsizes[@]}" --inputs "$INPUTS" \
 					--modes ordered,sync,graph --sync-max "$LAT_MAX" --graph-max "$GRAPH_MAX" --graph-calls "$GRAPH_CALLS" \
 					--trials "$TRIALS" --target "${TARGET_MS}ms" --format json ${vflags[@]+"${vflags[@]}"} $BRAID_FLAGS \
 					>>"$DIR/braid.r$r.$v.jsonl" 2>>"$DIR/braid.log"

@@ -5,7 +5,8 @@ Usage: compare_gpu_table.py DIR [NOTE...]   (prints the table; NOTE lines are pr
 
 Each cell (collective, GPUs, size, mode) gets, per configuration, the median over the rounds and the
 spread (min-max). Configurations: Braid's default ("braid") and Braid with no data through host memory
-("braid-nvl", --host-share never); NCCL's PROTO/REG pairs, whose fastest median per cell is "nccl best"
+("braid-nvl", --host-share never), and Braid's allreduce on the resident kernel ("braid-res", per-call
+latency only); NCCL's PROTO/REG pairs, whose fastest median per cell is "nccl best"
 (named), and NCCL's out-of-the-box pair "default/none". A configuration whose result was wrong in
 any round is left out of "best" and listed as WRONG above the tables. Standard library only.
 """
@@ -150,6 +151,8 @@ def main():
         p("# " + n)
     p("# time: us per call, the slowest rank's; busbw: GB/s as nccl-tests; ratios: Braid / NCCL best (time: below 1 Braid is faster; busbw: above 1 Braid is faster)")
     p("# braid: Braid's defaults (the planner's choice, algo named); braid-nvl: --host-share never (no data through host memory and PCIe; on 2 GPUs the default sends none either)")
+    if any(k[3] == "lat" and "braid-res" in c for k, c in cells.items()):
+        p("# braid-res: Braid's synchronous allreduces on the resident kernel (RESIDENT: BRAID_GPU_RESIDENT; no launch per call; it holds one SM); res x: braid-res / nccl best")
     p("# nccl best: the fastest NCCL_PROTO/registration per cell (default|LL|LL128|Simple / none|sym; sym = ncclMemAlloc + ncclCommWindowRegister symmetric), named; nccl dflt: default/none")
     p("# check: ok = the last result of every timed loop of the cell was compared and right on every rank, on both sides; WRONG = some was not (see above)")
     if wrong:
@@ -180,6 +183,9 @@ def main():
         p("## " + title)
         hdr = "%-13s %2s %5s %-20s %-24s %-24s %-24s %-30s %-14s %7s" % ("collective", "n", "size", "braid algo", "braid", "braid-nvl", "nccl dflt",
                                                                          "nccl best", "(best config)", "time x")
+        res = any("braid-res" in cells[k] for k in rows)
+        if res:
+            hdr += " %-24s %6s" % ("braid-res", "res x")
         if bw:
             hdr += " %9s %9s %6s" % ("braid bw", "nccl bw", "bw x")
         hdr += " %6s" % "check"
@@ -195,6 +201,9 @@ def main():
             line = "%-13s %2d %5s %-20s %-24s %-24s %-24s %-30s %-14s %7s" % (
                 k[0], k[1], size(k[2]), algo[:20], fmt_t(bs), fmt_t(nv), fmt_t(dflt), fmt_t(top[1]) if top else "-", top[0] if top else "-",
                 "%.2f" % (bs[0] / top[1][0]) if bs and top else "-")
+            if res:
+                rs = stat(cfgs["braid-res"]) if "braid-res" in cfgs else None
+                line += " %-24s %6s" % (fmt_t(rs), "%.2f" % (rs[0] / top[1][0]) if rs and top else "-")
             if bw:
                 bb = stat(b, "busbw_GBps") if b else None
                 nb = stat(cfgs[top[0]], "busbw_GBps") if top else None

@@ -1,7 +1,8 @@
 // fused_kernels.cuh: the entry points of the typed fused kernels,
 // braid_<kind>_<op>_<type> for the bodies of oneshot.cuh (oneshot),
 // ll.cuh (oneshotll, twoshotll), twoshot.cuh (twoshot) and
-// reducescatter.cuh (rsfused), for every op and type. The broadcast and the
+// reducescatter.cuh (rsfused), and the resident llserve of serve.cuh, for
+// every op and type. The broadcast and the
 // allgather move bytes and have one kernel each, in their own files.
 
 // FUSED_KERNEL defines the kernel braid_<kind>_<opname>_<tname>, whose
@@ -33,7 +34,8 @@
   FUSED_KERNEL(twoshot, twoshot_body, opname, Op, Avg, tname, S, HOST_PARAMS, FUSED_ARGS, area_bytes, host,   \
                host_bytes, timeout_ns, status, base)                                                          \
   FUSED_KERNEL(rsfused, rsfused_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, area_bytes,      \
-               timeout_ns, status, base)
+               timeout_ns, status, base)                                                                      \
+  LLSERVE(opname, Op, Avg, tname, S)
 
 #define FLOAT_ONESHOT(tname, S)           \
   ONESHOT(sum, OpSum, false, tname, S)    \

@@ -31,3 +31,13 @@
 // peer in one phase (bcast.cuh); larger ones on more than 2 GPUs scatter
 // parts, which the others then exchange.
 #define BCAST_DIRECT_MAX (1 << 20)
+
+// The resident allreduce's bell (serve.cuh): mapped pinned host memory of
+// BELL_WORDS 32-bit words, a 64-byte line each for the call's arguments (the
+// host's), the kernel's done and exited words, and the host's quit word
+// (package gpu/fused mirrors these: Bell*).
+#define BELL_ARGS 0
+#define BELL_DONE 16
+#define BELL_EXITED 32
+#define BELL_QUIT 48
+#define BELL_WORDS 64

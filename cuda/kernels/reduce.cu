@@ -42,6 +42,8 @@
 #include "oneshot.cuh"
 // Low-latency lines: the one-shot and two-shot LL allreduces' bodies.
 #include "ll.cuh"
+// The resident low-latency allreduce's body (on ll.cuh's).
+#include "serve.cuh"
 // The pipelined kernels' rounds and areas (block_area, split, pipeline, AREA).
 #include "pipeline.cuh"
 // The two-shot allreduce's body, with the multi-path host share.

@@ -1,6 +1,7 @@
 package fused
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -105,6 +106,11 @@ func TestKernelLayout(t *testing.T) {
 		{"BCAST_DIRECT_MAX", BcastDirectMax},
 		{"HOST_HALF", HostRegionBytes / 2},
 		{"ONESHOT_LL_SLOT", 2 * LLMax}, // a line carries 8 bytes in 16
+		{"BELL_ARGS", BellArgs},
+		{"BELL_DONE", BellDone},
+		{"BELL_EXITED", BellExited},
+		{"BELL_QUIT", BellQuit},
+		{"BELL_WORDS", BellWords},
 	} {
 		got, ok := defs[c.name]
 		if !ok {
@@ -277,6 +283,80 @@ func TestKernelArgs(t *testing.T) {
 			if got, ok := by[k]; !ok || got != v {
 				t.Errorf("%v: parameter %s is %#x (present %v), want %#x", c.kind, k, got, ok, v)
 			}
+		}
+	}
+}
+
+// TestServeArgs is TestKernelArgs for the resident allreduce
+// (braid_llserve_<op>_<type>), and checks that the bell's three groups of
+// words sit on separate 64-byte lines, the arguments on the host's.
+func TestServeArgs(t *testing.T) {
+	src, _ := kernelSource(t)
+	text := strings.Join(strings.Fields(strings.ReplaceAll(src, "\\\n", " ")), " ")
+	m := regexp.MustCompile(`braid_llserve_##opname##_##tname\( (.*?)\) \{`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatal("cuda/kernels: no braid_llserve_##opname##_##tname")
+	}
+	var names []string
+	for _, p := range strings.Split(m[1], ",") {
+		if f := strings.Fields(strings.ReplaceAll(p, "*", " ")); len(f) > 0 {
+			names = append(names, f[len(f)-1])
+		}
+	}
+	v := Server{DType: dtype.Float32, Op: dtype.Sum, Bell: 0xbe11, Served: 7, Epoch: 3, Idle: 9, Seqs: 0x5e0, Rank: 1,
+		Regions: []cuda.DevicePtr{0x100, 0x200, 0x300}, SlotBytes: 4096, Status: 0x77}
+	args := v.args()
+	fs := flatten(t, reflect.ValueOf(args).Elem())
+	var got []string
+	var sizes []int
+	var values []uint64
+	by := map[string]uint64{}
+	for _, f := range fs {
+		got, sizes, values = append(got, f.name), append(sizes, f.size), append(values, f.value)
+		by[f.name] = f.value
+	}
+	if !slices.Equal(got, names) {
+		t.Errorf("the typed arguments are (%s), the kernels' source declares (%s)", strings.Join(got, " "), strings.Join(names, " "))
+	}
+	ptx, err := cuda.ReducePTX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm := regexp.MustCompile(`\.entry braid_llserve_sum_f32\(([^)]*)\)`).FindSubmatch(ptx)
+	if pm == nil {
+		t.Fatal("the embedded PTX has no braid_llserve_sum_f32 (older than the kernels' source? cuda/kernels/gen.sh regenerates it)")
+	}
+	var widths []int
+	for _, p := range regexp.MustCompile(`\.param \.[a-z](\d+) `).FindAllSubmatch(pm[1], -1) {
+		b, _ := strconv.Atoi(string(p[1]))
+		widths = append(widths, b/8)
+	}
+	if !slices.Equal(sizes, widths) {
+		t.Errorf("the typed arguments' sizes are %v, the PTX's braid_llserve_sum_f32 takes %v", sizes, widths)
+	}
+	if p := args.pack(nil); !slices.Equal(p, values) {
+		t.Errorf("pack writes %v, the fields in order are %v", p, values)
+	}
+	want := map[string]uint64{"bell": 0xbe11, "served": 7, "epoch": 3, "idle_ns": 9, "seqs": 0x5e0, "rank": 1, "nranks": 3,
+		"slot_bytes": 4096, "status": 0x77, "r0": 0x100, "r2": 0x300, "r3": 0}
+	for k, w := range want {
+		if g, ok := by[k]; !ok || g != w {
+			t.Errorf("parameter %s is %#x (present %v), want %#x", k, g, ok, w)
+		}
+	}
+	line := func(w int) int { return w * 4 / 64 }
+	if line(BellArgs) != line(BellArgs+15) || BellArgs%16 != 0 || line(BellDone) == line(BellArgs) || line(BellExited) == line(BellDone) ||
+		line(BellQuit) == line(BellExited) || line(BellQuit) == line(BellArgs) || BellWords*4 != 4*64 {
+		t.Errorf("the bell's words (args %d, done %d, exited %d, quit %d of %d) are not on lines of their own", BellArgs, BellDone,
+			BellExited, BellQuit, BellWords)
+	}
+	// Ring's records: { low, ticket, high, ticket } for in, out, n, timeout.
+	bell := make([]byte, 4*BellWords)
+	Ring(bell, 9, 0x1122334455667788, 0xa0, 1000, 7)
+	for i, v := range []uint64{0x1122334455667788, 0xa0, 1000, 7} {
+		w := func(j int) uint32 { return binary.LittleEndian.Uint32(bell[4*BellArgs+16*i+4*j:]) }
+		if w(1) != 9 || w(3) != 9 || uint64(w(0))|uint64(w(2))<<32 != v {
+			t.Errorf("record %d is %#x %#x %#x %#x, want %#x with ticket 9 twice", i, w(0), w(1), w(2), w(3), v)
 		}
 	}
 }
