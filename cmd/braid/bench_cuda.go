@@ -31,7 +31,9 @@ not. Calls are stream-ordered (DeviceOptions.StreamOrdered), as NCCL's
 are: a timed loop queues its calls and synchronises once at the end, which
 is how NCCL's figures are taken. With --sync every call returns only when
 its result is in place, and the loop measures the latency such a caller
-sees. In graph mode --graph-calls calls are captured into one CUDA graph
+sees; --resident 500us runs those of allreduce up to --resident-max on a
+kernel that stays on each GPU between calls (DeviceOptions.Resident), with
+no launch per call. In graph mode --graph-calls calls are captured into one CUDA graph
 (DeviceComm.Capture) after a few calls one by one, and the loop replays
 the graph back to back, one synchronisation at the end; the time is per
 call (per replay / --graph-calls). Only calls the planner runs as fused
@@ -119,6 +121,8 @@ func benchDevice(dev string, args []string) error {
 	graphCalls := fs.Int("graph-calls", 20, "calls captured in one CUDA graph in graph mode")
 	inputsF := fs.Int("inputs", 1, "K input buffers used in turn, out of place, the last result checked after every timed loop (1: one buffer, in place, unchecked)")
 	cpuprof := fs.String("cpuprofile", "", "write each rank's CPU profile to FILE.RANK")
+	residentF := fs.Duration("resident", 0, "synchronous allreduces up to --resident-max on a kernel that stays on the GPU, which ends after this long without one (DeviceOptions.Resident; 0: off, or BRAID_GPU_RESIDENT)")
+	residentMaxF := fs.String("resident-max", "", "largest allreduce the resident kernel runs (bytes; default 16K)")
 	fs.Usage = func() { fmt.Fprint(os.Stderr, benchDeviceUsage); fs.PrintDefaults() }
 	words, flags := splitArgs(fs, args)
 	if done, err := parseFlags(fs, flags); done {
@@ -176,6 +180,10 @@ func benchDevice(dev string, args []string) error {
 		}
 	}
 	var opts braid.DeviceOptions
+	if *residentF < 0 {
+		return usageError{fmt.Sprintf("bench: --resident %v: want a positive duration, or 0 for off", *residentF)}
+	}
+	opts.Resident = *residentF
 	modes := []string{"ordered"}
 	if *syncF {
 		modes = []string{"sync"}
@@ -224,7 +232,7 @@ func benchDevice(dev string, args []string) error {
 	for _, f := range []struct {
 		s   string
 		dst *int
-	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}, {*fusedF, &opts.FusedMax}, {*slotF, &opts.SlotBytes}, {*llF, &opts.LLMax}, {*hostF, &opts.HostShare}} {
+	}{{*oneShot, &opts.OneShotMax}, {*directMax, &opts.DirectMax}, {*segF, &opts.Segment}, {*fusedF, &opts.FusedMax}, {*slotF, &opts.SlotBytes}, {*llF, &opts.LLMax}, {*hostF, &opts.HostShare}, {*residentMaxF, &opts.ResidentMax}} {
 		if f.s == "never" || strings.HasPrefix(f.s, "-") {
 			*f.dst = -1
 			continue
