@@ -1,0 +1,152 @@
+package braid
+
+import (
+	"encoding/csv"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/braid-ccl/braid/algo"
+	"github.com/braid-ccl/braid/cost"
+	"github.com/braid-ccl/braid/internal/par"
+	"github.com/braid-ccl/braid/plan"
+	"github.com/braid-ccl/braid/sched"
+	"github.com/braid-ccl/braid/transport/shmcoll"
+)
+
+// hostChoice returns what the planner chooses, by the model m alone, for p
+// on n process ranks of one host (one NUMA node) with a shared area of the
+// default options and threads threads each, as newPlan does: the schedules'
+// candidates and the area's. It returns the choice and the candidates'
+// costs by name.
+func hostChoice(t testing.TB, g *shmcoll.Group, p sched.Params, es, threads int, m cost.Model) (string, map[string]float64) {
+	t.Helper()
+	defer par.SetThreads(threads, 0)()
+	var cand []plan.Candidate
+	for _, a := range algo.ForCollective(p.Coll) {
+		if a.Supports(p) != nil {
+			continue
+		}
+		cand = append(cand, candidate(a, p, es, m))
+	}
+	if nodeSupports(p.Coll) && !(p.Coll == sched.ReduceScatter && g.Slot()/p.NRanks < es) {
+		cand = append(cand, plan.Candidate{Name: nodeAlgo, Params: p, Cost: nodeCost(g, p, es, m)})
+	}
+	d := plan.Default{}.Plan(plan.Request{Params: p, ElemSize: es}, cand)
+	costs := map[string]float64{}
+	for _, c := range cand {
+		costs[c.Name] = c.Cost
+	}
+	return d.Algo, costs
+}
+
+// TestModelGrid prints the model's choice for every cell of a grid that
+// braid bench measured by algorithm (BRAID_GRID: its CSV, the columns
+// round,nranks,collective,algo,ran,bytes,count,...; float32, one host of
+// BRAID_GRID_CORES cores, 16 by default), beside the measured times, for
+// comparing a change to the model against the measurements offline. It
+// skips without BRAID_GRID.
+func TestModelGrid(t *testing.T) {
+	path := os.Getenv("BRAID_GRID")
+	if path == "" {
+		t.Skip("BRAID_GRID names no grid")
+	}
+	cores := 16
+	if s := os.Getenv("BRAID_GRID_CORES"); s != "" {
+		var err error
+		if cores, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	rows, err := r.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cell struct {
+		n     int
+		coll  string
+		bytes int
+		count int
+	}
+	meas := map[cell]map[string][]float64{}
+	var cells []cell
+	for _, row := range rows {
+		if len(row) < 9 || row[2] == "collective" {
+			continue
+		}
+		n, _ := strconv.Atoi(row[1])
+		b, _ := strconv.Atoi(row[5])
+		cnt, _ := strconv.Atoi(row[6])
+		us, _ := strconv.ParseFloat(row[8], 64)
+		k := cell{n, row[2], b, cnt}
+		if meas[k] == nil {
+			meas[k] = map[string][]float64{}
+			cells = append(cells, k)
+		}
+		meas[k][row[3]] = append(meas[k][row[3]], us)
+	}
+	groups := map[int]*shmcoll.Group{}
+	m := cost.Default()
+	var out strings.Builder
+	for _, k := range cells {
+		g := groups[k.n]
+		if g == nil {
+			var path string
+			g, path, err = shmcoll.Make(t.TempDir(), k.n, shmcoll.Options{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			_ = shmcoll.Unlink(path)
+			groups[k.n] = g
+		}
+		coll, err := sched.ParseCollective(k.coll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := sched.Params{Coll: coll, NRanks: k.n, Count: k.count}
+		name, costs := hostChoice(t, g, p, 4, max(1, cores/k.n), m)
+		if name == nodeAlgo {
+			name = "shm"
+		}
+		var ms []string
+		algos := make([]string, 0, len(meas[k]))
+		for a := range meas[k] {
+			algos = append(algos, a)
+		}
+		slices.Sort(algos)
+		for _, a := range algos {
+			var s float64
+			for _, v := range meas[k][a] {
+				s += v
+			}
+			c := costs[a]
+			if a == "shm" {
+				c = costs[nodeAlgo]
+			}
+			if a == "auto" || math.IsNaN(c) {
+				c = 0
+			}
+			ms = append(ms, fmt.Sprintf("%s=%.2f/%.2f", a, s/float64(len(meas[k][a])), c*1e6))
+		}
+		fmt.Fprintf(&out, "%d\t%s\t%d\t%s\t%s\n", k.n, k.coll, k.bytes, name, strings.Join(ms, " "))
+	}
+	if o := os.Getenv("BRAID_GRID_OUT"); o != "" {
+		if err := os.WriteFile(o, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Log("\n" + out.String())
+}
