@@ -150,3 +150,40 @@ func TestModelGrid(t *testing.T) {
 	}
 	t.Log("\n" + out.String())
 }
+
+// TestModelSegringOnHost checks that the model does not choose the
+// segmented ring on 2 process ranks of one host (the 16-core node's 8
+// threads each, its figures: cost.Default) where the node measured it
+// slower than what else ran (session 16, out/s16/n16/gr.csv): the
+// allreduce of 64 KiB (segring 15.7 µs, the area 10.9) and 256 KiB (52,
+// recursive doubling 30.5, Rabenseifner 41.8) and the reduce-scatter of
+// 64 KiB (9.3, the area 6.7) and 256 KiB (35.6, direct 22.2). The pricing
+// that let a segment's transfer overlap the reduction of the one before
+// chose it in all four: over shared memory one thread does both.
+func TestModelSegringOnHost(t *testing.T) {
+	g, path, err := shmcoll.Make(t.TempDir(), 2, shmcoll.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	_ = shmcoll.Unlink(path)
+	m := cost.Default()
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter} {
+		for _, bytes := range []int{64 << 10, 256 << 10} {
+			p := sched.Params{Coll: coll, NRanks: 2, Count: bytes / 4}
+			if coll == sched.ReduceScatter {
+				p.Count /= 2
+			}
+			name, costs := hostChoice(t, g, p, 4, 8, m)
+			if name == "segring" {
+				t.Errorf("%v of %d B on 2 ranks: the model chose segring (%.1f µs; ring %.1f, recdouble %.1f, direct %.1f, the area %.1f)",
+					coll, bytes, costs["segring"]*1e6, costs["ring"]*1e6, costs["recdouble"]*1e6, costs["direct"]*1e6, costs[nodeAlgo]*1e6)
+			}
+			// On one host a segment's transfer hides nothing: the
+			// segmented ring costs at least the ring.
+			if costs["segring"] < costs["ring"]*(1-1e-9) {
+				t.Errorf("%v of %d B on 2 ranks of one host: segring %.2f µs, less than the ring's %.2f", coll, bytes, costs["segring"]*1e6, costs["ring"]*1e6)
+			}
+		}
+	}
+}

@@ -40,7 +40,7 @@ func (segRingAllgather) Tune(p sched.Params, es int, m cost.Model) sched.Params 
 	return segTune(p, es, m, p.Count, segRingAllgatherTime)
 }
 
-func segRingAllgatherTime(l cost.Link, _ float64, n, q, _ int, s float64) float64 {
+func segRingAllgatherTime(l cost.Link, _ float64, n, q, _ int, s float64, _ bool) float64 {
 	return float64(n-1) * float64(q) * l.Time(s)
 }
 

@@ -474,6 +474,52 @@ func TestSegringTune(t *testing.T) {
 	}
 }
 
+// TestSegringSelfCopy checks the segmented rings' cost where ranks copy
+// their own messages over shared memory (cost.Model.SelfCopy): on one host
+// the transfers and the additions take turns, so that the cost is at least
+// 2N·c + N·S·γ (allreduce) or N·(c + S·γ) (reduce-scatter), and the ring
+// (one segment) costs least where messages have a latency; across hosts
+// the network overlaps them, as without SelfCopy.
+func TestSegringSelfCopy(t *testing.T) {
+	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter} {
+		_, tu, k := tunerOf(t, coll, "segring")
+		for _, base := range models {
+			m := base
+			m.SelfCopy = true
+			l := m.Links[cost.Intra]
+			for n := 2; n <= 9; n++ {
+				count := 16 * 4 * n * 1000
+				block := count
+				if coll == sched.Allreduce {
+					block /= n
+				}
+				p := sched.Params{Coll: coll, NRanks: n, Count: count, Segment: block / 4}
+				S := float64(p.Segment * 4)
+				c, r, N := l.Time(S), S*m.Gamma, float64((n-1)*4)
+				serial := N * (c + r)
+				if coll == sched.Allreduce {
+					serial = 2*N*c + N*r
+				}
+				if got, want := k.Cost(p, 4, m), max(k.Cost(p, 4, base), serial); !near(got, want) {
+					t.Errorf("%v n=%d α=%g β=%g γ=%g, one host: Cost %.9g, want %.9g", coll, n, l.Alpha, l.Beta, m.Gamma, got, want)
+				}
+				names := make([]string, n)
+				for i := range names {
+					names[i] = fmt.Sprint(i)
+				}
+				p.Layout = sched.NewLayout(names, nil)
+				if got, want := k.Cost(p, 4, m), k.Cost(p, 4, base); got != want {
+					t.Errorf("%v n=%d α=%g β=%g γ=%g, one rank a host: Cost %.9g, want %.9g as without SelfCopy", coll, n, l.Alpha, l.Beta, m.Gamma, got, want)
+				}
+				p.Layout, p.Segment = nil, 0
+				if seg := tu.Tune(p, 4, m).Segment; l.Alpha > 0 && seg != block {
+					t.Errorf("%v n=%d α=%g β=%g γ=%g, one host: Tune's segment %d, want the whole block %d", coll, n, l.Alpha, l.Beta, m.Gamma, seg, block)
+				}
+			}
+		}
+	}
+}
+
 // TestKnomialTune checks the k-nomial radix: Tune's k has the least cost
 // of every k from 2 to past n, small messages take the flat tree (fewest
 // levels of α) and large ones a tree with as few copies of M through the

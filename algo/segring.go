@@ -132,9 +132,11 @@ func (sp segPlan) pipeline(steps int, send, recv func(s, j, tag int)) {
 // segTime is a segmented ring's time over link l with reduction cost gamma
 // per byte, on n ranks, when its largest block is cut into q segments of s
 // bytes and each rank posts its receives w ≤ q segments ahead (segPlan's
-// window). It grows with s and as w shrinks, and for w = q and s = B/q (B
-// the block's bytes) it is convex in q; segTune relies on all three.
-type segTime func(l cost.Link, gamma float64, n, q, w int, s float64) float64
+// window); serial says that the rank's own thread carries its transfers
+// (cost.Model.Serial), so that they do not overlap its reductions. It grows
+// with s and as w shrinks, and for w = q and s = B/q (B the block's bytes)
+// it is convex in q; segTune relies on all three.
+type segTime func(l cost.Link, gamma float64, n, q, w int, s float64, serial bool) float64
 
 // paced returns the time to move k ≥ 1 segments over one link, c seconds
 // each, when each is received only once the one w before it has been
@@ -150,7 +152,7 @@ func segCost(p sched.Params, es int, m cost.Model, blockMax int, t segTime) floa
 		return 0
 	}
 	sp := planSegments(blockMax, p.NRanks, p.Segment, segWindow)
-	return t(m.Flat(p), m.Gamma, p.NRanks, sp.nseg, sp.window, bytesOf(sp.seg, es))
+	return t(m.Flat(p), m.Gamma, p.NRanks, sp.nseg, sp.window, bytesOf(sp.seg, es), m.Serial(cost.FlatClass(p)))
 }
 
 // segTune is Tune for a segmented ring whose largest block has blockMax
@@ -167,17 +169,17 @@ func segTune(p sched.Params, es int, m cost.Model, blockMax int, t segTime) sche
 		p.Segment = max(1, blockMax)
 		return p
 	}
-	l, n := m.Flat(p), p.NRanks
+	l, n, serial := m.Flat(p), p.NRanks, m.Serial(cost.FlatClass(p))
 	f := func(q int) float64 {
 		seg := ceilDiv(blockMax, q)
 		sp := planSegments(blockMax, n, seg, segWindow)
 		if sp.nseg != q || sp.seg != seg { // the same cut as a smaller q
 			return math.Inf(1)
 		}
-		return t(l, m.Gamma, n, q, sp.window, bytesOf(seg, es))
+		return t(l, m.Gamma, n, q, sp.window, bytesOf(seg, es), serial)
 	}
 	b := bytesOf(blockMax, es)
-	lb := func(q int) float64 { return t(l, m.Gamma, n, q, q, b/float64(q)) }
+	lb := func(q int) float64 { return t(l, m.Gamma, n, q, q, b/float64(q), serial) }
 	q := minimize(1, min(blockMax, max(1, maxSegments/n)), f, lb)
 	p.Segment = ceilDiv(blockMax, q)
 	return p

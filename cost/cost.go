@@ -93,6 +93,16 @@ type Model struct {
 	// limits it: what a core's caches hold of them. It is not carried by
 	// tuning tables: the built-in figure applies.
 	Cache float64
+	// SelfCopy says that a rank's own thread copies the messages it sends
+	// and receives over shared memory (see Serial): the shm transport's
+	// sender copies a message into the receiver's ring and the receiver
+	// copies it out, or, above Eager, out of the sender's memory
+	// (process_vm_readv), in the calls that the executor makes between its
+	// reductions; goroutine ranks (inproc) copy as well. Default sets it;
+	// the programs of device buffers (plan.DeviceModel), whose copies run
+	// on the GPUs' copy engines, leave it unset. Tuning tables do not carry
+	// it: the built-in setting applies.
+	SelfCopy bool
 	// Eager is the largest message, in bytes, that the host's transport
 	// copies twice: into a ring by its sender, out of it by its receiver.
 	// Larger messages are copied once, by the receiver, out of the
@@ -117,6 +127,7 @@ func Default() Model {
 	m.Core = DefaultCore
 	m.Cache = DefaultCache
 	m.Eager = DefaultEager
+	m.SelfCopy = true
 	return m
 }
 
@@ -272,7 +283,10 @@ func (m Model) Between(l *sched.Layout, a, b int) Link { return m.Links[ClassOf(
 // Worst returns the slowest class of link that joins two of the n ranks of
 // layout l: the link a flat algorithm (ring, tree), which ignores the
 // layout, must be costed with.
-func (m Model) Worst(l *sched.Layout, n int) Link {
+func (m Model) Worst(l *sched.Layout, n int) Link { return m.Links[WorstClass(l, n)] }
+
+// WorstClass returns the class of Model.Worst's link.
+func WorstClass(l *sched.Layout, n int) Class {
 	c := Intra
 	for r := 1; r < n; r++ {
 		c = max(c, ClassOf(l, 0, r))
@@ -283,8 +297,18 @@ func (m Model) Worst(l *sched.Layout, n int) Link {
 			c = max(c, ClassOf(l, q, r))
 		}
 	}
-	return m.Links[c]
+	return c
 }
+
+// Serial reports whether a rank's transfers over links of class c and its
+// reductions take turns on its thread rather than overlap: where m's
+// ranks copy their own messages (SelfCopy) over shared memory (Intra,
+// Cross). Over the network (Inter) the NIC and the kernel move the bytes
+// while the rank computes.
+func (m Model) Serial(c Class) bool { return m.SelfCopy && c != Inter }
 
 // Flat returns the link a flat algorithm on p's ranks is costed with.
 func (m Model) Flat(p sched.Params) Link { return m.Worst(p.Layout, p.NRanks) }
+
+// FlatClass returns the class of Flat's link.
+func FlatClass(p sched.Params) Class { return WorstClass(p.Layout, p.NRanks) }

@@ -326,7 +326,7 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 	if any {
 		// Figures the file lacks come from the built-in model, and so do
 		// the ones the format does not carry (the transport's eager limit,
-		// a core's cache).
+		// a core's cache, whether ranks copy their own messages).
 		def := cost.Default()
 		for c, ok := range haveLink {
 			if !ok {
@@ -345,7 +345,7 @@ func ParseTable(r io.Reader, name string) (*Table, error) {
 		if !have["overhead"] {
 			model.Overhead = def.Overhead
 		}
-		model.Eager, model.Cache = def.Eager, def.Cache
+		model.Eager, model.Cache, model.SelfCopy = def.Eager, def.Cache, def.SelfCopy
 		t.Model = &model
 	}
 	return t, nil
