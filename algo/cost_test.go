@@ -477,9 +477,10 @@ func TestSegringTune(t *testing.T) {
 // TestSegringSelfCopy checks the segmented rings' cost where ranks copy
 // their own messages over shared memory (cost.Model.SelfCopy): on one host
 // the transfers and the additions take turns, so that the cost is at least
-// 2N·c + N·S·γ (allreduce) or N·(c + S·γ) (reduce-scatter), and the ring
-// (one segment) costs least where messages have a latency; across hosts
-// the network overlaps them, as without SelfCopy.
+// 2N·c + N·S·γ (allreduce) or N·(c + S·γ) (reduce-scatter), and Tune
+// cuts the fewest segments of at most DefaultSegment (one, the ring, for
+// a block of at most that) where messages have a latency; across hosts the
+// network overlaps them, as without SelfCopy.
 func TestSegringSelfCopy(t *testing.T) {
 	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter} {
 		_, tu, k := tunerOf(t, coll, "segring")
@@ -511,9 +512,11 @@ func TestSegringSelfCopy(t *testing.T) {
 				if got, want := k.Cost(p, 4, m), k.Cost(p, 4, base); got != want {
 					t.Errorf("%v n=%d α=%g β=%g γ=%g, one rank a host: Cost %.9g, want %.9g as without SelfCopy", coll, n, l.Alpha, l.Beta, m.Gamma, got, want)
 				}
+				// Tune: the fewest segments of at most DefaultSegment.
 				p.Layout, p.Segment = nil, 0
-				if seg := tu.Tune(p, 4, m).Segment; l.Alpha > 0 && seg != block {
-					t.Errorf("%v n=%d α=%g β=%g γ=%g, one host: Tune's segment %d, want the whole block %d", coll, n, l.Alpha, l.Beta, m.Gamma, seg, block)
+				want := (block + (block+algo.DefaultSegment-1)/algo.DefaultSegment - 1) / ((block + algo.DefaultSegment - 1) / algo.DefaultSegment)
+				if seg := tu.Tune(p, 4, m).Segment; l.Alpha > 0 && seg != want {
+					t.Errorf("%v n=%d α=%g β=%g γ=%g, one host: Tune's segment %d, want %d (block %d)", coll, n, l.Alpha, l.Beta, m.Gamma, seg, want, block)
 				}
 			}
 		}

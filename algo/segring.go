@@ -160,7 +160,9 @@ func segCost(p sched.Params, es int, m cost.Model, blockMax int, t segTime) floa
 // segCost. Every cut planSegments makes is q segments of ⌈blockMax/q⌉
 // elements for some q, so it searches q (see minimize), bounding t from
 // below by its value for segments of exactly B/q bytes and a window of all
-// q.
+// q. Where a rank's transfers and additions take turns
+// (cost.Model.Serial), it cuts at least as many segments as Segment 0
+// would.
 func segTune(p sched.Params, es int, m cost.Model, blockMax int, t segTime) sched.Params {
 	if p.Segment != 0 {
 		return p
@@ -180,7 +182,22 @@ func segTune(p sched.Params, es int, m cost.Model, blockMax int, t segTime) sche
 	}
 	b := bytesOf(blockMax, es)
 	lb := func(q int) float64 { return t(l, m.Gamma, n, q, q, b/float64(q), serial) }
-	q := minimize(1, min(blockMax, max(1, maxSegments/n)), f, lb)
+	hi := min(blockMax, max(1, maxSegments/n))
+	lo := 1
+	if serial {
+		// Where the transfers hide nothing (cost.Model.Serial), fewer
+		// segments always cost less under the model, which does not see
+		// what smaller ones gain: staging that stays in a core's cache.
+		// Segments stay at most DefaultSegment there, as Segment 0 has
+		// them: on this 2-core VM, 2 ranks, forced segmented-ring
+		// allreduces of 4 and 16 MiB took 1280–1320 µs and 4620–4770
+		// starting from the whole block as one segment, 800–875 and
+		// 4350–5450 from at most DefaultSegment (and 1015–1035 and
+		// 5150–5650 from the segments that the overlapped model chose;
+		// MIAD adapting each).
+		lo = min(ceilDiv(blockMax, DefaultSegment), hi)
+	}
+	q := minimize(lo, hi, f, lb)
 	p.Segment = ceilDiv(blockMax, q)
 	return p
 }
