@@ -26,7 +26,9 @@ func init() { Register(directAllreduce{base{"direct", sched.Allreduce}}) }
 //
 // one α per round (the messages a rank exchanges with distinct peers go at
 // once, through its port), a segment's additions overlapping the next
-// segment's transfer. On several hosts the transfer terms become the
+// segment's transfer. On one host, where the ranks copy their own messages
+// (cost.Model.Serial), they take turns instead: the first three terms
+// become s·(c + r). On several hosts the transfer terms become the
 // largest of a rank's bytes through its port, a pair's over its link and a
 // host's over its network link (exchangeTime). This is hier's cost with one
 // group of n ranks.

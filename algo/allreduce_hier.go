@@ -331,6 +331,29 @@ func pipelined(u int, c, r float64) float64 {
 	return c + r + float64(u-1)*max(c, r)
 }
 
+// pipelinedOn is pipelined where the ranks' transfers can overlap their
+// reductions, and u·(c + r) where they take turns on the rank's thread
+// (serial: cost.Model.Serial, as for the segmented rings).
+func pipelinedOn(serial bool, u int, c, r float64) float64 {
+	if serial {
+		return float64(u) * (c + r)
+	}
+	return pipelined(u, c, r)
+}
+
+// onOneHost reports whether every group of ranks of layout l lies on one
+// host: their exchanges go over shared memory.
+func onOneHost(l *sched.Layout, groups [][]int) bool {
+	for _, g := range groups {
+		for _, r := range g[1:] {
+			if l.HostOf(r) != l.HostOf(g[0]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // rsagCost is the cost of rsagProgram; see hierAllreduce for the formula.
 func rsagCost(p sched.Params, es int, m cost.Model, groups [][]int, k int) float64 {
 	if p.NRanks == 1 || p.Count == 0 {
@@ -363,7 +386,8 @@ func rsagCost(p sched.Params, es int, m cost.Model, groups [][]int, k int) float
 	t := 0.0
 	if rounds > 0 {
 		u := float64(rounds)
-		t = pipelined(rounds, exchangeTime(p, m, rs, 1/u), red/u) + exchangeTime(p, m, ag, 1)
+		serial := m.SelfCopy && onOneHost(p.Layout, groups)
+		t = pipelinedOn(serial, rounds, exchangeTime(p, m, rs, 1/u), red/u) + exchangeTime(p, m, ag, 1)
 	}
 	mb := float64(p.Count * es)
 	return t + interCost(m, len(groups), newHierShape(groups, kk), b, mb, hierInterRing(p.Count, groups, k))

@@ -523,6 +523,35 @@ func TestSegringSelfCopy(t *testing.T) {
 	}
 }
 
+// TestDirectSelfCopy checks the direct allreduce's cost (and hier's, which
+// shares it) where ranks copy their own messages over shared memory
+// (cost.Model.SelfCopy): on one host its segments' transfers and additions
+// take turns, so that it costs more than with them overlapped once the
+// vector is cut into several segments, and across hosts it costs what it
+// does without SelfCopy.
+func TestDirectSelfCopy(t *testing.T) {
+	k := costerOf(t, sched.Allreduce, "direct")
+	for _, base := range models {
+		m := base
+		m.SelfCopy = true
+		for _, n := range []int{2, 3, 4, 8} {
+			p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: 1 << 22}
+			over, serial := k.Cost(p, 4, base), k.Cost(p, 4, m)
+			if base.Gamma > 0 && !(serial > over) {
+				t.Errorf("n=%d α=%g β=%g γ=%g, one host: Cost %.9g with SelfCopy, %.9g without; want more", n, base.Links[0].Alpha, base.Links[0].Beta, base.Gamma, serial, over)
+			}
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprint(i)
+			}
+			p.Layout = sched.NewLayout(names, nil)
+			if a, b := k.Cost(p, 4, m), k.Cost(p, 4, base); a != b {
+				t.Errorf("n=%d, one rank a host: Cost %.9g with SelfCopy, %.9g without; want the same", n, a, b)
+			}
+		}
+	}
+}
+
 // TestKnomialTune checks the k-nomial radix: Tune's k has the least cost
 // of every k from 2 to past n, small messages take the flat tree (fewest
 // levels of α) and large ones a tree with as few copies of M through the
