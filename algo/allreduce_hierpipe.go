@@ -67,7 +67,10 @@ func init() { Register(hierPipeAllreduce{base{"hierpipe", sched.Allreduce}}) }
 // direct exchange the leader adds piece 0's sums after piece 1's stage 1)
 // and P the period at which the pipeline's bottleneck takes pieces: a
 // link or port, or the leader's processor, which adds both stages'
-// data (and, in the ring, blocks on its rounds). For k pieces of C bytes,
+// data (and, in the ring, blocks on its rounds). On one host (H = 1, no
+// stage 2), where the ranks copy their own messages (cost.Model.Serial),
+// the leader's receives and additions take turns on its thread:
+// P(b) = max(c1 + r1, c3, W(b)). For k pieces of C bytes,
 // the last one of C_s:
 //
 //	T = F(C_s)                                           k = 1
@@ -391,11 +394,14 @@ type hierPipeLines struct {
 	round     lines // one ring round, per byte of the piece (b/H per message)
 	allDirect float64
 	allRing   float64 // W per byte, with each stage 2
+	// serial: a leader's receives and its additions take turns on its
+	// thread (cost.Model.Serial within every host).
+	serial bool
 }
 
 func (sh *hierPipeShape) lines(p sched.Params, m cost.Model) *hierPipeLines {
 	hosts := len(sh.groups)
-	hl := &hierPipeLines{hosts: hosts, gamma: m.Gamma}
+	hl := &hierPipeLines{hosts: hosts, gamma: m.Gamma, serial: m.SelfCopy && onOneHost(p.Layout, sh.groups)}
 	var f1, f3, f2, fr, fr2 []flow
 	for _, g := range sh.groups {
 		hl.red1 = max(hl.red1, float64(len(g)-1)*m.Gamma)
@@ -429,6 +435,9 @@ func (sh *hierPipeShape) lines(p sched.Params, m cost.Model) *hierPipeLines {
 func (hl *hierPipeLines) stage(b float64, k int, ring bool) (f, period float64) {
 	c1, c3, r1 := hl.c1.at(b), hl.c3.at(b), hl.red1*b
 	if hl.hosts == 1 {
+		if hl.serial {
+			return c1 + r1 + c3, max(c1+r1, c3, hl.allDirect*b)
+		}
 		return c1 + r1 + c3, max(c1, c3, r1, hl.allDirect*b)
 	}
 	h := float64(hl.hosts)

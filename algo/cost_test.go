@@ -524,13 +524,19 @@ func TestSegringSelfCopy(t *testing.T) {
 }
 
 // TestDirectSelfCopy checks the direct allreduce's cost (and hier's, which
-// shares it) where ranks copy their own messages over shared memory
-// (cost.Model.SelfCopy): on one host its segments' transfers and additions
-// take turns, so that it costs more than with them overlapped once the
-// vector is cut into several segments, and across hosts it costs what it
-// does without SelfCopy.
+// shares it) and hierpipe's where ranks copy their own messages over shared
+// memory (cost.Model.SelfCopy): on one host their segments' transfers and
+// additions take turns, so that they cost more than with them overlapped
+// once the vector is cut into several segments, and across hosts they
+// cost what they do without SelfCopy.
 func TestDirectSelfCopy(t *testing.T) {
-	k := costerOf(t, sched.Allreduce, "direct")
+	for _, name := range []string{"direct", "hierpipe"} {
+		testSelfCopy(t, name)
+	}
+}
+
+func testSelfCopy(t *testing.T, name string) {
+	k := costerOf(t, sched.Allreduce, name)
 	for _, base := range models {
 		m := base
 		m.SelfCopy = true
@@ -538,7 +544,7 @@ func TestDirectSelfCopy(t *testing.T) {
 			p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: 1 << 22}
 			over, serial := k.Cost(p, 4, base), k.Cost(p, 4, m)
 			if base.Gamma > 0 && !(serial > over) {
-				t.Errorf("n=%d α=%g β=%g γ=%g, one host: Cost %.9g with SelfCopy, %.9g without; want more", n, base.Links[0].Alpha, base.Links[0].Beta, base.Gamma, serial, over)
+				t.Errorf("%s n=%d α=%g β=%g γ=%g, one host: Cost %.9g with SelfCopy, %.9g without; want more", name, n, base.Links[0].Alpha, base.Links[0].Beta, base.Gamma, serial, over)
 			}
 			names := make([]string, n)
 			for i := range names {
@@ -546,7 +552,7 @@ func TestDirectSelfCopy(t *testing.T) {
 			}
 			p.Layout = sched.NewLayout(names, nil)
 			if a, b := k.Cost(p, 4, m), k.Cost(p, 4, base); a != b {
-				t.Errorf("n=%d, one rank a host: Cost %.9g with SelfCopy, %.9g without; want the same", n, a, b)
+				t.Errorf("%s n=%d, one rank a host: Cost %.9g with SelfCopy, %.9g without; want the same", name, n, a, b)
 			}
 		}
 	}
