@@ -728,8 +728,9 @@ const deviceLateEnv = "BRAID_DEVICE_TEST_LATE"
 // gets an error once the call's deadline passes, instead of hanging: the
 // fused one-shot kernel (its wait on the peer's flag is bounded on the
 // GPU), a stream-ordered call (reported by Synchronize), and a program
-// (its wait for the peer's notices is bounded on the host). Rank 1 stays
-// away; rank 0 calls each with a one-second deadline.
+// (its wait for the peer's notices is bounded on the host), and the
+// resident kernel. Rank 1 stays away; rank 0 calls each with a one-second
+// deadline.
 func TestDeviceLatePeer(t *testing.T) {
 	if os.Getenv(deviceLateEnv) != "" {
 		deviceLateRank(t)
@@ -762,6 +763,10 @@ func deviceLateRank(t *testing.T) {
 		{"fused one-shot, stream-ordered", DeviceOptions{StreamOrdered: true}},
 		{"program", DeviceOptions{Algo: map[string]string{"allreduce": "ring"}}},
 		{"fused two-shot, many rounds", DeviceOptions{Algo: map[string]string{"allreduce": "direct"}, SlotBytes: 4096, OneShotMax: -1}},
+		// The resident kernel's wait for the peer's lines is bounded on
+		// the GPU as the launched kernel's is (where ranks share a GPU it
+		// is off, and the call is the first case's).
+		{"resident", DeviceOptions{Resident: 10 * time.Millisecond}},
 	}
 	for _, k := range cases {
 		opts := k.opts
