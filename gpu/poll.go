@@ -86,16 +86,8 @@ func (g *Comm) runPolled(ctx context.Context, k *Call, seq uint32) error {
 		default:
 		}
 		if reply == nil && i&1023 == 0 {
-			if now := time.Now(); next.IsZero() {
-				next = now.Add(pollCheck)
-			} else if now.After(next) {
-				next = now.Add(pollCheck)
-				if err := g.w.Do(context.Background(), func(c *cuda.Ctx) error {
-					_, err := c.StreamQuery(g.s)
-					return err
-				}); err != nil {
-					return err
-				}
+			if err := g.streamFailed(g.s, &next); err != nil {
+				return err
 			}
 		}
 		if d := bo.Step(true); d > 0 {
@@ -109,4 +101,24 @@ func (g *Comm) runPolled(ctx context.Context, k *Call, seq uint32) error {
 		}
 	}
 	return f.failed(g.rank)
+}
+
+// streamFailed is a poll loop's look at stream s: every pollCheck (next
+// holds when the next look is due; zero before the first) it asks the
+// driver whether s failed, and returns the error if it did (a fault in a
+// kernel stops the stream, and the word the loop waits for never comes).
+func (g *Comm) streamFailed(s cuda.Stream, next *time.Time) error {
+	now := time.Now()
+	if next.IsZero() {
+		*next = now.Add(pollCheck)
+		return nil
+	}
+	if now.Before(*next) {
+		return nil
+	}
+	*next = now.Add(pollCheck)
+	return g.w.Do(context.Background(), func(c *cuda.Ctx) error {
+		_, err := c.StreamQuery(s)
+		return err
+	})
 }

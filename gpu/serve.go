@@ -198,17 +198,9 @@ func (g *Comm) runResident(ctx context.Context, k *Call) error {
 			}
 		}
 		if i&1023 == 0 {
-			if now := time.Now(); next.IsZero() {
-				next = now.Add(pollCheck)
-			} else if now.After(next) {
-				next = now.Add(pollCheck)
-				if err := g.w.Do(context.Background(), func(c *cuda.Ctx) error {
-					_, err := c.StreamQuery(r.s)
-					return err
-				}); err != nil {
-					r.live = false
-					return err
-				}
+			if err := g.streamFailed(r.s, &next); err != nil {
+				r.live = false
+				return err
 			}
 		}
 		if d := bo.Step(true); d > 0 {
