@@ -53,14 +53,17 @@ const kernelLoadWait = 3 * time.Minute
 // DefaultFusedMax is DeviceOptions.FusedMax's default for a collective
 // ("bcast", "allgather", "reducescatter") on n GPUs. On H200s (braid bench
 // --device cuda, docs/PERFORMANCE.md) the pipelined fused kernels beat the
-// programs at every size but two: a broadcast on two GPUs above 16 MiB,
-// where one copy-engine push moves 386 GB/s against the kernel's 337 at
-// 1 GiB; and a reduce-scatter on four GPUs at 64 MiB, where the ring moved
-// 219 GB/s busbw against 207 (the kernel wins from 256 MiB: 318 against
-// 296 at 1 GiB), which the default leaves to the kernel.
+// programs at every size but two: a broadcast on two GPUs above 64 MiB,
+// where one copy-engine push moves more (two H200s, session 17, GB/s,
+// kernel against push: 16 MiB 334 against 270, 32 MiB 347 against 317,
+// 64 MiB 357 against 346, 128 MiB 361 against 366, 256 MiB 365 against
+// 377, 1 GiB 370 against 386); and a reduce-scatter on four GPUs at 64
+// MiB, where the ring moved 219 GB/s busbw against 207 (the kernel wins
+// from 256 MiB: 318 against 296 at 1 GiB), which the default leaves to the
+// kernel.
 func DefaultFusedMax(coll string, n int) int {
 	if coll == "bcast" && n <= 2 {
-		return 16 << 20
+		return 64 << 20
 	}
 	return math.MaxInt
 }
