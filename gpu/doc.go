@@ -214,6 +214,15 @@
 // the first error. With Options.Stats each Comm prints, when closed,
 // where the time of its synchronous program calls went.
 //
+// A synchronous fused call is launched by the worker, which queues a store
+// of the call's number into mapped host memory behind the kernel; the
+// caller polls that word (runPolled, poll.go). With Options.Resident a
+// small allreduce in low-latency lines skips the launch too: a kernel of
+// one block stays on the GPU between calls and polls a bell in host memory
+// into which the caller writes the call (serve.go, kernels/serve.cuh). It
+// runs only while nothing is queued on the stream, ends after
+// Options.Resident without a call, and holds an SM while it waits.
+//
 // # CUDA graphs
 //
 // Between BeginCapture and EndCapture the Comm's stream captures (in
