@@ -304,9 +304,9 @@ func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadl
 	} else if err := f.advance(rounds, reset); err != nil {
 		return err
 	}
-	wait := time.Until(deadline)
-	if wait <= 0 {
-		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
+	wait, err := peerWait(rank, deadline)
+	if err != nil {
+		return err
 	}
 	a.Timeout, a.Status = wait, f.status.Ptr()
 	if (a.Kind == fused.OneShotLL || a.Kind == fused.TwoShotLL) && (a.In|a.Out)&7 != 0 {
@@ -424,6 +424,25 @@ func (f *fusedState) failed(rank int) error {
 			rank, p-1, context.DeadlineExceeded)
 	}
 	return nil
+}
+
+// callDeadline is the deadline of a fused call made with ctx: ctx's, or
+// an hour from now without one.
+func callDeadline(ctx context.Context) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(time.Hour)
+}
+
+// peerWait is how long a fused kernel of a call with deadline dl may wait
+// for its peers on the GPU, or an error where dl has passed.
+func peerWait(rank int, dl time.Time) (time.Duration, error) {
+	wait := time.Until(dl)
+	if wait <= 0 {
+		return 0, fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", rank, context.DeadlineExceeded)
+	}
+	return wait, nil
 }
 
 // deadlineCtx is the context of a call that runs after its caller has

@@ -271,10 +271,7 @@ func (g *Comm) growScratch(c *cuda.Ctx, need int) error {
 // refused, in a capture begun outside this Comm too (notCapturing).
 func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool, cp *capture) error {
 	if k.Fused != nil {
-		dl, ok := ctx.Deadline()
-		if !ok {
-			dl = time.Now().Add(time.Hour)
-		}
+		dl := callDeadline(ctx)
 		reset := func() error { return g.resetFused(ctx, c, seq) }
 		if a := k.Fused; a.Kind == fused.ReduceScatter && a.Stride > a.Count {
 			// Staged at an aligned stride (fusedState.strided): the n

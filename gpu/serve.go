@@ -174,9 +174,9 @@ func (g *Comm) runResident(ctx context.Context, k *Call) error {
 			return err
 		}
 	}
-	left := time.Until(deadlineOf(ctx, time.Now().Add(time.Minute)))
-	if left <= 0 {
-		return fmt.Errorf("gpu: rank %d: the call's deadline passed before it started: %w", g.rank, context.DeadlineExceeded)
+	left, err := peerWait(g.rank, callDeadline(ctx))
+	if err != nil {
+		return err
 	}
 	f.seq++ // serves checked that no reset is due
 	r.ticket++
@@ -256,14 +256,6 @@ func (g *Comm) freeResident() error {
 	return errors.Join(err, g.w.Do(context.Background(), func(c *cuda.Ctx) error {
 		return errors.Join(c.DestroyStream(r.s), c.FreeHost(r.bell))
 	}))
-}
-
-// deadlineOf is ctx's deadline, or def.
-func deadlineOf(ctx context.Context, def time.Time) time.Time {
-	if dl, ok := ctx.Deadline(); ok {
-		return dl
-	}
-	return def
 }
 
 // ResidentStarts is how many resident kernels this Comm started, for
