@@ -1,7 +1,6 @@
 package braid
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -242,11 +241,11 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)
 	}
 	if o.Resident > 0 {
-		if on, why, _ := d.g.Resident(); on {
+		if rs := d.g.Resident(); rs.On {
 			c.w.debugf("info", "device comm on GPU %d: a resident kernel runs synchronous allreduces in low-latency lines up to %s without a launch; it holds one SM, and ends after %v without one",
-				dev, sizeLimit(cmp.Or(o.ResidentMax, gpu.DefaultResidentMax)), o.Resident)
+				dev, sizeLimit(rs.Max), o.Resident)
 		} else {
-			c.w.debugf("info", "device comm on GPU %d: no resident kernel (DeviceOptions.Resident): %s", dev, why)
+			c.w.debugf("info", "device comm on GPU %d: no resident kernel (DeviceOptions.Resident): %s", dev, rs.Off)
 		}
 	}
 	if dt := d.topo; dt != nil {

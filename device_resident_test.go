@@ -45,7 +45,8 @@ func deviceResidentRank(t *testing.T) {
 			t.Errorf("rank %d: close: %v", rank, err)
 		}
 	}()
-	on, why, _ := d.g.Resident()
+	rs := d.g.Resident()
+	on, why := rs.On, rs.Off
 	gpus, _ := cuda.DeviceCount()
 	if n > gpus {
 		if on || why == "" {
@@ -108,13 +109,13 @@ func deviceResidentRank(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	before := d.g.ResidentStarts()
+	before := d.g.Resident().Starts
 	for range 200 {
 		if err := d.Allreduce(ctx, Device{Ptr: bufA, Count: 2, Type: Float32}, Device{Ptr: bufB, Count: 2, Type: Float32}, Sum); err != nil {
 			t.Fatalf("rank %d: %v", rank, err)
 		}
 	}
-	starts := d.g.ResidentStarts() - before
+	starts := d.g.Resident().Starts - before
 	if err := readDevice(ctx, w, out, bufB); err != nil {
 		t.Fatal(err)
 	}
@@ -130,13 +131,13 @@ func deviceResidentRank(t *testing.T) {
 	run(deviceCase{coll: sched.Allreduce, d: Float32, op: Sum, count: 3})
 	run(deviceCase{coll: sched.Allreduce, d: Float32, op: Sum, count: 4})
 	if on {
-		_, _, calls := d.g.Resident()
+		rs := d.g.Resident()
 		// 2 of every 3 sizes above, twice, over every type and op, then
 		// the run and two more.
-		if calls < 200 {
-			t.Errorf("rank %d: the resident kernel ran %d calls, want at least 200", rank, calls)
+		if rs.Calls < 200 {
+			t.Errorf("rank %d: the resident kernel ran %d calls, want at least 200", rank, rs.Calls)
 		}
-		t.Logf("rank %d: the resident kernel ran %d calls, in %d kernels", rank, calls, d.g.ResidentStarts())
+		t.Logf("rank %d: the resident kernel ran %d calls, in %d kernels", rank, rs.Calls, rs.Starts)
 	}
 	if err := d.Synchronize(ctx); err != nil {
 		t.Fatal(fmt.Errorf("rank %d: synchronize: %w", rank, err))

@@ -129,15 +129,25 @@ func (g *Comm) setupResident(ctx context.Context, host Host, opts Options) error
 	return nil
 }
 
+// ResidentState is what Resident reports of a Comm's resident kernel.
+type ResidentState struct {
+	On     bool   // small synchronous allreduces run on it
+	Off    string // where On is false though Options.Resident asked for it: why
+	Max    int    // the largest allreduce it runs, in bytes
+	Calls  int    // calls it ran so far
+	Starts int    // kernels started so far
+}
+
 // Resident says whether this Comm runs small allreduces on a resident
-// kernel (Options.Resident), or why not; calls is how many it ran so far.
-func (g *Comm) Resident() (on bool, why string, calls int) {
+// kernel (Options.Resident), or why not, and what it has done.
+func (g *Comm) Resident() ResidentState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.res == nil {
-		return false, g.residentOff, 0
+	r := g.res
+	if r == nil {
+		return ResidentState{Off: g.residentOff}
 	}
-	return true, "", g.res.calls
+	return ResidentState{On: true, Max: r.max, Calls: r.calls, Starts: r.starts}
 }
 
 // serves reports whether the resident kernel may run k now. g.mu is held.
@@ -256,15 +266,4 @@ func (g *Comm) freeResident() error {
 	return errors.Join(err, g.w.Do(context.Background(), func(c *cuda.Ctx) error {
 		return errors.Join(c.DestroyStream(r.s), c.FreeHost(r.bell))
 	}))
-}
-
-// ResidentStarts is how many resident kernels this Comm started, for
-// tests.
-func (g *Comm) ResidentStarts() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.res == nil {
-		return 0
-	}
-	return g.res.starts
 }
