@@ -1,7 +1,6 @@
 package braid
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -58,17 +57,8 @@ func deviceResidentRank(t *testing.T) {
 	}
 	w := d.Worker()
 	const bytes = 64 << 10
-	var bufA, bufB cuda.DevicePtr
-	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
-		if bufA, err = cc.Alloc(bytes); err != nil {
-			return err
-		}
-		bufB, err = cc.Alloc(bytes)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+	bufA, bufB, free := deviceBuffers(ctx, t, w, bytes)
+	defer free()
 	call := func(send, recv Device, op Op) error { return d.Allreduce(ctx, send, recv, op) }
 	salt := 0
 	run := func(k deviceCase) {

@@ -62,17 +62,8 @@ func deviceStrideRank(t *testing.T) {
 	counts := func(es int) []int { return []int{fused.StrideMin/es + 1, 3*fused.StrideMin/es + 5} }
 	most := n*(3*fused.StrideMin+5*8) + 64
 	w := d.Worker()
-	var bufA, bufB cuda.DevicePtr
-	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
-		if bufA, err = cc.Alloc(most); err != nil {
-			return err
-		}
-		bufB, err = cc.Alloc(most)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+	bufA, bufB, free := deviceBuffers(ctx, t, w, most)
+	defer free()
 	start, ran, failures := time.Now(), 0, 0
 	for _, dt := range dtype.All() {
 		for _, op := range dtype.AllOps() {

@@ -280,6 +280,23 @@ func deviceTestSample(t *testing.T) int {
 	return every
 }
 
+// deviceBuffers allocates two buffers of bytes each on w's GPU for a
+// device test's inputs and outputs, failing t if it cannot; free releases
+// them (call it before the communicator whose worker w is closes).
+func deviceBuffers(ctx context.Context, t *testing.T, w *cuda.Worker, bytes int) (a, b cuda.DevicePtr, free func()) {
+	t.Helper()
+	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
+		if a, err = cc.Alloc(bytes); err != nil {
+			return err
+		}
+		b, err = cc.Alloc(bytes)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, func() { w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(a); return cc.Free(b) }) }
+}
+
 // readDevice copies len(dst) bytes at src on w's GPU into dst and waits
 // for the copy.
 func readDevice(ctx context.Context, w *cuda.Worker, dst []byte, src cuda.DevicePtr) error {
@@ -479,17 +496,8 @@ func deviceRank(t *testing.T) {
 	maxBytes := max(n*counts[len(counts)-1]*8, fused.BcastDirectMax+4099+8)
 	first := get(sched.Allreduce, "", false)
 	w := first.Worker()
-	var bufA, bufB cuda.DevicePtr
-	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
-		if bufA, err = cc.Alloc(maxBytes + 8); err != nil {
-			return err
-		}
-		bufB, err = cc.Alloc(maxBytes + 8)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+	bufA, bufB, free := deviceBuffers(ctx, t, w, maxBytes+8)
+	defer free()
 
 	// BRAID_TEST_DEVICE_SAMPLE=k runs every k-th case only (from a
 	// different first case on each run of the test binary is not wanted:

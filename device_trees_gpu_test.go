@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/braid-ccl/braid/cuda"
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
@@ -88,17 +87,8 @@ func deviceTreesRank(t *testing.T) {
 	const big, miadCount = 1<<20 + 3, 4 << 20
 	bufBytes := max(big*8, miadCount*4) + 8
 	w := tuned.Worker()
-	var bufA, bufB cuda.DevicePtr
-	if err := w.Do(ctx, func(cc *cuda.Ctx) (err error) {
-		if bufA, err = cc.Alloc(bufBytes); err != nil {
-			return err
-		}
-		bufB, err = cc.Alloc(bufBytes)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Do(context.Background(), func(cc *cuda.Ctx) error { cc.Free(bufA); return cc.Free(bufB) })
+	bufA, bufB, free := deviceBuffers(ctx, t, w, bufBytes)
+	defer free()
 
 	// BRAID_TEST_DEVICE_SAMPLE=k runs every k-th case only, as in
 	// TestDeviceCollectives.
