@@ -168,6 +168,43 @@ func flatten(t *testing.T, v reflect.Value) []field {
 	return out
 }
 
+// kernelText is the kernels' translation unit on one line: its macros'
+// continuation lines joined, every run of white space one space.
+func kernelText(t *testing.T) string {
+	src, _ := kernelSource(t)
+	return strings.Join(strings.Fields(strings.ReplaceAll(src, "\\\n", " ")), " ")
+}
+
+// kernelParams is the parameters' names of a kernel's signature, in order.
+func kernelParams(sig string) []string {
+	var names []string
+	for _, p := range strings.Split(sig, ",") {
+		f := strings.Fields(strings.NewReplacer("*", " ", "const", " ").Replace(p))
+		if len(f) > 0 {
+			names = append(names, f[len(f)-1])
+		}
+	}
+	return names
+}
+
+// ptxWidths is the bytes of every parameter of every kernel in the
+// embedded PTX (or BRAID_CUDA_KERNELS'), by kernel.
+func ptxWidths(t *testing.T) map[string][]int {
+	ptx, err := cuda.ReducePTX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	widths := map[string][]int{}
+	for _, m := range regexp.MustCompile(`\.entry (\w+)\(([^)]*)\)`).FindAllSubmatch(ptx, -1) {
+		widths[string(m[1])] = []int{}
+		for _, p := range regexp.MustCompile(`\.param \.[a-z](\d+) `).FindAllSubmatch(m[2], -1) {
+			b, _ := strconv.Atoi(string(p[1]))
+			widths[string(m[1])] = append(widths[string(m[1])], b/8)
+		}
+	}
+	return widths
+}
+
 // TestKernelArgs checks, without a GPU, that every fused kernel's typed
 // argument list is the kernel's parameter list: the names in the order
 // the kernels' source (kernels/reduce.cu and the files it includes)
@@ -176,18 +213,8 @@ func flatten(t *testing.T, v reflect.Value) []field {
 // at its place. It also checks that Kernel's fields land in the
 // parameters of the same meaning.
 func TestKernelArgs(t *testing.T) {
-	src, _ := kernelSource(t)
-	text := strings.Join(strings.Fields(strings.ReplaceAll(src, "\\\n", " ")), " ")
-	params := func(sig string) []string {
-		var names []string
-		for _, p := range strings.Split(sig, ",") {
-			f := strings.Fields(strings.NewReplacer("*", " ", "const", " ").Replace(p))
-			if len(f) > 0 {
-				names = append(names, f[len(f)-1])
-			}
-		}
-		return names
-	}
+	text := kernelText(t)
+	params := kernelParams
 	sigOf := func(re string) string {
 		m := regexp.MustCompile(re).FindStringSubmatch(text)
 		if m == nil {
@@ -204,18 +231,7 @@ func TestKernelArgs(t *testing.T) {
 		"vec":             params(strings.Replace(fused, "HOST u64 timeout_ns", "u64 timeout_ns", 1)),
 		"hostvec":         params(strings.Replace(fused, "HOST u64 timeout_ns", hostParams+", u64 timeout_ns", 1)),
 	}
-	// The parameters' widths in the PTX, by kernel.
-	ptx, err := cuda.ReducePTX()
-	if err != nil {
-		t.Fatal(err)
-	}
-	widths := map[string][]int{}
-	for _, m := range regexp.MustCompile(`\.entry (\w+)\(([^)]*)\)`).FindAllSubmatch(ptx, -1) {
-		for _, p := range regexp.MustCompile(`\.param \.[a-z](\d+) `).FindAllSubmatch(m[2], -1) {
-			b, _ := strconv.Atoi(string(p[1]))
-			widths[string(m[1])] = append(widths[string(m[1])], b/8)
-		}
-	}
+	widths := ptxWidths(t)
 
 	regs := []cuda.DevicePtr{0x100, 0x200, 0x300, 0x400}
 	for _, c := range []struct {
@@ -291,18 +307,11 @@ func TestKernelArgs(t *testing.T) {
 // (braid_llserve_<op>_<type>), and checks that the bell's three groups of
 // words sit on separate 64-byte lines, the arguments on the host's.
 func TestServeArgs(t *testing.T) {
-	src, _ := kernelSource(t)
-	text := strings.Join(strings.Fields(strings.ReplaceAll(src, "\\\n", " ")), " ")
-	m := regexp.MustCompile(`braid_llserve_##opname##_##tname\( (.*?)\) \{`).FindStringSubmatch(text)
+	m := regexp.MustCompile(`braid_llserve_##opname##_##tname\( (.*?)\) \{`).FindStringSubmatch(kernelText(t))
 	if m == nil {
 		t.Fatal("cuda/kernels: no braid_llserve_##opname##_##tname")
 	}
-	var names []string
-	for _, p := range strings.Split(m[1], ",") {
-		if f := strings.Fields(strings.ReplaceAll(p, "*", " ")); len(f) > 0 {
-			names = append(names, f[len(f)-1])
-		}
-	}
+	names := kernelParams(m[1])
 	v := Server{DType: dtype.Float32, Op: dtype.Sum, Bell: 0xbe11, Served: 7, Epoch: 3, Idle: 9, Seqs: 0x5e0, Rank: 1,
 		Regions: []cuda.DevicePtr{0x100, 0x200, 0x300}, SlotBytes: 4096, Status: 0x77}
 	args := v.args()
@@ -318,18 +327,9 @@ func TestServeArgs(t *testing.T) {
 	if !slices.Equal(got, names) {
 		t.Errorf("the typed arguments are (%s), the kernels' source declares (%s)", strings.Join(got, " "), strings.Join(names, " "))
 	}
-	ptx, err := cuda.ReducePTX()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm := regexp.MustCompile(`\.entry braid_llserve_sum_f32\(([^)]*)\)`).FindSubmatch(ptx)
-	if pm == nil {
+	widths, ok := ptxWidths(t)["braid_llserve_sum_f32"]
+	if !ok {
 		t.Fatal("the embedded PTX has no braid_llserve_sum_f32 (older than the kernels' source? cuda/kernels/gen.sh regenerates it)")
-	}
-	var widths []int
-	for _, p := range regexp.MustCompile(`\.param \.[a-z](\d+) `).FindAllSubmatch(pm[1], -1) {
-		b, _ := strconv.Atoi(string(p[1]))
-		widths = append(widths, b/8)
 	}
 	if !slices.Equal(sizes, widths) {
 		t.Errorf("the typed arguments' sizes are %v, the PTX's braid_llserve_sum_f32 takes %v", sizes, widths)
