@@ -128,7 +128,7 @@ func TestReapAfterFailedJoin(t *testing.T) {
 
 func TestFlatMaxFor(t *testing.T) {
 	for _, tc := range []struct{ n, want int }{
-		{1, 2048}, {2, 2048}, {8, 2048}, {15, 2048}, {16, 1024}, {31, 1024}, {32, 512}, {63, 512}, {64, 256}, {512, 256},
+		{1, 2048}, {2, 4096}, {3, 2048}, {8, 2048}, {15, 2048}, {16, 1024}, {31, 1024}, {32, 512}, {63, 512}, {64, 256}, {512, 256},
 	} {
 		if got := FlatMaxFor(tc.n); got != tc.want {
 			t.Errorf("FlatMaxFor(%d) = %d, want %d", tc.n, got, tc.want)

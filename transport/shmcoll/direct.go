@@ -120,7 +120,7 @@ func (g *Group) commitDirect(f uint64, sig uint32, nbytes int) {
 	*u32(l[flagSig:]) = sig
 	*u32(l[flagLen:]) = uint32(nbytes) | flagDirect
 	*u64(l[flagArrive:]) = g.stamp
-	atomic.StoreUint64(u64(l[flagSeq:]), f)
+	g.publishWord(u64(l[flagSeq:]), f)
 	g.dir.last, g.lastPub = f, f
 	g.published.Add(1)
 	if g.wake != nil {

@@ -101,7 +101,16 @@ const minFlatMax = 256
 // 2 KiB 43-45 µs, two phases 70-71, recursive doubling, which the planner
 // took before, 122-143; it now takes the area, whose calls the arrival
 // planner moved to the arrival-aware allreduce, 41-44.)
+//
+// Two ranks take one phase up to 4 KiB: each reads the other's whole
+// input either way, so one phase saves a synchronisation. On the 16-core
+// node a 2-rank 4 KiB allreduce through the area took 1.92 µs in one phase
+// and 2.16 in two, while at 16 KiB one phase lost (4.94 against 4.23;
+// session 18, BenchmarkArea).
 func FlatMaxFor(n int) int {
+	if n == 2 {
+		return 2 * DefaultFlatMax
+	}
 	m := DefaultFlatMax
 	for k := 16; k <= n && m > minFlatMax; k *= 2 {
 		m /= 2
@@ -559,12 +568,29 @@ func (g *Group) finish(f uint64, sig uint32) {
 	// chunk f−1's hash does not read; it checks that the chunk number did
 	// not move while it read.
 	l := g.line(g.rank, lineDone)
-	atomic.StoreUint64(u64(l[8+8*(f&1):]), h)
-	atomic.StoreUint64(g.histWord(g.rank, f), h)
-	atomic.StoreUint64(u64(l), f)
+	g.publishWord(u64(l[8+8*(f&1):]), h)
+	g.publishWord(g.histWord(g.rank, f), h)
+	g.publishWord(u64(l), f)
 	if g.wake != nil {
 		g.wake.kick()
 	}
+}
+
+// publishWord publishes v at *p, a word of this rank's block that other ranks
+// load atomically, after every earlier store of this rank's call. Ranks
+// that are processes store it with release order only (storeRelease): on
+// amd64 a plain store, where atomic.StoreUint64 is a locked exchange that
+// waits until the line is this core's again, which the peers that polled
+// it had taken. On the 16-core node that wait was a fifth of a 2-rank
+// 8-byte allreduce's profile (session 18, docs/PERFORMANCE.md); the store
+// now drains while the rank polls its peers' lines. Goroutine ranks keep
+// the sequentially consistent store that Go's memory model knows.
+func (g *Group) publishWord(p *uint64, v uint64) {
+	if g.wake != nil {
+		atomic.StoreUint64(p, v)
+		return
+	}
+	storeRelease(p, v)
 }
 
 // buf returns where this rank writes nbytes of kind (slotIn or slotRes)
@@ -579,15 +605,14 @@ func (g *Group) buf(kind int, f uint64, nbytes int) []byte {
 // commit publishes what buf returned as chunk f.
 func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
 	l := g.flag(g.rank, kind, f)
-	// Plain stores: the atomic store of the chunk number below publishes
-	// them (and the data) to a reader that loads it atomically. An atomic
-	// store on amd64 is a locked exchange: one per chunk is enough.
+	// Plain stores: the release of the chunk number below publishes them
+	// (and the data) to a reader that loads it atomically.
 	*u32(l[flagSig:]) = sig
 	*u32(l[flagLen:]) = uint32(nbytes)
 	if kind == slotIn {
 		*u64(l[flagArrive:]) = g.stamp
 	}
-	atomic.StoreUint64(u64(l[flagSeq:]), f)
+	g.publishWord(u64(l[flagSeq:]), f)
 	if g.wake != nil {
 		g.wake.kick()
 	}

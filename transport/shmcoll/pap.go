@@ -370,7 +370,7 @@ func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int, fixed b
 			r.K3(mine[off:e], src[off:e], in[off:e])
 		}
 		if prog != nil {
-			atomic.StoreUint64(prog, progWord(f, k))
+			g.publishWord(prog, progWord(f, k))
 			if g.wake != nil {
 				g.wake.kick()
 			}
