@@ -401,7 +401,7 @@ func (c *Comm) confirmRaw(ctx context.Context, e confirmEntry) error {
 	seq, sig, prog := e.seq, e.sig, e.prog
 	if prog == nil {
 		cl := shmcoll.Call{Ctx: ctx, Fail: c.errFn, Name: e.name, Seq: e.seq,
-			Stall: c.chk.nodeStallFn, StallAfter: c.w.stallAfter()}
+			Stall: c.chk.nodeStallFn, StallAfter: c.w.stallAfter(), Spin: c.w.spin}
 		if _, ok := ctx.Deadline(); !ok {
 			cl.Timeout = c.w.opts.Timeout
 		}

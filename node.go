@@ -259,7 +259,7 @@ func (c *Comm) runNode(ctx context.Context, k *call, r run, s *settling) (rerr e
 	var cl shmcoll.Call
 	cl.Ctx, cl.Ticket, cl.Sig, cl.Fail, cl.Name, cl.Seq = ctx, r.ticket, k.sig, c.errFn, k.name, r.seq
 	cl.Arrive, cl.Arrivals, cl.Confirmed = uint64(k.arrive), *stamps, c.confirms(k)
-	cl.Stall, cl.StallAfter = c.chk.nodeStallFn, c.w.stallAfter()
+	cl.Stall, cl.StallAfter, cl.Spin = c.chk.nodeStallFn, c.w.stallAfter(), c.w.spin
 	var settle *settling // set once the call ended well
 	defer func() {
 		c.endCall(k, r.seq, rerr != nil, *stamps, settle)

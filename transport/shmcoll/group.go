@@ -250,15 +250,18 @@ type Call struct {
 	// Confirm takes.
 	Last uint64
 
-	// bo paces a wait: 64 polls, then yields (transport.Backoff's
-	// defaults). Spinning 50 µs before yielding, as the schedules' waits
-	// do while every rank has a core, was no faster on the 16-core node
-	// (0.65-1.45 of the same cells, session 13) and 20 times slower on
-	// a VM whose cores another process shared.
-	bo      transport.Backoff
-	whole   int         // the bytes of every rank's input of the call (direct.go)
-	wake    *wake       // goroutine ranks: the group's wake-up
-	recheck func() bool // whether what the current wait awaits is there
+	// Spin is how long a wait polls before it yields the thread
+	// (transport.Backoff's Spin): 0 means 64 polls, for ranks that may
+	// share cores. The communicator passes its spin: 50 µs while every
+	// rank of the host has a core. With 64 polls, 16 ranks on the 16-core
+	// node spent a fifth of an 8-byte allreduce's profile in sched_yield,
+	// each yield outlasting the wait it interrupted (session 18).
+	Spin time.Duration
+
+	bo      transport.Backoff // paces a wait (Spin)
+	whole   int               // the bytes of every rank's input of the call (direct.go)
+	wake    *wake             // goroutine ranks: the group's wake-up
+	recheck func() bool       // whether what the current wait awaits is there
 	timer   *time.Timer
 	polls   int
 	since   time.Time // when the current slow wait began
@@ -351,6 +354,7 @@ func (g *Group) enter(c *Call) error {
 	}
 	c.chunk0 = g.f
 	c.wake = g.wake
+	c.bo.Spin = c.Spin
 	g.stamp = c.Arrive
 	if len(c.Arrivals) == g.n {
 		clear(c.Arrivals)
@@ -1263,6 +1267,7 @@ func (c *Call) confirmIdle(q int, what string) error {
 func (g *Group) confirm(c *Call, f uint64, agg int) error {
 	c.wake = g.wake
 	c.chunk0 = f
+	c.bo.Spin = c.Spin
 	if agg == g.rank || agg < 0 || agg >= g.n {
 		if agg != g.rank {
 			_, err := g.confirmAll(c, f)
