@@ -49,3 +49,11 @@ func SkewClock(c *Comm, d time.Duration) { c.w.clock.off.Add(int64(d)) }
 // ClockRefreshes returns how many refreshes changed the clock offset of
 // c's rank.
 func ClockRefreshes(c *Comm) uint64 { return c.w.clock.refreshes.Load() }
+
+// KeepDoubling makes the shared areas of communicators made until the
+// returned function is called double (shmcoll's recursive doubling) even
+// where the ranks outnumber the cores.
+func KeepDoubling() (undo func()) {
+	testDoubling.Add(1)
+	return func() { testDoubling.Add(-1) }
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/braid-ccl/braid/transport"
@@ -54,7 +55,7 @@ func NewLocal(n int, opts *Options) ([]*Comm, error) {
 		if slot == 0 {
 			slot = localSlot
 		}
-		groups, err = shmcoll.NewLocal(n, shmcoll.Options{Slot: slot})
+		groups, err = shmcoll.NewLocal(n, areaOptions(slot, n, runtime.GOMAXPROCS(0)))
 		if err != nil {
 			return nil, &Error{Kind: Internal, Rank: -1, Call: "newlocal", Peer: -1, Err: err}
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/internal/choice"
@@ -50,7 +52,37 @@ const (
 	nodeLineGet = 0.06e-6
 )
 
+// nodeRound is a round of the area's recursive doubling (shmcoll's
+// doubling.go): a line's round trip between two cores, 0.3–0.5 µs on the
+// 16-core node (BenchmarkLinePingPong), where 16 ranks doubled 8 bytes in
+// about the flat reduction's time (3.3–3.6 µs against 3.1–4.2): four
+// rounds cost what the flat's synchronisation and 16 line reads do in the
+// model.
+const nodeRound = 0.35e-6
+
 func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
+
+// areaOptions returns the options of a shared area for n ranks of this
+// host with the given slot (0: the default): recursive doubling only while
+// the ranks have a core each (cores: runtime.NumCPU for processes,
+// GOMAXPROCS for goroutine ranks, which share the process's threads). Its
+// log₂ n rounds each wait for one partner, which a rank without a core of
+// its own waits for to be scheduled; on this 2-core VM, 8 goroutine ranks
+// allreduced 8 bytes through the area in 12.0 µs by doubling and 8.4 flat
+// (session 18). The area's maker decides for every rank (shmcoll's
+// hdrRD), so that ranks whose view of the cores differs agree.
+func areaOptions(slot, n, cores int) shmcoll.Options {
+	o := shmcoll.Options{Slot: slot}
+	if n > cores && testDoubling.Load() == 0 {
+		o.RDMax = -1
+	}
+	return o
+}
+
+// testDoubling, while positive, keeps recursive doubling in the areas
+// made (areaOptions) whatever the cores: the tests' 16 and 17 goroutine
+// ranks on a 2-core machine run it too (export_test.go).
+var testDoubling atomic.Int32
 
 // nodeHot is the largest lone chunk whose second pass an allreduce through
 // the area does not pay: its copies and partial sums are still in the
@@ -158,7 +190,11 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	var t float64
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:
-		if b <= float64(g.FlatMax()) {
+		if rounds := g.DoublingRounds(int(b)); p.Coll == sched.Allreduce && chunks == 1 && rounds > 0 {
+			// Recursive doubling: a round is one exchange of a line (or
+			// a few) with one partner, and a reduction.
+			t = float64(rounds) * (nodeRound + b/beta + b*gamma)
+		} else if b <= float64(g.FlatMax()) {
 			// Every rank reads every input: n lines or slots.
 			t = sync + b/beta + (n-1)*b*gamma + n*b/beta
 		} else {
@@ -376,7 +412,7 @@ func (c *Comm) splitArea(ctx context.Context, sub *Comm, parents []int) error {
 			if slot == 0 {
 				slot = localSlot
 			}
-			gs, err := shmcoll.NewLocal(sub.Size(), shmcoll.Options{Slot: slot})
+			gs, err := shmcoll.NewLocal(sub.Size(), areaOptions(slot, sub.Size(), runtime.GOMAXPROCS(0)))
 			if err != nil {
 				return &Error{Kind: Internal, Rank: c.rank, Call: "split", Peer: -1, Err: err}
 			}
@@ -404,7 +440,7 @@ func (c *Comm) splitArea(ctx context.Context, sub *Comm, parents []int) error {
 	mine := make([]byte, rec)
 	var g *shmcoll.Group
 	var path string
-	opts := shmcoll.Options{Slot: c.w.opts.SharedSlot}
+	opts := areaOptions(c.w.opts.SharedSlot, sub.Size(), runtime.NumCPU())
 	if multi && sub.rank == 0 {
 		var err error
 		if g, path, err = shmcoll.Make("", sub.Size(), opts, c.w.secret); err != nil {

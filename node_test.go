@@ -31,7 +31,7 @@ var _ algo.Algorithm = nodeAlgo{}
 // TestMatrixShm runs the matrix's cases through the shared area: every
 // dtype and op at the small counts, float32 at the large ones (many
 // chunks), in place and not, every root, on 1–9 ranks, and the small
-// counts on 16 and 17.
+// counts on 16 and 17 (allreduce also by recursive doubling).
 func TestMatrixShm(t *testing.T) {
 	for _, coll := range nodeCollectives {
 		t.Run(coll.String(), func(t *testing.T) {
@@ -47,6 +47,14 @@ func TestMatrixShm(t *testing.T) {
 					}
 				}
 				runCases(t, coll, "shm", n, nil, small)
+				if coll == sched.Allreduce {
+					// Recursive doubling, which the area takes from 16
+					// ranks where they have a core each (not on a 2-core
+					// machine).
+					undo := braid.KeepDoubling()
+					runCases(t, coll, "shm", n, nil, small)
+					undo()
+				}
 			}
 		})
 	}

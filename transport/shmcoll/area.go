@@ -22,10 +22,15 @@ import (
 
 // The area's file starts with a header page; the blocks follow.
 const (
-	hdrMagic   = 0
-	hdrRanks   = 8
-	hdrSlot    = 16
-	hdrSecret  = 24 // 16 bytes
+	hdrMagic  = 0
+	hdrRanks  = 8
+	hdrSlot   = 16
+	hdrSecret = 24 // 16 bytes
+	// hdrRD holds the maker's Options.RDMax (low 32 bits, signed) and
+	// RDRanks: the ranks that map the area take the maker's, so that all
+	// double the same calls whatever each was given (a rank's view of the
+	// cores, which decides it, can differ).
+	hdrRD      = 40
 	hdrMapped  = 64 // own line: ranks that mapped the file
 	headerSize = 4096
 
@@ -46,6 +51,11 @@ type Options struct {
 	// the same: ranks that cut a call differently fail it with a
 	// mismatch.
 	BcastSeg int
+	// RDMax is the largest allreduce (of one chunk) that goes by recursive
+	// doubling (doubling.go), on RDRanks ranks or more; 0 means
+	// DefaultRDMax (DefaultRDRanks), negative never. Every rank of a group
+	// must be given the same.
+	RDMax, RDRanks int
 }
 
 // Check returns the options with defaults filled in for a group of n
@@ -65,6 +75,15 @@ func (o Options) resolve(n int) (Options, error) {
 	if o.BcastSeg == 0 {
 		o.BcastSeg, _ = strconv.Atoi(os.Getenv("BRAID_SHM_BCAST_SEG"))
 	}
+	if o.RDMax == 0 {
+		o.RDMax = DefaultRDMax
+	}
+	if o.RDRanks <= 0 {
+		o.RDRanks = DefaultRDRanks
+	}
+	if o.RDMax > rdCap {
+		return o, fmt.Errorf("shmcoll: recursive doubling up to %d bytes: want at most %d", o.RDMax, rdCap)
+	}
 	if o.ChainRanks <= 0 {
 		o.ChainRanks = DefaultChainRanks
 	}
@@ -76,7 +95,7 @@ func (o Options) resolve(n int) (Options, error) {
 }
 
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
-	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, blocks: blocks, srcs: make([][]byte, n)}
+	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, rdMax: o.RDMax, rdRanks: o.RDRanks, blocks: blocks, srcs: make([][]byte, n)}
 }
 
 // NewLocal returns the groups of n goroutine ranks of one process, sharing
@@ -158,7 +177,7 @@ func Join(ctx context.Context, cfg Config) (g *Group, err error) {
 	var path string
 	var mine error
 	if cfg.Rank == 0 {
-		mem, path, mine = create(dir, size, n, o.Slot, cfg.Secret)
+		mem, path, mine = create(dir, size, n, o, cfg.Secret)
 		v := "ok " + path
 		if mine != nil {
 			v = "err " + mine.Error()
@@ -248,7 +267,7 @@ func ReapStale(dir string) { shmfile.ReapStale(dir, areaRe) }
 // create makes, sizes (with its pages allocated, so that a full /dev/shm
 // fails here rather than as a bus error later) and maps the area's file,
 // after reaping the files that dead makers left in dir.
-func create(dir string, size, n, slot int, secret []byte) ([]byte, string, error) {
+func create(dir string, size, n int, o Options, secret []byte) ([]byte, string, error) {
 	var rnd [8]byte
 	if _, err := unix.Getrandom(rnd[:], 0); err != nil {
 		return nil, "", err
@@ -260,7 +279,8 @@ func create(dir string, size, n, slot int, secret []byte) ([]byte, string, error
 		return nil, "", err
 	}
 	*(*uint64)(unsafe.Pointer(&mem[hdrRanks])) = uint64(n)
-	*(*uint64)(unsafe.Pointer(&mem[hdrSlot])) = uint64(slot)
+	*(*uint64)(unsafe.Pointer(&mem[hdrSlot])) = uint64(o.Slot)
+	*(*uint64)(unsafe.Pointer(&mem[hdrRD])) = uint64(uint32(int32(o.RDMax))) | uint64(o.RDRanks)<<32
 	h := secretHash(secret)
 	copy(mem[hdrSecret:hdrSecret+16], h[:])
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[hdrMagic])), areaMagic)
@@ -318,7 +338,7 @@ func Make(dir string, n int, o Options, secret []byte) (*Group, string, error) {
 	if dir == "" {
 		dir = "/dev/shm"
 	}
-	mem, path, err := create(dir, headerSize+n*BlockSize(o.Slot), n, o.Slot, secret)
+	mem, path, err := create(dir, headerSize+n*BlockSize(o.Slot), n, o, secret)
 	if err != nil {
 		return nil, "", err
 	}
@@ -346,6 +366,8 @@ func Unlink(path string) error { return unix.Unlink(path) }
 
 // mapped returns the group of rank over an area mapped at mem.
 func mapped(mem []byte, rank, n int, o Options) *Group {
+	rd := *(*uint64)(unsafe.Pointer(&mem[hdrRD]))
+	o.RDMax, o.RDRanks = int(int32(uint32(rd))), int(rd>>32)
 	bs := BlockSize(o.Slot)
 	blocks := make([][]byte, n)
 	for q := range blocks {

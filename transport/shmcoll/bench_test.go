@@ -21,6 +21,9 @@ func mappedGroups(tb testing.TB, n int) []*Group {
 	// BRAID_BENCH_FLATMAX sets the groups' FlatMax (bytes), to compare
 	// one phase with two on a machine.
 	o.FlatMax, _ = strconv.Atoi(os.Getenv("BRAID_BENCH_FLATMAX"))
+	// BRAID_BENCH_RDMAX sets RDMax (-1: no recursive doubling).
+	o.RDMax, _ = strconv.Atoi(os.Getenv("BRAID_BENCH_RDMAX"))
+	o.RDRanks, _ = strconv.Atoi(os.Getenv("BRAID_BENCH_RDRANKS"))
 	g0, path, err := Make(tb.TempDir(), n, o, []byte("bench"))
 	if err != nil {
 		tb.Fatal(err)

@@ -118,8 +118,9 @@ func FlatMaxFor(n int) int {
 	return m
 }
 
-// BlockSize returns the bytes of one rank's block for the given slot size.
-func BlockSize(slot int) int { return dataOff + 4*slot }
+// BlockSize returns the bytes of one rank's block for the given slot size:
+// the lines, four slots and the region of recursive doubling.
+func BlockSize(slot int) int { return dataOff + 4*slot + rdRegion }
 
 // Group is one rank's handle on the area of a group of ranks. Its
 // collectives must be entered in ticket order (see Ticket); a Group is not
@@ -132,6 +133,8 @@ type Group struct {
 	// take the rank-order pipelined chain (Options.ChainMin)
 	chainMin, chainRanks int
 	bcastSeg             int         // a broadcast's chunk if positive (Options.BcastSeg)
+	rdMax, rdRanks       int         // recursive doubling's scope (Options.RDMax, RDRanks)
+	rdCalls, rdSeen      uint64      // calls that doubled, and calls that could have (doubling.go)
 	blocks               [][]byte    // blocks[q]: rank q's block, mapped here
 	srcs                 [][]byte    // scratch: one source per rank
 	comb                 combineTask // scratch: combine's work
@@ -235,7 +238,9 @@ type Call struct {
 	// own stamp and those of the ranks whose input flag it read (every
 	// rank's in allreduce, allgather, reducescatter and barrier; the
 	// root's in bcast; in reduce, the root reads every rank's, the others
-	// only when a chunk exceeds FlatMax); zero for the others.
+	// only when a chunk exceeds FlatMax; in an allreduce by recursive
+	// doubling, only its partners', except in one such call in 16);
+	// zero for the others.
 	Arrive   uint64
 	Arrivals []uint64
 	// Confirmed says that the caller confirms this call (Confirm, with
@@ -658,44 +663,11 @@ func (g *Group) readAt(c *Call, q, kind int, f uint64, nbytes int, placed bool) 
 // await waits for rank q's flag line of kind for chunk f, checks its
 // signature and length (nbytes), and returns it.
 func (g *Group) await(c *Call, q, kind int, f uint64, nbytes int) ([]byte, error) {
-	l := g.flag(q, kind, f)
-	seq := u64(l[flagSeq:])
-	v := atomic.LoadUint64(seq)
-	if v < f {
-		what := "its input"
-		if kind == slotRes {
-			what = "its share of the result"
-		}
-		done := u64(g.line(q, lineDone))
-		if c.wake != nil {
-			c.recheck = reachedEither(seq, done, f)
-		}
-		for i := 1; v < f; i++ {
-			if i&7 == 0 && atomic.LoadUint64(done) >= f {
-				// q finished chunk f; unless it published the flag before
-				// (it stores the flag first), it did not publish what this
-				// call reads from it: it made another call.
-				if v = atomic.LoadUint64(seq); v >= f {
-					break
-				}
-				return nil, &MismatchError{Peer: q, Skipped: true}
-			}
-			if err := c.idle(q, what, f-c.chunk0); err != nil {
-				return nil, err
-			}
-			v = atomic.LoadUint64(seq)
-		}
-		c.arrived()
+	what := "its input"
+	if kind == slotRes {
+		what = "its share of the result"
 	}
-	sig := *u32(l[flagSig:])
-	n := int(*u32(l[flagLen:]) &^ flagDirect)
-	if v != f || sig != c.Sig || n != nbytes {
-		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
-	}
-	if kind == slotIn && c.Arrivals != nil {
-		c.Arrivals[q] = *u64(l[flagArrive:])
-	}
-	return l, nil
+	return g.awaitLine(c, q, g.flag(q, kind, f), f, nbytes, what, kind == slotIn)
 }
 
 // touch loads every rank's flag of kind for chunk f without waiting: the
@@ -785,6 +757,11 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	size, count := chunks(len(in), r.ElemSize, g.slot)
 	if size > g.flatMax && !g.Chained(size) {
 		g.startDirect(c, in, len(in))
+	}
+	if count == 1 && g.doubles(len(in)) {
+		if g.rdSeen++; g.rdSeen%rdSample != 0 {
+			return g.reduceDoubling(c, in, out, r)
+		}
 	}
 	for i := range count {
 		off := i * size

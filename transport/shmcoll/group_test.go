@@ -370,7 +370,7 @@ func TestEarlierMismatch(t *testing.T) {
 // phases (above FlatMax).
 func TestArrivals(t *testing.T) {
 	const n = 5
-	o := Options{Slot: 4096, FlatMax: 256}
+	o := Options{Slot: 4096, FlatMax: 256, RDMax: -1} // TestDoublingArrivals: with recursive doubling
 	stamp := func(call, r int) uint64 { return uint64(call)<<16 | uint64(r+1) }
 	runAll(t, n, o, func(g *Group, c *Call) error {
 		r := g.Rank()

@@ -1,0 +1,266 @@
+package shmcoll
+
+import (
+	"sync/atomic"
+)
+
+// Recursive doubling through the area: a small allreduce of 16 ranks or
+// more (DefaultRDRanks) in log₂ rounds of one exchange each, instead of every rank reading
+// every rank's flag line at once (reduceFlat).
+//
+// In the flat reduction each of n ranks reads n−1 lines, each written by
+// another core and read by n−1 others: n² line transfers a call. In round
+// k of recursive doubling rank r exchanges its partial result with rank r
+// xor 2^k only, one line (or a few) each way, and the next round needs
+// both: log₂ n exchanges in turn instead of n² at once. Open MPI runs
+// recursive doubling over its shared-memory fast boxes at these sizes.
+//
+// A round costs about a line's round trip between two cores (0.3–0.5 µs
+// on the 16-core node, BenchmarkLinePingPong), so doubling pays only where
+// the flat reduction's storm costs more than log₂ n of them. On the node
+// (BenchmarkArea, session 18, two runs of three) 16 ranks allreduced
+// 256 B in 3.6–3.7 µs by doubling against 4.3–5.2 flat, 1 KiB in 5.4–6.0
+// against 6.7–7.2, and 8 B in 3.3–3.6 against 3.1–4.2; at 4 and 8 ranks
+// doubling lost by 5–26 % (8 ranks, 8 B: 1.6–1.8 µs against 1.4). So the
+// area doubles from 16 ranks (DefaultRDRanks); at 32 and more, which the
+// node could not run, the flat storm only grows (n² lines against log₂ n
+// rounds).
+//
+// # Layout
+//
+// Each rank's block ends with its doubling region: two sets (a call uses
+// set rdCalls mod 2) of rdEntries entries, each a flag line (chunk number,
+// signature, length, up to 40 bytes of data, the writer's arrival stamp:
+// as the other flag lines) followed by rdCap bytes of data for a partial
+// result too large for the line. Entry 0 carries an extra rank's input to
+// its partner below (a group of n ranks that is not a power of two: the p
+// = 2^⌊log₂ n⌋ lowest ranks double, and rank p+i first folds its input
+// into rank i's, then reads the result back from rank i's last entry);
+// entry 1+k carries a rank's partial result into round k.
+//
+// # Reuse without waiting
+//
+// An entry of set s is read by one rank only, the writer's partner in
+// that entry's round, and written again two doubling calls later. Before
+// that, the writer has read, in the doubling call between, an entry its
+// partner wrote in that call: so the partner had finished the call before
+// it, including its read of the entry. No rank waits for a done line
+// before writing (claim), and at the start of a call a rank stores its
+// arrival stamp into each entry it will write, so that its core owns those
+// lines again (the partner's read had taken them) by the time the partial
+// results are ready.
+//
+// # Agreement and order
+//
+// A rank reads its partners' chunk numbers, signatures and lengths as
+// every reader of a flag line does, and publishes its round k+1 only after
+// round k checked: a call that ends well on a rank folded in every rank's
+// input, each checked along the way, so the call is complete (no running
+// hash comparison is owed, as for the flat reduction). Both partners
+// combine the lower ranks' partial result first, so that every rank holds
+// the same bits even for operations whose result depends on the order of
+// the operands (a maximum with NaN). Only the partners' arrival stamps are
+// read (Call.Arrivals): one eligible call in rdSample goes flat instead,
+// so that every rank's stamps are still seen.
+const (
+	rdCap     = 1 << 10 // the most data bytes of an entry: the largest doubling chunk
+	rdEntries = 8       // entries a set: extra, 6 rounds, result (p ≤ 64)
+	rdEntry   = lineSize + rdCap
+	rdRegion  = 2 * rdEntries * rdEntry
+	rdSample  = 16
+	// rdMaxRanks is the largest group that doubles (six rounds).
+	rdMaxRanks = 64
+)
+
+// DefaultRDMax is the largest allreduce chunk that goes by recursive
+// doubling, and DefaultRDRanks the least number of ranks (see doubling.go).
+const (
+	DefaultRDMax   = rdCap
+	DefaultRDRanks = 16
+)
+
+// doubles reports whether an allreduce chunk of b bytes, the call's only
+// one, goes by recursive doubling.
+func (g *Group) doubles(b int) bool {
+	return g.rdMax > 0 && b <= g.rdMax && g.n >= g.rdRanks && g.n <= rdMaxRanks
+}
+
+// DoublingRounds returns the rounds of an allreduce of one chunk of b
+// bytes by recursive doubling (log₂ p, and two more where the group is not
+// a power of two: the extra ranks' input and the result back to them), or
+// 0 where it does not double. One call in 16 of those goes flat instead.
+func (g *Group) DoublingRounds(b int) int {
+	if !g.doubles(b) {
+		return 0
+	}
+	p, rounds := 1, 0
+	for p*2 <= g.n {
+		p, rounds = p*2, rounds+1
+	}
+	if p < g.n {
+		rounds += 2
+	}
+	return rounds
+}
+
+// rdAt returns rank q's entry e of set s: its flag line and its data.
+func (g *Group) rdAt(q, s, e int) (flag, data []byte) {
+	off := len(g.blocks[q]) - rdRegion + (s*rdEntries+e)*rdEntry
+	b := g.blocks[q][off : off+rdEntry : off+rdEntry]
+	return b[:lineSize], b[lineSize:]
+}
+
+// rdBuf returns where rank q's entry e of set s holds nbytes of data.
+func (g *Group) rdBuf(q, s, e, nbytes int) []byte {
+	flag, data := g.rdAt(q, s, e)
+	if nbytes <= inline {
+		return flag[flagBytes : flagBytes+nbytes]
+	}
+	return data[:nbytes]
+}
+
+// rdPublish publishes this rank's entry e of set s as chunk f.
+func (g *Group) rdPublish(s, e int, f uint64, sig uint32, nbytes int) {
+	flag, _ := g.rdAt(g.rank, s, e)
+	*u32(flag[flagSig:]) = sig
+	*u32(flag[flagLen:]) = uint32(nbytes)
+	g.publishWord(u64(flag[flagSeq:]), f)
+	if g.wake != nil {
+		g.wake.kick()
+	}
+}
+
+// rdRead waits for rank q's entry e of set s of chunk f, checks it as
+// await does, and returns its nbytes of data.
+func (g *Group) rdRead(c *Call, q, s, e int, f uint64, nbytes int, what string) ([]byte, error) {
+	flag, _ := g.rdAt(q, s, e)
+	if _, err := g.awaitLine(c, q, flag, f, nbytes, what, true); err != nil {
+		return nil, err
+	}
+	return g.rdBuf(q, s, e, nbytes), nil
+}
+
+// reduceDoubling is an allreduce of one chunk (the call's whole input) by
+// recursive doubling.
+func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
+	f := g.next()
+	s := int(g.rdCalls & 1)
+	g.rdCalls++
+	b := len(in)
+	p := 1
+	for p*2 <= g.n {
+		p *= 2
+	}
+	rounds := 0
+	for 1<<rounds < p {
+		rounds++
+	}
+	last := rounds + 1 // the result entry of the ranks with an extra
+	me, extra := g.rank, g.rank >= p
+	partnerX := -1 // the extra rank of a rank below n−p
+	if !extra && me+p < g.n {
+		partnerX = me + p
+	}
+	// Take back the lines this call writes (see doubling.go).
+	own := func(e int) {
+		flag, data := g.rdAt(me, s, e)
+		*u64(flag[flagArrive:]) = g.stamp
+		for o := 0; b > inline && o < b; o += lineSize {
+			*u64(data[o:]) = 0
+		}
+	}
+	if extra {
+		own(0)
+	} else {
+		for e := 1; e <= rounds; e++ {
+			own(e)
+		}
+		if partnerX >= 0 {
+			own(last)
+		}
+	}
+	if extra {
+		copy(g.rdBuf(me, s, 0, b), in)
+		g.rdPublish(s, 0, f, c.Sig, b)
+		res, err := g.rdRead(c, me-p, s, last, f, b, "the result")
+		if err != nil {
+			return err
+		}
+		copy(out, res)
+		g.finish(f, c.Sig)
+		return nil
+	}
+	cur := g.rdBuf(me, s, 1, b)
+	if partnerX >= 0 {
+		x, err := g.rdRead(c, partnerX, s, 0, f, b, "its input")
+		if err != nil {
+			return err
+		}
+		r.K3(cur, in, x)
+	} else {
+		copy(cur, in)
+	}
+	for k := range rounds {
+		g.rdPublish(s, 1+k, f, c.Sig, b)
+		q := me ^ 1<<k
+		w, err := g.rdRead(c, q, s, 1+k, f, b, "its partial result")
+		if err != nil {
+			return err
+		}
+		lo, hi := cur, w
+		if q < me {
+			lo, hi = w, cur
+		}
+		dst := out
+		if k+1 < rounds {
+			dst = g.rdBuf(me, s, 2+k, b)
+		}
+		r.K3(dst, lo, hi)
+		cur = dst
+	}
+	if partnerX >= 0 {
+		copy(g.rdBuf(me, s, last, b), out)
+		g.rdPublish(s, last, f, c.Sig, b)
+	}
+	g.finish(f, c.Sig)
+	return nil
+}
+
+// awaitLine waits for rank q's flag line l to carry chunk f, checks its
+// signature and length (nbytes), and returns it; input says that it
+// carries q's arrival stamp (Call.Arrivals). what says what is awaited.
+func (g *Group) awaitLine(c *Call, q int, l []byte, f uint64, nbytes int, what string, input bool) ([]byte, error) {
+	seq := u64(l[flagSeq:])
+	v := atomic.LoadUint64(seq)
+	if v < f {
+		done := u64(g.line(q, lineDone))
+		if c.wake != nil {
+			c.recheck = reachedEither(seq, done, f)
+		}
+		for i := 1; v < f; i++ {
+			if i&7 == 0 && atomic.LoadUint64(done) >= f {
+				// q finished chunk f; unless it published the flag before
+				// (it stores the flag first), it did not publish what this
+				// call reads from it: it made another call.
+				if v = atomic.LoadUint64(seq); v >= f {
+					break
+				}
+				return nil, &MismatchError{Peer: q, Skipped: true}
+			}
+			if err := c.idle(q, what, f-c.chunk0); err != nil {
+				return nil, err
+			}
+			v = atomic.LoadUint64(seq)
+		}
+		c.arrived()
+	}
+	sig := *u32(l[flagSig:])
+	n := int(*u32(l[flagLen:]) &^ flagDirect)
+	if v != f || sig != c.Sig || n != nbytes {
+		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
+	}
+	if input && c.Arrivals != nil {
+		c.Arrivals[q] = *u64(l[flagArrive:])
+	}
+	return l, nil
+}

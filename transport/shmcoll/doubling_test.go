@@ -1,0 +1,246 @@
+package shmcoll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/reduce"
+)
+
+func maxF64() Reducer {
+	k, _ := reduce.For(dtype.Float64, dtype.Max)
+	k3, _ := reduce.For3(dtype.Float64, dtype.Max)
+	return Reducer{ElemSize: 8, K: k, K3: k3}
+}
+
+// TestDoubling runs allreduces by recursive doubling back to back (both
+// sets of entries, many times over, with data that changes every call),
+// for powers of two and not, sizes inside the flag line and in the data
+// lines up to RDMax, in place and not, and checks that every rank gets
+// the exact sum and the same bits: also of sums that round, and of a
+// maximum over NaNs with different payloads, whose result depends on the
+// order of the operands.
+func TestDoubling(t *testing.T) {
+	const calls = 40
+	for _, n := range []int{4, 5, 7, 8, 16, 17} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			var mu sync.Mutex
+			results := make([][]byte, n)
+			var doubled atomic.Int64
+			runAll(t, n, Options{RDRanks: 4}, func(g *Group, c *Call) error {
+				r := g.Rank()
+				var all []byte
+				for k := range calls {
+					m := []int{1, 5, 6, 33, 128}[k%5] // 8, 40, 48, 264 and 1024 bytes
+					in := make([]float64, m)
+					for i := range in {
+						in[i] = val(r, i) + float64(k)
+					}
+					ib := bytesOf(in)
+					ob := make([]byte, len(ib))
+					if k%2 == 1 {
+						ob = ib
+					}
+					before := g.rdCalls
+					c.Sig, c.Ticket = uint32(k), g.Ticket()
+					if err := g.Allreduce(c, ib, ob, sumF64()); err != nil {
+						return fmt.Errorf("call %d: %w", k, err)
+					}
+					if r == 0 && g.rdCalls > before {
+						doubled.Add(1)
+					}
+					if err := checkSum(ob, n, func(q, i int) float64 { return val(q, i) + float64(k) }); err != nil {
+						return fmt.Errorf("call %d (%d B): %w", k, 8*m, err)
+					}
+					// Sums that round, and a maximum over NaNs.
+					for i := range in {
+						in[i] = 1 / float64(r*m+i+3+k)
+					}
+					ib = bytesOf(in)
+					c.Sig, c.Ticket = uint32(1000+k), g.Ticket()
+					if err := g.Allreduce(c, ib, ib, sumF64()); err != nil {
+						return fmt.Errorf("call %d (rounding): %w", k, err)
+					}
+					all = append(all, ib...)
+					for i := range in {
+						in[i] = math.Float64frombits(0x7ff8000000000000 | uint64(r+1)<<8 | uint64(i&0xff))
+						if (i+r)%3 == 0 {
+							in[i] = float64(r)
+						}
+					}
+					ib = bytesOf(in)
+					c.Sig, c.Ticket = uint32(2000+k), g.Ticket()
+					if err := g.Allreduce(c, ib, ib, maxF64()); err != nil {
+						return fmt.Errorf("call %d (max): %w", k, err)
+					}
+					all = append(all, ib...)
+				}
+				mu.Lock()
+				results[r] = all
+				mu.Unlock()
+				return nil
+			})
+			for r := 1; r < n; r++ {
+				if string(results[r]) != string(results[0]) {
+					t.Fatalf("rank %d's results differ from rank 0's", r)
+				}
+			}
+			// Every call doubles but one in rdSample: the first call of
+			// round k is the group's eligible call 3k+1.
+			want := int64(0)
+			for k := range calls {
+				if (3*k+1)%rdSample != 0 {
+					want++
+				}
+			}
+			if got := doubled.Load(); got != want {
+				t.Errorf("%d of %d checked calls doubled, want %d", got, calls, want)
+			}
+		})
+	}
+}
+
+// TestDoublingOff: RDMax < 0, fewer than RDRanks ranks (by default 16),
+// and chunks above RDMax reduce flat (or in two phases), never by doubling.
+func TestDoublingOff(t *testing.T) {
+	for _, tc := range []struct {
+		n int
+		o Options
+		m int
+	}{
+		{8, Options{RDMax: -1, RDRanks: 4}, 1},
+		{3, Options{RDRanks: 4}, 1},
+		{15, Options{}, 1}, // below DefaultRDRanks
+		{8, Options{RDMax: 256, RDRanks: 4}, 33},
+		{16, Options{}, 129},
+	} {
+		runAll(t, tc.n, tc.o, func(g *Group, c *Call) error {
+			for range 3 {
+				in := bytesOf(make([]float64, tc.m))
+				c.Ticket = g.Ticket()
+				if err := g.Allreduce(c, in, in, sumF64()); err != nil {
+					return err
+				}
+			}
+			if g.rdCalls != 0 {
+				return fmt.Errorf("n=%d %+v %d B: %d calls doubled", tc.n, tc.o, 8*tc.m, g.rdCalls)
+			}
+			return nil
+		})
+	}
+	if _, err := (Options{RDMax: rdCap + 8}).Check(8); err == nil {
+		t.Error("RDMax above the entries' capacity accepted")
+	}
+}
+
+// TestDoublingArrivals: an allreduce by doubling gives each rank its own
+// stamp and its partners' (the ranks it read: rank r xor 2^k, and the
+// extra rank above it or the rank below an extra one); one call in
+// rdSample runs flat, so that every rank's stamps are seen.
+func TestDoublingArrivals(t *testing.T) {
+	const n = 6 // p = 4: ranks 4 and 5 fold into 0 and 1
+	stamp := func(call, r int) uint64 { return uint64(call)<<16 | uint64(r+1) }
+	read := map[int][]int{0: {1, 2, 4}, 1: {0, 3, 5}, 2: {3, 0}, 3: {2, 1}, 4: {0}, 5: {1}}
+	runAll(t, n, Options{RDRanks: 4}, func(g *Group, c *Call) error {
+		r := g.Rank()
+		c.Arrivals = make([]uint64, n)
+		for call := 1; call <= rdSample; call++ {
+			c.Sig, c.Ticket, c.Arrive = uint32(call), g.Ticket(), stamp(call, r)
+			in := bytesOf([]float64{1})
+			if err := g.Allreduce(c, in, in, sumF64()); err != nil {
+				return err
+			}
+			for q := range n {
+				want := uint64(0)
+				if q == r || call%rdSample == 0 || contains(read[r], q) {
+					want = stamp(call, q)
+				}
+				if c.Arrivals[q] != want {
+					return fmt.Errorf("call %d: rank %d's stamp %#x, want %#x", call, q, c.Arrivals[q], want)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func contains(s []int, x int) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDoublingMismatch: one rank of 8 whose call carries another signature
+// makes the allreduce fail on every rank (its partners find the
+// signature; the others wait for partners that failed, and end with the
+// failure the first one reported, as the communicator spreads it): no rank
+// returns success.
+func TestDoublingMismatch(t *testing.T) {
+	const n = 8
+	for _, odd := range []int{0, 5} {
+		gs, _ := NewLocal(n, Options{RDRanks: 4})
+		errs := make([]error, n)
+		var failed atomic.Pointer[error]
+		fail := func() error {
+			if e := failed.Load(); e != nil {
+				return *e
+			}
+			return nil
+		}
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sig := uint32(7)
+				if r == odd {
+					sig = 8
+				}
+				c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: sig, Timeout: 5 * time.Second, Fail: fail}
+				in := bytesOf([]float64{float64(r)})
+				errs[r] = gs[r].Allreduce(c, in, in, sumF64())
+				if errs[r] != nil {
+					failed.CompareAndSwap(nil, &errs[r])
+				}
+			}()
+		}
+		wg.Wait()
+		for r, e := range errs {
+			var m *MismatchError
+			if e == nil || !errors.As(e, &m) {
+				t.Errorf("odd rank %d: rank %d: %v, want a MismatchError", odd, r, e)
+			}
+		}
+	}
+}
+
+// TestDoublingMaker: the ranks that map an area take its maker's scope of
+// recursive doubling, whatever options they were given.
+func TestDoublingMaker(t *testing.T) {
+	g0, path, err := Make(t.TempDir(), 4, Options{RDMax: -1, RDRanks: 6}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g0.Close()
+	g1, err := Open(path, 1, 4, Options{}, nil)
+	Unlink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g1.Close()
+	for _, g := range []*Group{g0, g1} {
+		if g.rdMax != -1 || g.rdRanks != 6 {
+			t.Errorf("rank %d: doubling up to %d bytes from %d ranks, want the maker's -1 and 6", g.Rank(), g.rdMax, g.rdRanks)
+		}
+	}
+}
