@@ -11,14 +11,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
-	"github.com/braid-ccl/braid/internal/reduce"
 )
-
-func maxF64() Reducer {
-	k, _ := reduce.For(dtype.Float64, dtype.Max)
-	k3, _ := reduce.For3(dtype.Float64, dtype.Max)
-	return Reducer{ElemSize: 8, K: k, K3: k3}
-}
 
 // TestDoubling runs allreduces by recursive doubling back to back (both
 // sets of entries, many times over, with data that changes every call),
@@ -77,7 +70,7 @@ func TestDoubling(t *testing.T) {
 					}
 					ib = bytesOf(in)
 					c.Sig, c.Ticket = uint32(2000+k), g.Ticket()
-					if err := g.Allreduce(c, ib, ib, maxF64()); err != nil {
+					if err := g.Allreduce(c, ib, ib, reducerF64(dtype.Max)); err != nil {
 						return fmt.Errorf("call %d (max): %w", k, err)
 					}
 					all = append(all, ib...)

@@ -16,9 +16,12 @@ import (
 	"github.com/braid-ccl/braid/internal/reduce"
 )
 
-func sumF64() Reducer {
-	k, _ := reduce.For(dtype.Float64, dtype.Sum)
-	k3, _ := reduce.For3(dtype.Float64, dtype.Sum)
+func sumF64() Reducer { return reducerF64(dtype.Sum) }
+
+// reducerF64 returns the reducer of float64 by op.
+func reducerF64(op dtype.Op) Reducer {
+	k, _ := reduce.For(dtype.Float64, op)
+	k3, _ := reduce.For3(dtype.Float64, op)
 	return Reducer{ElemSize: 8, K: k, K3: k3}
 }
 
