@@ -775,13 +775,13 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
-	if size > g.flatMax && !g.Chained(size) {
-		g.startDirect(c, in, len(in))
-	}
 	if count == 1 && g.doubles(len(in)) {
 		if g.rdSeen++; g.rdSeen%rdSample != 0 {
 			return g.reduceDoubling(c, in, out, r)
 		}
+	}
+	if size > g.flatMax && !g.Chained(size) {
+		g.startDirect(c, in, len(in))
 	}
 	for i := range count {
 		off := i * size
