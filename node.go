@@ -14,6 +14,7 @@ import (
 	"github.com/braid-ccl/braid/internal/dtype"
 	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
+	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport/shmcoll"
 )
@@ -152,6 +153,38 @@ func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b float64, ch
 		k = s
 	}
 	return chunks, b, chained, k
+}
+
+// nodeShape says how the area runs p, for the planner's reason (Explain,
+// BRAID_DEBUG=info): an allreduce or reduce flat, in two phases, along the
+// chain or by recursive doubling, and the chunks of a call cut in several;
+// "" where there is nothing to say.
+func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
+	if g == nil {
+		return ""
+	}
+	chunks, b, chained, _ := nodeChunks(g, p, es)
+	var s string
+	switch p.Coll {
+	case sched.Allreduce, sched.Reduce:
+		switch rounds := g.DoublingRounds(int(b)); {
+		case p.Coll == sched.Allreduce && chunks == 1 && rounds > 0:
+			s = fmt.Sprintf("recursive doubling in %d rounds (one call in 16 flat)", rounds)
+		case chained:
+			s = "the pipelined chain in rank order"
+		case b <= float64(g.FlatMax()):
+			s = "one phase (every rank reads every input)"
+		default:
+			s = "two phases (a reduce-scatter, then an allgather)"
+		}
+	}
+	if chunks > 1 {
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprintf("%d chunks of %s", int(chunks), plan.FormatSize(int64(b)))
+	}
+	return s
 }
 
 // nodeMoved returns the bytes each rank moves through memory in the area

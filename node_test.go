@@ -180,3 +180,31 @@ func TestShmSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestShmShapeExplained: the planner's reason for the shared area says how
+// the area runs the call (Explain, BRAID_DEBUG=info).
+func TestShmShapeExplained(t *testing.T) {
+	undo := braid.KeepDoubling()
+	defer undo()
+	for _, tc := range []struct {
+		n, count int
+		want     string
+	}{
+		{16, 64, "recursive doubling in 4 rounds"},
+		{17, 64, "recursive doubling in 6 rounds"},
+		{4, 2, "one phase"},
+		{4, 4096, "two phases"},
+	} {
+		comms, err := braid.NewLocal(tc.n, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, why, err := comms[0].Explain("allreduce", tc.count, braid.Float32, 0)
+		for _, c := range comms {
+			c.Close()
+		}
+		if err != nil || a != "shm" || !strings.Contains(why, "the area runs it as "+tc.want) {
+			t.Errorf("%d ranks, %d floats: %s (%s, %v), want shm run as %s", tc.n, tc.count, a, why, err, tc.want)
+		}
+	}
+}
