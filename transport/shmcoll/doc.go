@@ -15,14 +15,17 @@
 //	line 2, 3   res[0], res[1]: the chunk number whose partial result is in res[p]
 //	line 4      done: the last chunk this rank finished reading
 //	slots       in[0], in[1], res[0], res[1]
+//	doubling    two sets of eight entries, each a flag line and 1 KiB
+//	            (recursive doubling's partial results: doubling.go)
 //
 // Only the owner writes its block (but for the arrival words, see
 // AllreducePAP). A collective moves its data in chunks of
 // at most Slot bytes; every rank numbers chunks 1, 2, 3... in the same order
 // (the order of the communicator's calls, which MPI's rules make the same
 // everywhere), and chunk f uses parity p = f mod 2. A writer publishes a
-// chunk by storing its number into the flag line after the data (an atomic
-// store; readers load it atomically, then read the data). Data of at most 40
+// chunk by storing its number into the flag line after the data (a store
+// with release order, storeRelease for processes; readers load it
+// atomically, then read the data). Data of at most 40
 // bytes travels inside the flag line, so that an 8-byte allreduce costs each
 // reader one cache line per peer.
 //
