@@ -5,8 +5,8 @@ import (
 )
 
 // Recursive doubling through the area: a small allreduce of 16 ranks or
-// more (DefaultRDRanks) in log₂ rounds of one exchange each, instead of every rank reading
-// every rank's flag line at once (reduceFlat).
+// more (DefaultRDRanks) in log₂ n rounds of one exchange each, instead of
+// every rank reading every rank's flag line at once (reduceFlat).
 //
 // In the flat reduction each of n ranks reads n−1 lines, each written by
 // another core and read by n−1 others: n² line transfers a call. In round
