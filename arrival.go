@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,10 @@ type clock struct {
 	baseNS int64        // this host's CLOCK_MONOTONIC at base, ns
 	off    atomic.Int64 // added to map this host's clock to rank 0's host's
 	err    atomic.Int64 // bound of off's error (half the round trip), ns
+	// gen is odd while the estimate (off and err) changes (set), so that
+	// estimate returns an offset and its own bound, never one estimate's
+	// offset with another's bound.
+	gen atomic.Uint64
 
 	// The refresher's state (clockrefresh.go): the round trip of the
 	// estimate in use, and the refreshes rejected since it was made.
@@ -63,6 +68,32 @@ type clock struct {
 	rejected int
 	// refreshes counts the refreshes that changed the estimate.
 	refreshes atomic.Uint64
+}
+
+// set moves the offset by delta and, if bound is not negative, makes
+// bound its error bound. Only one goroutine sets (Init's estimate, then
+// the refresher).
+func (k *clock) set(delta, bound int64) {
+	k.gen.Add(1)
+	k.off.Add(delta)
+	if bound >= 0 {
+		k.err.Store(bound)
+	}
+	k.gen.Add(1)
+}
+
+// estimate returns the offset and its error bound, from one estimate.
+func (k *clock) estimate() (off, bound int64) {
+	for {
+		g := k.gen.Load()
+		if g&1 == 0 {
+			off, bound = k.off.Load(), k.err.Load()
+			if k.gen.Load() == g {
+				return off, bound
+			}
+		}
+		runtime.Gosched()
+	}
 }
 
 func newClock() *clock {
@@ -120,8 +151,7 @@ func (w *world) syncClock(ctx context.Context, job uint32) error {
 	if err != nil {
 		return fmt.Errorf("estimating the clock offset from rank 0: %w", err)
 	}
-	w.clock.off.Add(delta)
-	w.clock.err.Store(rtt / 2)
+	w.clock.set(delta, rtt/2)
 	w.clock.rtt = rtt
 	w.debugf("info", "clock offset from rank 0's host %v (± %v)", time.Duration(w.clock.off.Load()), time.Duration(rtt/2))
 	return nil
@@ -411,7 +441,8 @@ func (c *Comm) endCall(k *call, seq uint32, failed bool, stamps []uint64, s *set
 // clock itself; elsewhere the latest estimate from ping-pongs with rank 0
 // (Init's, or a refresh's: Options.ClockRefresh) and half its round trip.
 func (c *Comm) ClockOffset() (offset, bound time.Duration) {
-	return time.Duration(c.w.clock.off.Load()), time.Duration(c.w.clock.err.Load())
+	off, b := c.w.clock.estimate()
+	return time.Duration(off), time.Duration(b)
 }
 
 // Small calls read the clock at their end (pattern.end: their time, α)

@@ -127,8 +127,7 @@ func (k *clock) update(rtt, delta int64) bool {
 		k.rejected++
 		return false
 	}
-	k.off.Add(delta)
-	k.err.Store(rtt / 2)
+	k.set(delta, rtt/2)
 	k.rtt = min(k.rtt, rtt)
 	k.rejected = 0
 	k.refreshes.Add(1)

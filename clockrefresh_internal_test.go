@@ -35,3 +35,30 @@ func TestClockUpdate(t *testing.T) {
 		t.Errorf("%d refreshes counted, want 4", n)
 	}
 }
+
+// TestClockEstimateConsistent: an offset and its bound are read from one
+// estimate while the refresher replaces it (ClockOffset used to read them
+// apart: a refresh between the two loads paired an older offset with a
+// newer, smaller bound that did not hold its error).
+func TestClockEstimateConsistent(t *testing.T) {
+	k := newClock()
+	const n = 200000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int64(1); i <= n; i++ {
+			k.set(1, i) // off and bound both i
+		}
+	}()
+	for reads := 0; ; reads++ {
+		off, bound := k.estimate()
+		if off != bound {
+			t.Fatalf("read %d: offset %d with bound %d, from two estimates", reads, off, bound)
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+	}
+}

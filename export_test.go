@@ -44,7 +44,7 @@ func RegShared(c *Comm) bool { return c.w.reg.shared() }
 
 // SkewClock adds d to the clock offset of c's rank, as a drift of its
 // host's clock since the last estimate would (clockrefresh.go).
-func SkewClock(c *Comm, d time.Duration) { c.w.clock.off.Add(int64(d)) }
+func SkewClock(c *Comm, d time.Duration) { c.w.clock.set(int64(d), -1) }
 
 // ClockRefreshes returns how many refreshes changed the clock offset of
 // c's rank.
