@@ -208,3 +208,55 @@ func TestShmShapeExplained(t *testing.T) {
 		}
 	}
 }
+
+// TestDoublingDisagreement: 16 ranks of which half allreduce 1 KiB (by
+// recursive doubling in the area) and half 2 KiB (two phases), and ranks
+// that disagree on the reduction, or on allreduce against bcast, while
+// doubling: every rank reports Mismatch, and none waits for its timeout.
+func TestDoublingDisagreement(t *testing.T) {
+	undo := braid.KeepDoubling()
+	defer undo()
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context, c *braid.Comm) error
+	}{
+		{"count", func(ctx context.Context, c *braid.Comm) error {
+			b := make([]float32, 256*(1+c.Rank()%2))
+			return c.Allreduce(ctx, b, b, braid.Sum)
+		}},
+		{"op", func(ctx context.Context, c *braid.Comm) error {
+			op := braid.Sum
+			if c.Rank() == 5 {
+				op = braid.Max
+			}
+			b := make([]float32, 16)
+			return c.Allreduce(ctx, b, b, op)
+		}},
+		{"bcast", func(ctx context.Context, c *braid.Comm) error {
+			b := make([]float32, 16)
+			if c.Rank() == 11 {
+				return c.Bcast(ctx, b, 0)
+			}
+			return c.Allreduce(ctx, b, b, braid.Sum)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			errs := onRanks(t, 16, &braid.Options{Timeout: 20 * time.Second, Algo: "shm"}, func(c *braid.Comm) error {
+				ctx := context.Background()
+				if err := tc.call(ctx, c); err != nil {
+					return err
+				}
+				return c.Barrier(ctx)
+			})
+			for r, err := range errs {
+				if braid.KindOf(err) != braid.Mismatch {
+					t.Errorf("rank %d: %v, want Mismatch", r, err)
+				}
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("took %v: the ranks waited out their timeouts", d)
+			}
+		})
+	}
+}
