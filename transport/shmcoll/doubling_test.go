@@ -15,14 +15,15 @@ import (
 
 // TestDoubling runs allreduces by recursive doubling back to back (both
 // sets of entries, many times over, with data that changes every call),
-// for powers of two and not, sizes inside the flag line and in the data
+// for powers of two and not up to the largest group that doubles (64
+// ranks: six rounds), sizes inside the flag line and in the data
 // lines up to RDMax, in place and not, and checks that every rank gets
 // the exact sum and the same bits: also of sums that round, and of a
 // maximum over NaNs with different payloads, whose result depends on the
 // order of the operands.
 func TestDoubling(t *testing.T) {
 	const calls = 40
-	for _, n := range []int{4, 5, 7, 8, 16, 17} {
+	for _, n := range []int{4, 5, 7, 8, 16, 17, 33, 64} {
 		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
 			var mu sync.Mutex
 			results := make([][]byte, n)
@@ -113,6 +114,7 @@ func TestDoublingOff(t *testing.T) {
 		{15, Options{}, 1}, // below DefaultRDRanks
 		{8, Options{RDMax: 256, RDRanks: 4}, 33},
 		{16, Options{}, 129},
+		{65, Options{RDRanks: 4}, 1}, // above rdMaxRanks
 	} {
 		runAll(t, tc.n, tc.o, func(g *Group, c *Call) error {
 			for range 3 {
