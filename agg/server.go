@@ -277,7 +277,9 @@ func (s *Server) handle(c net.Conn) {
 	}
 	sc := &sconn{s: s, c: c, addr: c.RemoteAddr().String(), wake: make(chan struct{}, 1), handle: map[uint32]*membership{}}
 	if err := sc.handshake(); err != nil {
-		s.refuse(c.RemoteAddr(), err.Error())
+		if err != errRefusedLogged {
+			s.refuse(c.RemoteAddr(), err.Error())
+		}
 		c.Close()
 		return
 	}
@@ -322,6 +324,9 @@ func (s *Server) handle(c net.Conn) {
 	s.mu.Unlock()
 }
 
+// errRefusedLogged is handshake's error for a refusal it logged itself.
+var errRefusedLogged = errors.New("agg: refused (logged)")
+
 func (sc *sconn) handshake() error {
 	s := sc.s
 	c := sc.c
@@ -362,8 +367,13 @@ func (sc *sconn) handshake() error {
 		msg := "refused: the job's secret is not one this daemon holds (give the daemon BRAID_SECRET or --secret-file)"
 		reply[0] = hsRefused
 		binary.LittleEndian.PutUint16(reply[2:], uint16(len(msg)))
+		err := fmt.Errorf("job %q: no secret of the daemon's %d matches (a client without the job's secret)", job, len(secrets))
+		// Logged before the client hears of it, so that whoever sees the
+		// refusal finds it in the daemon's log (handle does not log it
+		// again).
+		s.refuse(c.RemoteAddr(), err.Error())
 		c.Write(append(reply, msg...))
-		return fmt.Errorf("job %q: no secret of the daemon's %d matches (a client without the job's secret)", job, len(secrets))
+		return errRefusedLogged
 	}
 	reply[0] = hsAccepted
 	copy(reply[4:], mac(secrets[idx], roleDaemon, string(job), nonceC))
