@@ -117,15 +117,10 @@ func (g *Group) commitDirect(f uint64, sig uint32, nbytes int) {
 	*u64(l[dirBase:]) = r.Base
 	*u64(l[dirSize:]) = r.Size
 	*u64(l[dirOff:]) = g.dir.off
-	*u32(l[flagSig:]) = sig
-	*u32(l[flagLen:]) = uint32(nbytes) | flagDirect
 	*u64(l[flagArrive:]) = g.stamp
-	g.publishWord(u64(l[flagSeq:]), f)
 	g.dir.last, g.lastPub = f, f
 	g.published.Add(1)
-	if g.wake != nil {
-		g.wake.kick()
-	}
+	g.publishLine(l, f, sig, uint32(nbytes)|flagDirect)
 }
 
 // input is one rank's input of a chunk as a reader finds it: the chunk's

@@ -122,12 +122,7 @@ func (g *Group) rdBuf(q, s, e, nbytes int) []byte {
 // rdPublish publishes this rank's entry e of set s as chunk f.
 func (g *Group) rdPublish(s, e int, f uint64, sig uint32, nbytes int) {
 	flag, _ := g.rdAt(g.rank, s, e)
-	*u32(flag[flagSig:]) = sig
-	*u32(flag[flagLen:]) = uint32(nbytes)
-	g.publishWord(u64(flag[flagSeq:]), f)
-	if g.wake != nil {
-		g.wake.kick()
-	}
+	g.publishLine(flag, f, sig, uint32(nbytes))
 }
 
 // rdRead waits for rank q's entry e of set s of chunk f, checks it as

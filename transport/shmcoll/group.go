@@ -614,13 +614,19 @@ func (g *Group) buf(kind int, f uint64, nbytes int) []byte {
 // commit publishes what buf returned as chunk f.
 func (g *Group) commit(kind int, f uint64, sig uint32, nbytes int) {
 	l := g.flag(g.rank, kind, f)
-	// Plain stores: the release of the chunk number below publishes them
-	// (and the data) to a reader that loads it atomically.
-	*u32(l[flagSig:]) = sig
-	*u32(l[flagLen:]) = uint32(nbytes)
 	if kind == slotIn {
 		*u64(l[flagArrive:]) = g.stamp
 	}
+	g.publishLine(l, f, sig, uint32(nbytes))
+}
+
+// publishLine publishes this rank's flag line l as chunk f of signature
+// sig and length word n: plain stores of the two, which the release of the
+// chunk number then publishes (with the data and whatever else the caller
+// stored in the line) to a reader that loads it atomically.
+func (g *Group) publishLine(l []byte, f uint64, sig, n uint32) {
+	*u32(l[flagSig:]) = sig
+	*u32(l[flagLen:]) = n
 	g.publishWord(u64(l[flagSeq:]), f)
 	if g.wake != nil {
 		g.wake.kick()
