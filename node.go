@@ -168,7 +168,7 @@ func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:
 		switch rounds := g.DoublingRounds(int(b)); {
-		case p.Coll == sched.Allreduce && chunks == 1 && rounds > 0:
+		case p.Coll == sched.Allreduce && rounds > 0:
 			s = fmt.Sprintf("recursive doubling in %d rounds (one call in 16 flat)", rounds)
 		case chained:
 			s = "the pipelined chain in rank order"
@@ -223,7 +223,7 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	var t float64
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:
-		if rounds := g.DoublingRounds(int(b)); p.Coll == sched.Allreduce && chunks == 1 && rounds > 0 {
+		if rounds := g.DoublingRounds(int(b)); p.Coll == sched.Allreduce && rounds > 0 {
 			// Recursive doubling: a round is one exchange of a line (or
 			// a few) with one partner, and a reduction.
 			t = float64(rounds) * (nodeRound + b/beta + b*gamma)

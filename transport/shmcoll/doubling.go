@@ -79,24 +79,35 @@ const (
 	DefaultRDRanks = 16
 )
 
-// doubles reports whether an allreduce chunk of b bytes, the call's only
-// one, goes by recursive doubling.
+// A call that doubles (at most RDMax ≤ rdCap bytes) is always one chunk:
+// every slot holds more.
+var _ = [1]struct{}{}[rdCap/minSlot]
+
+// doubles reports whether an allreduce of b bytes goes by recursive
+// doubling.
 func (g *Group) doubles(b int) bool {
 	return g.rdMax > 0 && b <= g.rdMax && g.n >= g.rdRanks && g.n <= rdMaxRanks
 }
 
-// DoublingRounds returns the rounds of an allreduce of one chunk of b
-// bytes by recursive doubling (log₂ p, and two more where the group is not
-// a power of two: the extra ranks' input and the result back to them), or
-// 0 where it does not double. One call in 16 of those goes flat instead.
+// doublingShape returns the ranks that double, p = 2^⌊log₂ n⌋ (the lowest
+// p ranks; the others fold into them), and log₂ p, the doubling rounds.
+func (g *Group) doublingShape() (p, log int) {
+	p = 1
+	for p*2 <= g.n {
+		p, log = p*2, log+1
+	}
+	return p, log
+}
+
+// DoublingRounds returns the rounds of an allreduce of b bytes by
+// recursive doubling (log₂ p, and two more where the group is not a power
+// of two: the extra ranks' input and the result back to them), or 0 where
+// it does not double. One call in 16 of those goes flat instead.
 func (g *Group) DoublingRounds(b int) int {
 	if !g.doubles(b) {
 		return 0
 	}
-	p, rounds := 1, 0
-	for p*2 <= g.n {
-		p, rounds = p*2, rounds+1
-	}
+	p, rounds := g.doublingShape()
 	if p < g.n {
 		rounds += 2
 	}
@@ -142,14 +153,7 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 	s := int(g.rdCalls & 1)
 	g.rdCalls++
 	b := len(in)
-	p := 1
-	for p*2 <= g.n {
-		p *= 2
-	}
-	rounds := 0
-	for 1<<rounds < p {
-		rounds++
-	}
+	p, rounds := g.doublingShape()
 	last := rounds + 1 // the result entry of the ranks with an extra
 	me, extra := g.rank, g.rank >= p
 	partnerX := -1 // the extra rank of a rank below n−p
@@ -166,15 +170,6 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 	}
 	if extra {
 		own(0)
-	} else {
-		for e := 1; e <= rounds; e++ {
-			own(e)
-		}
-		if partnerX >= 0 {
-			own(last)
-		}
-	}
-	if extra {
 		copy(g.rdBuf(me, s, 0, b), in)
 		g.rdPublish(s, 0, f, c.Sig, b)
 		res, err := g.rdRead(c, me-p, s, last, f, b, "the result")
@@ -184,6 +179,12 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 		copy(out, res)
 		g.finish(f, c.Sig)
 		return nil
+	}
+	for e := 1; e <= rounds; e++ {
+		own(e)
+	}
+	if partnerX >= 0 {
+		own(last)
 	}
 	cur := g.rdBuf(me, s, 1, b)
 	if partnerX >= 0 {

@@ -767,7 +767,7 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
-	if count == 1 && g.doubles(len(in)) {
+	if g.doubles(len(in)) {
 		if g.rdSeen++; g.rdSeen%rdSample != 0 {
 			return g.reduceDoubling(c, in, out, r)
 		}
