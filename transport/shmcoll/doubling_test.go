@@ -184,32 +184,15 @@ func TestDoublingMismatch(t *testing.T) {
 	const n = 8
 	for _, odd := range []int{0, 5} {
 		gs, _ := NewLocal(n, Options{RDRanks: 4})
-		errs := make([]error, n)
-		var failed atomic.Pointer[error]
-		fail := func() error {
-			if e := failed.Load(); e != nil {
-				return *e
+		errs := runFailing(gs, func(g *Group, fail func() error) error {
+			sig := uint32(7)
+			if g.Rank() == odd {
+				sig = 8
 			}
-			return nil
-		}
-		var wg sync.WaitGroup
-		for r := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sig := uint32(7)
-				if r == odd {
-					sig = 8
-				}
-				c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: sig, Timeout: 5 * time.Second, Fail: fail}
-				in := bytesOf([]float64{float64(r)})
-				errs[r] = gs[r].Allreduce(c, in, in, sumF64())
-				if errs[r] != nil {
-					failed.CompareAndSwap(nil, &errs[r])
-				}
-			}()
-		}
-		wg.Wait()
+			c := &Call{Ctx: context.Background(), Ticket: g.Ticket(), Sig: sig, Timeout: 5 * time.Second, Fail: fail}
+			in := bytesOf([]float64{float64(g.Rank())})
+			return g.Allreduce(c, in, in, sumF64())
+		})
 		for r, e := range errs {
 			var m *MismatchError
 			if e == nil || !errors.As(e, &m) {

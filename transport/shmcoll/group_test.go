@@ -325,13 +325,11 @@ func TestTicketOrder(t *testing.T) {
 	})
 }
 
-// TestEarlierMismatch: ranks that each broadcast from themselves read
-// nobody's flag; their next call finds the disagreement in the running
-// hashes. A rank that finds it first fails the job (as the communicator
-// does), which ends the others' waits with its error.
-func TestEarlierMismatch(t *testing.T) {
-	gs, _ := NewLocal(3, Options{})
-	errs := make([]error, 3)
+// runFailing runs fn on every rank of gs, each on its goroutine, as a job
+// does: the first rank whose fn fails fails the job, and fail (for
+// Call.Fail) gives the others that error. It returns each rank's error.
+func runFailing(gs []*Group, fn func(g *Group, fail func() error) error) []error {
+	errs := make([]error, len(gs))
 	var failed atomic.Pointer[error]
 	fail := func() error {
 		if e := failed.Load(); e != nil {
@@ -340,23 +338,34 @@ func TestEarlierMismatch(t *testing.T) {
 		return nil
 	}
 	var wg sync.WaitGroup
-	for r := range 3 {
+	for r, g := range gs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: uint32(100 + r), Timeout: 5 * time.Second, Fail: fail}
-			if err := gs[r].Bcast(c, make([]byte, 8), r); err != nil {
-				errs[r] = fmt.Errorf("bcast: %w", err)
-				return
-			}
-			c = &Call{Ctx: context.Background(), Ticket: gs[r].Ticket(), Sig: 7, Timeout: 5 * time.Second, Fail: fail}
-			errs[r] = gs[r].Barrier(c)
-			if errs[r] != nil {
+			if errs[r] = fn(g, fail); errs[r] != nil {
 				failed.CompareAndSwap(nil, &errs[r])
 			}
 		}()
 	}
 	wg.Wait()
+	return errs
+}
+
+// TestEarlierMismatch: ranks that each broadcast from themselves read
+// nobody's flag; their next call finds the disagreement in the running
+// hashes. A rank that finds it first fails the job (as the communicator
+// does), which ends the others' waits with its error.
+func TestEarlierMismatch(t *testing.T) {
+	gs, _ := NewLocal(3, Options{})
+	errs := runFailing(gs, func(g *Group, fail func() error) error {
+		r := g.Rank()
+		c := &Call{Ctx: context.Background(), Ticket: g.Ticket(), Sig: uint32(100 + r), Timeout: 5 * time.Second, Fail: fail}
+		if err := g.Bcast(c, make([]byte, 8), r); err != nil {
+			return fmt.Errorf("bcast: %w", err)
+		}
+		c = &Call{Ctx: context.Background(), Ticket: g.Ticket(), Sig: 7, Timeout: 5 * time.Second, Fail: fail}
+		return g.Barrier(c)
+	})
 	for r, e := range errs {
 		var m *MismatchError
 		if !errors.As(e, &m) || !m.Earlier {
