@@ -280,8 +280,10 @@ func (c *Comm) newPlan(p sched.Params, es int) (*planned, error) {
 	watch := !forced && !d.Fixed && d.Algo != papAlgo && c.watchable(p, es, names)
 	if choice.IsShared(p.Coll, d.Algo) {
 		pl := &planned{algo: d.Algo, reason: d.Reason, p: p, bytes: float64(plan.Size(p, es))}
-		if shape := nodeShape(c.node, p, es); shape != "" && d.Algo == nodeAlgo {
-			pl.reason += "; the area runs it as " + shape
+		if d.Algo == nodeAlgo {
+			if shape := nodeShape(c.node, p, es); shape != "" {
+				pl.reason += "; the area runs it as " + shape
+			}
 		}
 		if watch {
 			pl.watch = &arrivalWatch{reason: pl.reason}
