@@ -576,9 +576,11 @@ func (g *Group) finish(f uint64, sig uint32) {
 	// The hash of chunk f goes to word 1 + f mod 2, which a reader of
 	// chunk f−1's hash does not read; it checks that the chunk number did
 	// not move while it read.
+	// The hashes go first, published by the release of the chunk number
+	// (a reader loads the number before and after them).
 	l := g.line(g.rank, lineDone)
-	g.publishWord(u64(l[8+8*(f&1):]), h)
-	g.publishWord(g.histWord(g.rank, f), h)
+	g.storeWord(u64(l[8+8*(f&1):]), h)
+	g.storeWord(g.histWord(g.rank, f), h)
 	g.publishWord(u64(l), f)
 	if g.wake != nil {
 		g.wake.kick()
@@ -600,6 +602,18 @@ func (g *Group) publishWord(p *uint64, v uint64) {
 		return
 	}
 	storeRelease(p, v)
+}
+
+// storeWord stores v at *p, a word of this rank's block that a later
+// publishWord publishes: a plain store for processes on amd64
+// (storePlain), an atomic one elsewhere, for goroutine ranks and under
+// the race detector, whose readers may load it while it changes.
+func (g *Group) storeWord(p *uint64, v uint64) {
+	if g.wake != nil {
+		atomic.StoreUint64(p, v)
+		return
+	}
+	storePlain(p, v)
 }
 
 // buf returns where this rank writes nbytes of kind (slotIn or slotRes)

@@ -6,3 +6,8 @@ package shmcoll
 //
 //go:noescape
 func storeRelease(p *uint64, v uint64)
+
+// storePlain stores v at *p with a plain store, which a later storeRelease
+// publishes (amd64 keeps stores in order, and the compiler keeps them
+// before the call).
+func storePlain(p *uint64, v uint64) { *p = v }
