@@ -84,3 +84,42 @@ func TestBeginWritesEveryField(t *testing.T) {
 		t.Errorf("active entry %+v", a)
 	}
 }
+
+// TestCompleteForRooted checks which ranks of a rooted call need the
+// aggregator's answer: on two ranks a broadcast or scatter is complete for
+// the rank that is not the root (it read the root's data, the one other
+// rank's), and the root gathers the confirmations without answering; on
+// three ranks, or with no elements, the others still wait for its answer.
+func TestCompleteForRooted(t *testing.T) {
+	for _, coll := range []sched.Collective{sched.Bcast, sched.Scatter} {
+		for _, tc := range []struct {
+			n, count int
+			want     [2]bool // root 1, then rank 0
+		}{
+			{2, 8, [2]bool{false, true}},
+			{2, 0, [2]bool{false, false}},
+			{3, 8, [2]bool{false, false}},
+		} {
+			p := sched.Params{Coll: coll, NRanks: tc.n, Count: tc.count, Root: 1}
+			if got := [2]bool{completeFor(&p, 1), completeFor(&p, 0)}; got != tc.want {
+				t.Errorf("%v on %d ranks, %d elements: complete for the root, the other: %v, want %v", coll, tc.n, tc.count, got, tc.want)
+			}
+		}
+	}
+	c := &Comm{rank: 1, members: make([]int, 3)}
+	for kind, sends := range map[uint8]int{confCollect: 2, confGather: 0} {
+		p := c.confirmProgram(1, kind)
+		var s, r int
+		for _, st := range p.Steps {
+			switch st.Kind {
+			case sched.KindSend:
+				s++
+			case sched.KindRecv:
+				r++
+			}
+		}
+		if s != sends || r != 2 {
+			t.Errorf("the aggregator's program of kind %d on 3 ranks: %d sends, %d receives; want %d and 2", kind, s, r, sends)
+		}
+	}
+}

@@ -36,7 +36,8 @@ import (
 //     ends there.
 //   - Otherwise each other rank sends the aggregator a confirmation when
 //     its call ends, and the aggregator, once it has every rank's,
-//     confirms to each of them.
+//     confirms to each of them for which the call is not complete (none
+//     on two ranks, where the other rank received the root's data).
 //
 // A rank that needs a confirmation for call k waits for it when its next
 // call k+1 has done its own work, before k+1 returns success; the
@@ -66,7 +67,11 @@ import (
 const confirmStep = ctlStep | 1<<27
 
 // completeFor reports whether call p's result on rank r depends on every
-// rank's input (see above); with one rank every call is.
+// other rank's input (see above); with one rank every call is. On two
+// ranks a broadcast or scatter is complete for the rank that is not the
+// root: it receives the root's data, the one other rank's, through
+// checked messages (or the root's signature in the shared area's flag
+// line), so only the root confirms it.
 func completeFor(p *sched.Params, r int) bool {
 	if p.NRanks <= 1 || p.Coll == sched.Barrier {
 		return true
@@ -79,6 +84,8 @@ func completeFor(p *sched.Params, r int) bool {
 		return true
 	case sched.Reduce, sched.Gather:
 		return r == p.Root
+	case sched.Bcast, sched.Scatter:
+		return p.NRanks == 2 && r != p.Root
 	}
 	return false
 }
@@ -120,6 +127,7 @@ const (
 	confSend    uint8 = iota // a rank's confirmation to the aggregator, or the aggregator's to every rank
 	confRecv                 // wait for the aggregator's
 	confCollect              // the aggregator: every rank's, then confirm to each
+	confGather               // the aggregator: every rank's, with no answer (they are complete)
 )
 
 // confirmProgram returns the program of kind for aggregator agg.
@@ -147,7 +155,7 @@ func (c *Comm) confirmProgram(agg int, kind uint8) *sched.Program {
 				p.Steps = append(p.Steps, sched.Step{Kind: sched.KindSend, Peer: q, Tag: confirmStep})
 			}
 		}
-	default: // confCollect
+	default: // confCollect, confGather
 		var deps []int32
 		for q := range n {
 			if q != agg {
@@ -156,6 +164,9 @@ func (c *Comm) confirmProgram(agg int, kind uint8) *sched.Program {
 			}
 		}
 		for q := range n {
+			if kind == confGather {
+				break
+			}
 			if q != agg {
 				p.Steps = append(p.Steps, sched.Step{Kind: sched.KindSend, Peer: q, Tag: confirmStep, Deps: deps})
 			}
@@ -189,14 +200,22 @@ func (c *Comm) confirm(ctx context.Context, k *call, seq uint32) error {
 				return err
 			}
 		case c.rank == agg:
-			owed, owes = confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confCollect), name: k.name, algo: k.algo}, true
+			// The others are alike (a rooted call's ranks but the root):
+			// those the call is complete for need no answer.
+			kind := confCollect
+			if completeFor(&k.p, (agg+1)%c.Size()) {
+				kind = confGather
+			}
+			owed, owes = confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, kind), name: k.name, algo: k.algo}, true
 		default:
 			if !aggDone {
 				if err := c.runConfirm(ctx, k.name, confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confSend), name: k.name, algo: k.algo}, false); err != nil {
 					return err
 				}
 			}
-			owed, owes = confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confRecv), name: k.name, algo: k.algo}, true
+			if !completeFor(&k.p, c.rank) {
+				owed, owes = confirmEntry{seq: seq, sig: k.sig, prog: c.confirmProgram(agg, confRecv), name: k.name, algo: k.algo}, true
+			}
 		}
 	}
 	// What k owes is recorded and what the calls before it owe is taken

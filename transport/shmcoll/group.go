@@ -927,7 +927,9 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 	defer func() { err = g.leave(c, err) }()
 	seg, sub := g.bcastChunk(len(buf))
 	size, count := chunks(len(buf), 1, seg)
-	g.partial = g.n > 1 && !c.Confirmed
+	// On two ranks the rank that is not the root reads the root's input
+	// flag, every other rank's: nothing is left to compare.
+	g.partial = g.n > 1 && !c.Confirmed && (g.n > 2 || g.rank == root)
 	if g.rank == root {
 		g.startDirect(c, buf, len(buf))
 	} else {
