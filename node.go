@@ -55,10 +55,10 @@ const (
 
 // nodeRound is a round of the area's recursive doubling (shmcoll's
 // doubling.go): a line's round trip between two cores, 0.3–0.5 µs on the
-// 16-core node (BenchmarkLinePingPong), where 16 ranks doubled 8 bytes in
-// about the flat reduction's time (3.3–3.6 µs against 3.1–4.2): four
-// rounds cost what the flat's synchronisation and 16 line reads do in the
-// model.
+// 16-core node (BenchmarkLinePingPong), where 16 ranks doubled 8 bytes by
+// rounds of radix 2 in about the flat reduction's time (3.3–3.6 µs
+// against 3.1–4.2). A round of radix 4 reads three partners' lines at
+// once, about as fast as one, and is priced the same.
 const nodeRound = 0.35e-6
 
 func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
@@ -67,8 +67,8 @@ func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
 // host with the given slot (0: the default): recursive doubling only while
 // the ranks have a core each (cores: runtime.NumCPU for processes,
 // GOMAXPROCS for goroutine ranks, which share the process's threads). Its
-// log₂ n rounds each wait for one partner, which a rank without a core of
-// its own waits for to be scheduled; on this 2-core VM, 8 goroutine ranks
+// rounds each wait for their partners, which a rank without a core of its
+// own waits for to be scheduled; on this 2-core VM, 8 goroutine ranks
 // allreduced 8 bytes through the area in 12.0 µs by doubling and 8.4 flat
 // (session 18). The area's maker decides for every rank (shmcoll's
 // hdrRD), so that ranks whose view of the cores differs agree.

@@ -190,8 +190,8 @@ func TestShmShapeExplained(t *testing.T) {
 		n, count int
 		want     string
 	}{
-		{16, 64, "recursive doubling in 4 rounds"},
-		{17, 64, "recursive doubling in 6 rounds"},
+		{16, 64, "recursive doubling in 2 rounds"},
+		{17, 64, "recursive doubling in 4 rounds"},
 		{4, 2, "one phase"},
 		{4, 4096, "two phases"},
 	} {

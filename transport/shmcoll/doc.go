@@ -47,11 +47,11 @@
 //     synchronisations). Both combine the inputs in rank order 0, 1, ...,
 //     n−1, so every rank gets the same bits. From 16 ranks (RDRanks), a
 //     call of at most RDMax bytes (1 KiB) goes by recursive doubling
-//     instead (doubling.go): log₂ n rounds, in each of which a rank
-//     exchanges its partial result with one partner through entries of
-//     its own at the end of its block; partners combine the lower ranks'
-//     part first, so every rank gets the same bits, in another order than
-//     the flat one.
+//     instead (doubling.go): ⌈log₂ n / 2⌉ rounds, in each of which a
+//     rank exchanges its partial result with three partners (one in a
+//     last round where log₂ n is odd) through entries of its own at the
+//     end of its block; partners combine the lower ranks' part first, so
+//     every rank gets the same bits, in another order than the flat one.
 //   - Reduce: the same, with only the root copying out.
 //   - Bcast: the root writes each chunk once; the others copy it out. A
 //     call of at most a quarter slot goes to a quarter part of the slot,

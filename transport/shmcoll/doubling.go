@@ -5,7 +5,7 @@ import (
 )
 
 // Recursive doubling through the area: a small allreduce of 16 ranks or
-// more (DefaultRDRanks) in log₂ n rounds of one exchange each, instead of
+// more (DefaultRDRanks) in rounds among a few partners each, instead of
 // every rank reading every rank's flag line at once (reduceFlat).
 //
 // In the flat reduction each of n ranks reads n−1 lines, each written by
@@ -14,17 +14,22 @@ import (
 // xor 2^k only, one line (or a few) each way, and the next round needs
 // both: log₂ n exchanges in turn instead of n² at once. Open MPI runs
 // recursive doubling over its shared-memory fast boxes at these sizes.
+// The area's rounds have radix 4 (recursive multiplying): in each, the
+// four ranks that differ only in two bits of their number read each
+// other's partial result, three lines at once instead of one, which a
+// core fetches about as fast as one; so 16 ranks take two rounds, not
+// four (a last round of radix 2 where log₂ n is odd: 32 ranks take three).
 //
 // A round costs about a line's round trip between two cores (0.3–0.5 µs
 // on the 16-core node, BenchmarkLinePingPong), so doubling pays only where
-// the flat reduction's storm costs more than log₂ n of them. On the node
+// the flat reduction's storm costs more than a few of them. On the node
 // (BenchmarkArea, session 18, two runs of three) 16 ranks allreduced
-// 256 B in 3.6–3.7 µs by doubling against 4.3–5.2 flat, 1 KiB in 5.4–6.0
-// against 6.7–7.2, and 8 B in 3.3–3.6 against 3.1–4.2; at 4 and 8 ranks
-// doubling lost by 5–26 % (8 ranks, 8 B: 1.6–1.8 µs against 1.4). So the
-// area doubles from 16 ranks (DefaultRDRanks); at 32 and more, which the
-// node could not run, the flat storm only grows (n² lines against log₂ n
-// rounds).
+// 256 B in 3.6–3.7 µs by radix-2 doubling against 4.3–5.2 flat, 1 KiB in
+// 5.4–6.0 against 6.7–7.2, and 8 B in 3.3–3.6 against 3.1–4.2; at 4 and 8
+// ranks doubling lost by 5–26 % (8 ranks, 8 B: 1.6–1.8 µs against 1.4).
+// So the area doubles from 16 ranks (DefaultRDRanks); at 32 and more,
+// which the node could not run, the flat storm only grows (n² lines
+// against log₄ n rounds).
 //
 // # Layout
 //
@@ -40,11 +45,11 @@ import (
 //
 // # Reuse without waiting
 //
-// An entry of set s is read by one rank only, the writer's partner in
-// that entry's round, and written again two doubling calls later. Before
-// that, the writer has read, in the doubling call between, an entry its
-// partner wrote in that call: so the partner had finished the call before
-// it, including its read of the entry. No rank waits for a done line
+// An entry of set s is read by the writer's partners in that entry's
+// round only, and written again two doubling calls later. Before that,
+// the writer has read, in the doubling call between, an entry each of
+// those partners wrote in that call: so they had finished the call before
+// it, including their reads of the entry. No rank waits for a done line
 // before writing (claim), and at the start of a call a rank stores its
 // arrival stamp into each entry it will write, so that its core owns those
 // lines again (the partner's read had taken them) by the time the partial
@@ -56,8 +61,9 @@ import (
 // every reader of a flag line does, and publishes its round k+1 only after
 // round k checked: a call that ends well on a rank folded in every rank's
 // input, each checked along the way, so the call is complete (no running
-// hash comparison is owed, as for the flat reduction). Both partners
-// combine the lower ranks' partial result first, so that every rank holds
+// hash comparison is owed, as for the flat reduction). The partners of a
+// round combine their partial results in the order of the round's digit
+// of their numbers (lower ranks' first), so that every rank holds
 // the same bits even for operations whose result depends on the order of
 // the operands (a maximum with NaN). Only the partners' arrival stamps are
 // read (Call.Arrivals): one eligible call in rdSample goes flat instead,
@@ -90,7 +96,8 @@ func (g *Group) doubles(b int) bool {
 }
 
 // doublingShape returns the ranks that double, p = 2^⌊log₂ n⌋ (the lowest
-// p ranks; the others fold into them), and log₂ p, the doubling rounds.
+// p ranks; the others fold into them), and log₂ p, the bits of a rank
+// below p that the rounds go through, two a round (rdRound).
 func (g *Group) doublingShape() (p, log int) {
 	p = 1
 	for p*2 <= g.n {
@@ -99,15 +106,28 @@ func (g *Group) doublingShape() (p, log int) {
 	return p, log
 }
 
+// rdRound returns round k's first bit and radix: the round exchanges
+// partial results among the ranks that differ only in bits [shift,
+// shift+log₂ radix) of their number, radix 4 (two bits) but for a last
+// round of radix 2 where log is odd.
+func rdRound(k, log int) (shift, radix int) {
+	shift = 2 * k
+	return shift, 1 << min(2, log-shift)
+}
+
+// rdRounds returns the rounds of a group of 2^log ranks: ⌈log/2⌉.
+func rdRounds(log int) int { return (log + 1) / 2 }
+
 // DoublingRounds returns the rounds of an allreduce of b bytes by
-// recursive doubling (log₂ p, and two more where the group is not a power
-// of two: the extra ranks' input and the result back to them), or 0 where
-// it does not double. One call in 16 of those goes flat instead.
+// recursive doubling (⌈log₂ p / 2⌉, and two more where the group is not a
+// power of two: the extra ranks' input and the result back to them), or 0
+// where it does not double. One call in 16 of those goes flat instead.
 func (g *Group) DoublingRounds(b int) int {
 	if !g.doubles(b) {
 		return 0
 	}
-	p, rounds := g.doublingShape()
+	p, log := g.doublingShape()
+	rounds := rdRounds(log)
 	if p < g.n {
 		rounds += 2
 	}
@@ -153,7 +173,8 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 	s := int(g.rdCalls & 1)
 	g.rdCalls++
 	b := len(in)
-	p, rounds := g.doublingShape()
+	p, log := g.doublingShape()
+	rounds := rdRounds(log)
 	last := rounds + 1 // the result entry of the ranks with an extra
 	me, extra := g.rank, g.rank >= p
 	partnerX := -1 // the extra rank of a rank below n−p
@@ -196,22 +217,32 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 	} else {
 		copy(cur, in)
 	}
+	var parts [4][]byte
 	for k := range rounds {
 		g.rdPublish(s, 1+k, f, c.Sig, b)
-		q := me ^ 1<<k
-		w, err := g.rdRead(c, q, s, 1+k, f, b, "its partial result")
-		if err != nil {
-			return err
-		}
-		lo, hi := cur, w
-		if q < me {
-			lo, hi = w, cur
+		shift, radix := rdRound(k, log)
+		mine := me >> shift & (radix - 1)
+		for d := range radix {
+			if d == mine {
+				parts[d] = cur
+				continue
+			}
+			q := me&^((radix-1)<<shift) | d<<shift
+			w, err := g.rdRead(c, q, s, 1+k, f, b, "its partial result")
+			if err != nil {
+				return err
+			}
+			parts[d] = w
 		}
 		dst := out
 		if k+1 < rounds {
 			dst = g.rdBuf(me, s, 2+k, b)
 		}
-		r.K3(dst, lo, hi)
+		// In the order of the digit, on every rank of the round alike.
+		r.K3(dst, parts[0], parts[1])
+		for d := 2; d < radix; d++ {
+			r.K(dst, parts[d])
+		}
 		cur = dst
 	}
 	if partnerX >= 0 {

@@ -136,13 +136,26 @@ func TestDoublingOff(t *testing.T) {
 }
 
 // TestDoublingArrivals: an allreduce by doubling gives each rank its own
-// stamp and its partners' (the ranks it read: rank r xor 2^k, and the
+// stamp and its partners' (the ranks it read: those of its rounds, and the
 // extra rank above it or the rank below an extra one); one call in
 // rdSample runs flat, so that every rank's stamps are seen.
 func TestDoublingArrivals(t *testing.T) {
-	const n = 6 // p = 4: ranks 4 and 5 fold into 0 and 1
+	for _, tc := range []struct {
+		n    int
+		read map[int][]int
+	}{
+		// p = 4, one round of radix 4: ranks 4 and 5 fold into 0 and 1.
+		{6, map[int][]int{0: {1, 2, 3, 4}, 1: {0, 2, 3, 5}, 2: {0, 1, 3}, 3: {0, 1, 2}, 4: {0}, 5: {1}}},
+		// p = 8: a round of radix 4 (bits 0-1), then one of radix 2 (bit 2).
+		{8, map[int][]int{0: {1, 2, 3, 4}, 1: {0, 2, 3, 5}, 2: {0, 1, 3, 6}, 3: {0, 1, 2, 7},
+			4: {5, 6, 7, 0}, 5: {4, 6, 7, 1}, 6: {4, 5, 7, 2}, 7: {4, 5, 6, 3}}},
+	} {
+		testDoublingArrivals(t, tc.n, tc.read)
+	}
+}
+
+func testDoublingArrivals(t *testing.T, n int, read map[int][]int) {
 	stamp := func(call, r int) uint64 { return uint64(call)<<16 | uint64(r+1) }
-	read := map[int][]int{0: {1, 2, 4}, 1: {0, 3, 5}, 2: {3, 0}, 3: {2, 1}, 4: {0}, 5: {1}}
 	runAll(t, n, Options{RDRanks: 4}, func(g *Group, c *Call) error {
 		r := g.Rank()
 		c.Arrivals = make([]uint64, n)
