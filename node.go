@@ -120,6 +120,8 @@ const nodeParHost = 6
 // bounded by the host's memory where the area states what it moves there
 // (nodeMoved), as algo.CostOf bounds the schedules.
 func nodeCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float64 {
+	// The area's reductions add data in cache as the schedules' do.
+	m = m.ForCall(p, es)
 	t := nodeLinkCost(g, p, es, m)
 	moved := nodeMoved(p, es)
 	if moved == 0 || m.Memory <= 0 && m.Core <= 0 {

@@ -2,6 +2,7 @@ package algo
 
 import (
 	"math"
+	"slices"
 
 	"github.com/braid-ccl/braid/cost"
 	"github.com/braid-ccl/braid/sched"
@@ -38,7 +39,10 @@ type Mover interface {
 }
 
 // CostOf returns the predicted seconds of a on p with es-byte elements
-// under m, as the planner compares them: a's Cost, raised for a Mover to
+// under m, as the planner compares them: a's Cost under m for the call
+// (cost.Model.ForCall: reductions of data in cache at CacheGamma), plus
+// the extra time of copying data another core has just written
+// (writtenBytes at cost.Model.Written), raised for a Mover to
 // the time its ranks' memory traffic takes when they share their host's
 // memory, or on one thread each, plus its latencies (cost.Model.Bounded).
 // It is NaN if a has no cost model.
@@ -47,7 +51,8 @@ func CostOf(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
 	if !ok {
 		return math.NaN()
 	}
-	t := k.Cost(p, es, m)
+	m = m.ForCall(p, es)
+	t := k.Cost(p, es, m) + writtenBytes(a, p, es, m)*m.Written
 	mv, ok := a.(Mover)
 	if !ok || m.Memory <= 0 && m.Core <= 0 {
 		return t
@@ -75,4 +80,35 @@ func eagerBytes(count, seg, es int, eager float64) float64 {
 		b += bytesOf(rest, es)
 	}
 	return b
+}
+
+// writtenBytes returns the most bytes that one rank of p receives, over
+// links whose copies its own thread makes (cost.Model.Serial), in messages
+// whose bytes another core has just written (cost.Model.Written): eager
+// ones, and larger ones sent from Out or Tmp, which hold what the call
+// wrote, rather than from In. The receives of a rank are copied one after
+// the other by its thread, so their extra times add up. It is 0 on
+// several hosts, where the model does not price the hosts' shared-memory
+// copies message by message, for trees packed over a topology's links
+// (Params.Trees), which state their own rates, and where m has no Written
+// figure. It reads
+// every rank's program, as the simulator does.
+func writtenBytes(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
+	if m.Written <= 0 || p.NRanks < 2 || p.Count == 0 || p.Trees != nil || p.Layout != nil && p.Layout.NHosts() > 1 {
+		return 0
+	}
+	w := make([]float64, p.NRanks)
+	for r := range p.NRanks {
+		prog := a.Program(p, r)
+		for i := range prog.Steps {
+			s := &prog.Steps[i]
+			if s.Kind != sched.KindSend || !m.Serial(cost.ClassOf(p.Layout, r, s.Peer)) {
+				continue
+			}
+			if b := bytesOf(s.Src.Len, es); b <= m.Eager || s.Src.Buf != sched.In {
+				w[s.Peer] += b
+			}
+		}
+	}
+	return slices.Max(w)
 }

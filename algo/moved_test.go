@@ -101,7 +101,9 @@ func TestCostOf(t *testing.T) {
 					a.Name(), got, floor, m.Shared(nil, 2, mv.Moved(two, 4, m)))
 			}
 		}
-		m.Memory, m.Core = 0, 0
+		// Without memory limits, nor the extra time of written data,
+		// CostOf is Cost.
+		m.Memory, m.Core, m.Written = 0, 0, 0
 		if got := algo.CostOf(a, p, 4, m); got != base {
 			t.Errorf("%s: CostOf without memory limits = %g, Cost %g", a.Name(), got, base)
 		}

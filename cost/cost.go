@@ -109,6 +109,19 @@ type Model struct {
 	// sender's memory. It counts in the bytes an algorithm moves through
 	// memory (Shared), not in its link times.
 	Eager float64
+	// CacheGamma is Gamma for a call whose data fits in a core's cache
+	// (see ForCall): the seconds to reduce one byte of operands already
+	// there. Tuning tables do not carry it: the built-in figure applies.
+	CacheGamma float64
+	// Written is the seconds per byte that a receiver takes beyond the
+	// link's 1/β to copy a message whose bytes another core has just
+	// written, out of that core's cache (see Serial): every eager message
+	// (its sender wrote it into the ring) and a larger one that forwards
+	// data the call wrote (a sum, a block received before), which the
+	// receiver reads out of the sender's memory. A larger message of the
+	// caller's input, which the call does not write, costs the link's
+	// figure. Tuning tables do not carry it: the built-in figure applies.
+	Written float64
 }
 
 // Default returns figures measured on this project's 2-core development VM
@@ -128,6 +141,8 @@ func Default() Model {
 	m.Cache = DefaultCache
 	m.Eager = DefaultEager
 	m.SelfCopy = true
+	m.CacheGamma = DefaultCacheGamma
+	m.Written = DefaultWritten
 	return m
 }
 
@@ -166,6 +181,34 @@ const DefaultCache = 1 << 20
 // shm transport's default eager limit (transport/shm.DefaultEagerLimit).
 const DefaultEager = 64 << 10
 
+// DefaultCacheGamma is Model.CacheGamma: a float32 sum of data already in
+// a core's cache ran at about 20 GB/s on the 16-core node (session 18),
+// twice Gamma's 10 GB/s, which prices reductions of data that comes from
+// memory. In profiles of a 2-rank allreduce of 256 KiB there, the
+// reductions took 7 % of direct's samples and 22 % of recursive
+// doubling's, which reduces twice the bytes.
+const DefaultCacheGamma = 1 / 20e9
+
+// DefaultWritten is Model.Written, from the shm transport on the 16-core
+// node (session 18, 2 ranks). A message the receiver copies out of the
+// sender's memory (process_vm_readv, above Eager) ran twice as fast from a
+// buffer that no core had just written as from one that one had: a
+// binomial broadcast of 256 KiB from the root's buffer took 16–20 µs, a
+// ping-pong of 256 KiB, which sends back the buffer it has just received,
+// 37–39 µs one way; an allgather exchanged 128 KiB of its input in 14–17
+// µs, while direct's allreduce of 256 KiB, whose second step exchanges
+// 128 KiB of the sums it has just written, took 51–58 µs, 19–22 for its
+// first step (the reduce-scatter) alone. Eager messages, which the
+// receiver copies out of the ring its sender has just written, ran at the
+// written rate: 64 KiB one way in 11–12 µs, an exchange in 13–15.5. The
+// figure adds 0.075 ns a byte to the link's 0.125 (8 GB/s): 5.3 GB/s for
+// written bytes. Without it the model chose direct's allreduce of 128 and
+// 256 KiB on 2 ranks (25–32 and 51–58 µs) over recursive doubling's single
+// exchange of the input (19.5–21 and 30.5–39), and direct's reduce-scatter
+// of 16–128 KiB, whose eager messages it did not charge, over the shared
+// area, which ran 13–27 % faster.
+const DefaultWritten = 0.075e-9
+
 // DefaultOverhead is Model.Overhead unless a tuning table says otherwise:
 // on the 16-core node, an 8-byte allreduce that exchanges with every peer
 // at once (direct) took about 0.7 µs more per peer than recursive doubling's
@@ -196,6 +239,12 @@ func (m Model) Valid() error {
 	}
 	if m.Cache < 0 || math.IsNaN(m.Cache) || math.IsInf(m.Cache, 0) {
 		return fmt.Errorf("cost: cache size %g B is not valid", m.Cache)
+	}
+	if m.CacheGamma < 0 || math.IsNaN(m.CacheGamma) || math.IsInf(m.CacheGamma, 0) {
+		return fmt.Errorf("cost: in-cache γ=%g s/B is not valid", m.CacheGamma)
+	}
+	if m.Written < 0 || math.IsNaN(m.Written) || math.IsInf(m.Written, 0) {
+		return fmt.Errorf("cost: written-data copy cost %g s/B is not valid", m.Written)
 	}
 	if m.Eager < 0 || math.IsNaN(m.Eager) || math.IsInf(m.Eager, 0) {
 		return fmt.Errorf("cost: eager limit %g B is not valid", m.Eager)
@@ -247,7 +296,7 @@ func (m Model) Latencies() Model {
 	for c := range m.Links {
 		m.Links[c].Beta = math.Inf(1)
 	}
-	m.Gamma, m.Memory, m.Core = 0, 0, 0
+	m.Gamma, m.Memory, m.Core, m.CacheGamma, m.Written = 0, 0, 0, 0, 0
 	return m
 }
 
@@ -312,3 +361,17 @@ func (m Model) Flat(p sched.Params) Link { return m.Worst(p.Layout, p.NRanks) }
 
 // FlatClass returns the class of Flat's link.
 func FlatClass(p sched.Params) Class { return WorstClass(p.Layout, p.NRanks) }
+
+// ForCall returns m for a call of p with es-byte elements: with CacheGamma
+// for Gamma where m's ranks copy their own messages (SelfCopy) and the
+// call's input and output together fit in Cache, for its reductions then
+// add operands that the call's copies have just brought into the core's
+// cache. Above that, a 2-rank allreduce of 512 KiB by recursive doubling
+// took 168–182 µs on the 16-core node against 30.5–39 at 256 KiB.
+func (m Model) ForCall(p sched.Params, es int) Model {
+	b := float64(max(p.InLen(0), p.InLen(p.Root))+max(p.OutLen(0), p.OutLen(p.Root))) * float64(es)
+	if m.SelfCopy && m.CacheGamma > 0 && b <= m.Cache {
+		m.Gamma = min(m.Gamma, m.CacheGamma)
+	}
+	return m
+}

@@ -137,3 +137,27 @@ func TestLatenciesAndBounded(t *testing.T) {
 		t.Error("negative cache size accepted")
 	}
 }
+
+func TestForCall(t *testing.T) {
+	m := Default()
+	small := sched.Params{Coll: sched.Allreduce, NRanks: 2, Count: 64 << 10} // 256 KiB of float32 in, as much out
+	if got := m.ForCall(small, 4).Gamma; got != m.CacheGamma {
+		t.Errorf("γ of a call in cache = %g, want CacheGamma %g", got, m.CacheGamma)
+	}
+	big := sched.Params{Coll: sched.Allreduce, NRanks: 2, Count: 1 << 20}
+	if got := m.ForCall(big, 4).Gamma; got != m.Gamma {
+		t.Errorf("γ of a call beyond the cache = %g, want Gamma %g", got, m.Gamma)
+	}
+	m.SelfCopy = false
+	if got := m.ForCall(small, 4).Gamma; got != m.Gamma {
+		t.Errorf("γ without SelfCopy = %g, want Gamma %g", got, m.Gamma)
+	}
+	bad := Default()
+	bad.Written = math.NaN()
+	if bad.Valid() == nil {
+		t.Error("a NaN Written accepted")
+	}
+	if l := Default().Latencies(); l.Written != 0 || l.CacheGamma != 0 {
+		t.Errorf("Latencies keeps Written %g, CacheGamma %g", l.Written, l.CacheGamma)
+	}
+}
