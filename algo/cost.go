@@ -91,10 +91,19 @@ func eagerBytes(count, seg, es int, eager float64) float64 {
 // several hosts, where the model does not price the hosts' shared-memory
 // copies message by message, for trees packed over a topology's links
 // (Params.Trees), which state their own rates, and where m has no Written
-// figure. It reads
-// every rank's program, as the simulator does.
+// figure. It reads every rank's program, as the simulator does, and so
+// only up to writtenRanks ranks.
+// writtenRanks is the most ranks whose programs writtenBytes reads. Every
+// rank's program of every candidate made planning 17 times as slow at 16
+// goroutine ranks (four plans: 4.4 ms against 0.26 on the 2-core VM) and
+// 50 times at 64 (81 ms against 1.6); and the written copies moved no
+// choice at 8 or 16 ranks in the 16-core node's grids (session 19), where
+// the shared area runs the small and medium calls and the host's memory
+// bounds the large ones.
+const writtenRanks = 8
+
 func writtenBytes(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
-	if m.Written <= 0 || p.NRanks < 2 || p.Count == 0 || p.Trees != nil || p.Layout != nil && p.Layout.NHosts() > 1 {
+	if m.Written <= 0 || p.NRanks < 2 || p.NRanks > writtenRanks || p.Count == 0 || p.Trees != nil || p.Layout != nil && p.Layout.NHosts() > 1 {
 		return 0
 	}
 	w := make([]float64, p.NRanks)
