@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
-	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
@@ -308,7 +307,7 @@ func (x *dynExec) stall(hs []sched.Handle) {
 func (x *dynExec) Copy(src, dst sched.Chunk) {
 	s, d := x.slice(src), x.slice(dst)
 	if len(d) > 0 && &s[0] != &d[0] {
-		par.Copy(d, s)
+		copySplit(d, s)
 	}
 }
 

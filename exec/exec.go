@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
-	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
@@ -214,7 +213,7 @@ func (r *run) drive() error {
 			case sched.KindCopy:
 				src, dst := r.slice(s.Src), r.slice(s.Dst)
 				if len(dst) > 0 && &src[0] != &dst[0] {
-					par.Copy(dst, src)
+					copySplit(dst, src)
 				}
 				r.status[i] = complete
 			case sched.KindReduce:

@@ -148,14 +148,19 @@ func Splits() uint64 { return splits.Load() }
 
 // MinSize returns the least bytes that a call splits: SetThreads' value,
 // else EnvMinSize's, else DefaultMinSize.
-func MinSize() int {
+func MinSize() int { return MinSizeOr(DefaultMinSize) }
+
+// MinSizeOr is MinSize with def in place of DefaultMinSize: SetThreads'
+// value or EnvMinSize's where set, else def (a caller's own default, such
+// as the executor's).
+func MinSizeOr(def int) int {
 	if m := minSize.Load(); m > 0 {
 		return int(m)
 	}
 	if readEnv(); envMin > 0 {
 		return envMin
 	}
-	return DefaultMinSize
+	return def
 }
 
 // A Task is work over a range of n bytes that may be done in pieces, in any
