@@ -151,10 +151,29 @@ func nodeChunks(g *shmcoll.Group, p sched.Params, es int) (chunks, b float64, ch
 	b = bytes / chunks
 	k = 1
 	chained = p.Coll == sched.Allreduce && g.Chained(int(b))
-	if s := nodeParSpeedup(p.NRanks, par.Threads()); s > 1 && b >= float64(par.MinSize()) && !chained && !g.Goroutines() {
-		k = s
+	if !chained && !g.Goroutines() {
+		k = nodeSplit(p.NRanks, b)
 	}
 	return chunks, b, chained, k
+}
+
+// nodeSplit is how many times faster than one thread a rank of n copies
+// or reduces op bytes in one piece, which package par splits across its
+// threads from par.MinSize: nodeParSpeedup from 4·par.MinSize (2 MiB), 1
+// below par.MinSize, and in between in proportion to log₂ of the size.
+// On the 16-core node (session 19, three rounds) the area's 2-rank
+// allgather, whose copies are each a rank's block, ran 1.25 times as fast
+// split as with one thread (BRAID_COPY_THREADS=1) with blocks of 512 KiB,
+// 2.2 times with 1 MiB and 2.4 with 2 MiB; counting the whole
+// nodeParSpeedup (3) from 512 KiB, the model priced the 2-rank allgather
+// of 1 MiB at 35 µs (it took 86) and the allreduce of 512 KiB at 40 (137,
+// where recursive doubling took 93).
+func nodeSplit(n int, op float64) float64 {
+	s, lo := nodeParSpeedup(n, par.Threads()), float64(par.MinSize())
+	if s <= 1 || op < lo {
+		return 1
+	}
+	return min(s, 1+(s-1)*math.Log2(op/lo)/2)
 }
 
 // nodeShape says how the area runs p, for the planner's reason (Explain,
@@ -220,8 +239,14 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	// binomial 78. (Counting only chunks above it, the model priced
 	// 2-rank allgathers of 512 KiB a rank as unsplit, and the planner
 	// ran Bruck's, 122-149 µs, where the split area took 70-82; session
-	// 16.)
-	beta, gamma = beta*k, gamma/k
+	// 16.) The reductions and copies of an allreduce's or a
+	// reduce-scatter's slices are each a chunk's n-th (nodeSplit of it,
+	// sbeta and sgamma).
+	ks := k
+	if k > 1 {
+		ks = nodeSplit(p.NRanks, b/n)
+	}
+	beta, gamma, sbeta, sgamma := beta*k, gamma/k, beta*ks, gamma/ks
 	var t float64
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:
@@ -237,14 +262,14 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			// out; a chunk's copies overlap the others' reductions of
 			// the chunk before (two slots), so a chunk costs about one
 			// pass over its bytes and the reduction.
-			t = 2*sync + b/beta + (n-1)*b/n*gamma
+			t = 2*sync + b/beta + (n-1)*b/n*sgamma
 			if chunks == 1 && !chained && b > nodeHot {
 				// Nothing to overlap with; the chain pipelines a chunk
 				// in segments (on the node, 4 ranks, 1 MiB: the chain
 				// 285 µs, the segmented ring the model preferred 374).
 				// A chunk of at most nodeHot bytes is still in its
 				// writers' caches when it is copied out.
-				t += b / beta
+				t += b / sbeta
 			}
 		}
 	case sched.Bcast:
@@ -273,7 +298,7 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	case sched.Allgather:
 		t = sync + n*b/beta
 	case sched.ReduceScatter:
-		t = sync + b/beta + (n-1)*b/n*gamma
+		t = sync + b/beta + (n-1)*b/n*sgamma
 	}
 	return t * chunks
 }

@@ -52,15 +52,16 @@ func TestNodeCostThreads(t *testing.T) {
 		if !(eight < one) || eight < one/want*0.99 {
 			t.Errorf("%v of %d B on 2 processes: %.1f µs with 8 threads, %.1f with one; want faster, by at most %.2f×", coll, big, eight*1e6, one*1e6, want)
 		}
-		// par splits from MinSize bytes on, and so does the model: a
-		// chunk of MinSize is split, one 64 bytes smaller is not.
+		// par splits from MinSize bytes on, and the model counts a gain
+		// that grows from nothing there (nodeSplit): a chunk of twice
+		// MinSize gains, one 64 bytes smaller than MinSize does not.
 		small := par.MinSize() - 64
 		if a, b := costWith(proc, 1, coll, small), costWith(proc, 8, coll, small); a != b {
 			t.Errorf("%v of %d B (below par.MinSize, not split): %.2f µs with 8 threads, %.2f with one", coll, small, b*1e6, a*1e6)
 		}
-		at := par.MinSize()
+		at := 2 * par.MinSize()
 		if a, b := costWith(proc, 1, coll, at), costWith(proc, 8, coll, at); !(b < a) {
-			t.Errorf("%v of %d B (par.MinSize, split): %.2f µs with 8 threads, %.2f with one; want faster", coll, at, b*1e6, a*1e6)
+			t.Errorf("%v of %d B (twice par.MinSize, split): %.2f µs with 8 threads, %.2f with one; want faster", coll, at, b*1e6, a*1e6)
 		}
 		if a, b := costWith(locals[0], 1, coll, big), costWith(locals[0], 8, coll, big); a != b {
 			t.Errorf("%v of %d B on goroutine ranks: %.1f µs with 8 threads, %.1f with one; want the same (one shared pool)", coll, big, b*1e6, a*1e6)
