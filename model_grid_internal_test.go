@@ -102,13 +102,7 @@ func TestModelGrid(t *testing.T) {
 	for _, k := range cells {
 		g := groups[k.n]
 		if g == nil {
-			var path string
-			g, path, err = shmcoll.Make(t.TempDir(), k.n, shmcoll.Options{}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			_ = shmcoll.Unlink(path)
+			g = madeGroup(t, k.n)
 			groups[k.n] = g
 		}
 		coll, err := sched.ParseCollective(k.coll)
@@ -151,6 +145,19 @@ func TestModelGrid(t *testing.T) {
 	t.Log("\n" + out.String())
 }
 
+// madeGroup returns a shared area of n ranks made as processes' are (its
+// file unlinked at once), closed when t ends.
+func madeGroup(t testing.TB, n int) *shmcoll.Group {
+	t.Helper()
+	g, path, err := shmcoll.Make(t.TempDir(), n, shmcoll.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	_ = shmcoll.Unlink(path)
+	return g
+}
+
 // TestModelSegringOnHost checks that the model does not choose the
 // segmented ring on 2 process ranks of one host (the 16-core node's 8
 // threads each, its figures: cost.Default) where the node measured it
@@ -161,12 +168,7 @@ func TestModelGrid(t *testing.T) {
 // that let a segment's transfer overlap the reduction of the one before
 // chose it in all four: over shared memory one thread does both.
 func TestModelSegringOnHost(t *testing.T) {
-	g, path, err := shmcoll.Make(t.TempDir(), 2, shmcoll.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	_ = shmcoll.Unlink(path)
+	g := madeGroup(t, 2)
 	m := cost.Default()
 	for _, coll := range []sched.Collective{sched.Allreduce, sched.ReduceScatter} {
 		for _, bytes := range []int{64 << 10, 256 << 10} {
@@ -197,12 +199,7 @@ func TestModelSegringOnHost(t *testing.T) {
 // The model without that figure and with γ for data out of cache chose
 // direct in both.
 func TestModelDoublingOnHost(t *testing.T) {
-	g, path, err := shmcoll.Make(t.TempDir(), 2, shmcoll.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	_ = shmcoll.Unlink(path)
+	g := madeGroup(t, 2)
 	m := cost.Default()
 	for _, bytes := range []int{128 << 10, 256 << 10} {
 		p := sched.Params{Coll: sched.Allreduce, NRanks: 2, Count: bytes / 4}

@@ -16,12 +16,7 @@ import (
 // chunk of par.MinSize bytes or more, not one below it, not the chain's
 // segments, and not goroutine ranks, which share one process's pool.
 func TestNodeCostThreads(t *testing.T) {
-	proc, path, err := shmcoll.Make(t.TempDir(), 2, shmcoll.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proc.Close()
-	_ = shmcoll.Unlink(path)
+	proc := madeGroup(t, 2)
 	locals, err := shmcoll.NewLocal(2, shmcoll.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -73,12 +68,7 @@ func TestNodeCostThreads(t *testing.T) {
 	if one, eight := costWith(proc, 1, sched.Allreduce, 4<<20), costWith(proc, 8, sched.Allreduce, 4<<20); !(eight < one) {
 		t.Errorf("allreduce of 4 MiB on 2 processes: %.1f µs with 8 threads, %.1f with one; want faster", eight*1e6, one*1e6)
 	}
-	proc4, path4, err := shmcoll.Make(t.TempDir(), 4, shmcoll.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proc4.Close()
-	_ = shmcoll.Unlink(path4)
+	proc4 := madeGroup(t, 4)
 	if !proc4.Chained(4 << 20) {
 		t.Skip("4 MiB on 4 ranks does not take the chain with the default options")
 	}
