@@ -85,8 +85,9 @@ that names the variable):
                    the splitting off; the planner counts on it, so give
                    every rank of a host the same
   BRAID_COPY_MIN   least bytes of a copy or reduction that a rank splits
-                   across its threads (default 512K; from 64K to 1G); give
-                   every rank of a host the same
+                   across its threads (default 512K in the shared area, 2M
+                   in the executor's steps; from 64K to 1G, setting both);
+                   give every rank of a host the same
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same

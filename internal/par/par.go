@@ -61,7 +61,9 @@ const EnvMinSize = "BRAID_COPY_MIN"
 // of 256 KiB 81.3 and 44.8, its reduce-scatter of 512 KiB 84.0 and 57.1,
 // its broadcast of 256 KiB 30.5 and 21.3; from 1 MiB splitting still paid
 // (the area's allreduce of 1 MiB 123 µs split, 263 not; its allgather 82
-// and 108), so the limit is 512 KiB.
+// and 108), so the limit is 512 KiB. The executor's steps, whose copies
+// come one at a time between transfers, split from 2 MiB (MinSizeOr; see
+// package exec's splitFloor).
 const DefaultMinSize = 512 << 10
 
 // ParseMinSize parses a value of EnvMinSize: a size from 64 KiB to 1 GiB.
