@@ -16,9 +16,12 @@ import (
 // recursive doubling over its shared-memory fast boxes at these sizes.
 // The area's rounds have radix 4 (recursive multiplying): in each, the
 // four ranks that differ only in two bits of their number read each
-// other's partial result, three lines at once instead of one, which a
-// core fetches about as fast as one; so 16 ranks take two rounds, not
-// four (a last round of radix 2 where log₂ n is odd: 32 ranks take three).
+// other's partial result, three lines at once instead of one; so 16
+// ranks take two rounds, not four (a last round of radix 2 where log₂ n
+// is odd: 32 ranks take three). On the node (session 19) that took the
+// area's 16-rank allreduce of 8 B–1 KiB from 2.92–5.69 µs to 2.61–5.03
+// with waits that yield, but end to end it stayed within the rounds'
+// spread of radix 2 (docs/PERFORMANCE.md).
 //
 // A round costs about a line's round trip between two cores (0.3–0.5 µs
 // on the 16-core node, BenchmarkLinePingPong), so doubling pays only where
@@ -70,11 +73,11 @@ import (
 // so that every rank's stamps are still seen.
 const (
 	rdCap     = 1 << 10 // the most data bytes of an entry: the largest doubling chunk
-	rdEntries = 8       // entries a set: extra, 6 rounds, result (p ≤ 64)
+	rdEntries = 8       // entries a set: extra, rounds (6 would fit; 3 at p = 64), result
 	rdEntry   = lineSize + rdCap
 	rdRegion  = 2 * rdEntries * rdEntry
 	rdSample  = 16
-	// rdMaxRanks is the largest group that doubles (six rounds).
+	// rdMaxRanks is the largest group that doubles (three rounds).
 	rdMaxRanks = 64
 )
 

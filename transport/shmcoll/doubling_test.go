@@ -16,7 +16,7 @@ import (
 // TestDoubling runs allreduces by recursive doubling back to back (both
 // sets of entries, many times over, with data that changes every call),
 // for powers of two and not up to the largest group that doubles (64
-// ranks: six rounds), sizes inside the flag line and in the data
+// ranks: three rounds), sizes inside the flag line and in the data
 // lines up to RDMax, in place and not, and checks that every rank gets
 // the exact sum and the same bits: also of sums that round, and of a
 // maximum over NaNs with different payloads, whose result depends on the
