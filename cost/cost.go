@@ -366,8 +366,10 @@ func FlatClass(p sched.Params) Class { return WorstClass(p.Layout, p.NRanks) }
 // for Gamma where m's ranks copy their own messages (SelfCopy) and the
 // call's input and output together fit in Cache, for its reductions then
 // add operands that the call's copies have just brought into the core's
-// cache. Above that, a 2-rank allreduce of 512 KiB by recursive doubling
-// took 168–182 µs on the 16-core node against 30.5–39 at 256 KiB.
+// cache. (A 2-rank allreduce of 512 KiB by recursive doubling took 168–182
+// µs on the 16-core node against 30.5–39 at 256 KiB, but most of that jump
+// was the executor's splitting of its copies across threads from 512 KiB,
+// since moved to 2 MiB: 94 µs at 512 KiB after it, session 19.)
 func (m Model) ForCall(p sched.Params, es int) Model {
 	b := float64(max(p.InLen(0), p.InLen(p.Root))+max(p.OutLen(0), p.OutLen(p.Root))) * float64(es)
 	if m.SelfCopy && m.CacheGamma > 0 && b <= m.Cache {
