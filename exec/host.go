@@ -34,13 +34,14 @@ type host struct {
 // (par.SetThreads, par.EnvMinSize), else splitFloor.
 func splitMin() int { return par.MinSizeOr(splitFloor) }
 
-// splitFloor, not par.DefaultMinSize: between the executor's transfers a split costs more than it
-// gives below 2 MiB. On the 16-core node (session 19, 2 ranks of 8
-// threads, three rounds) the direct allgather of 1 MiB, whose one copy
-// (512 KiB, the rank's own block) par split, took 157 µs, and 81–98 with
-// copies unsplit; Bruck's 167 and 78–82; of 2 MiB 262 and 205; at 4 MiB
-// the split gave 10 % (390 µs against 428–454). The shared area, whose
-// copies follow one another, gains from par.MinSize (shmcoll).
+// splitFloor is the executor's default in place of par.DefaultMinSize:
+// between its transfers a split costs more than it gives below 2 MiB. On
+// the 16-core node (session 19, 2 ranks of 8 threads, three rounds) the
+// direct allgather of 1 MiB, whose one copy (512 KiB, the rank's own
+// block) par split, took 157 µs, and 81–98 with copies unsplit; Bruck's
+// 167 and 78–82; of 2 MiB 262 and 205; at 4 MiB the split gave 3–14 %
+// (direct: 390 µs against 428–454). The shared area, whose copies follow
+// one another, gains from par.MinSize (shmcoll).
 const splitFloor = 2 << 20
 
 // copySplit copies src to dst, split across the rank's threads from
