@@ -57,8 +57,9 @@ const (
 // doubling.go): a line's round trip between two cores, 0.3–0.5 µs on the
 // 16-core node (BenchmarkLinePingPong), where 16 ranks doubled 8 bytes by
 // rounds of radix 2 in about the flat reduction's time (3.3–3.6 µs
-// against 3.1–4.2). A round of radix 4 reads three partners' lines at
-// once, about as fast as one, and is priced the same.
+// against 3.1–4.2). A round of radix 4 is priced the same, as one read
+// and one reduction, though it reads and reduces three partners' results
+// (not measured apart: nodeLinkCost).
 const nodeRound = 0.35e-6
 
 func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
@@ -251,8 +252,13 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	switch p.Coll {
 	case sched.Allreduce, sched.Reduce:
 		if rounds := g.DoublingRounds(int(b)); p.Coll == sched.Allreduce && rounds > 0 {
-			// Recursive doubling: a round is one exchange of a line (or
-			// a few) with one partner, and a reduction.
+			// Recursive doubling: a round is an exchange of a line (or
+			// a few) and a reduction. Rounds of radix 4 read and reduce
+			// three partners' results, which this counts as one: at
+			// most 1 KiB (RDMax), the two more of each of a 16-rank
+			// call's two rounds are about 0.4 µs the model leaves out,
+			// where the schedules it weighs the area against take
+			// several microseconds.
 			t = float64(rounds) * (nodeRound + b/beta + b*gamma)
 		} else if b <= float64(g.FlatMax()) {
 			// Every rank reads every input: n lines or slots.
