@@ -350,7 +350,7 @@ func TestReduceScatterStride(t *testing.T) {
 		if k.stride*k.es%16 != 0 {
 			t.Errorf("%d × %d B: stride %d is not whole 16-byte words", k.count, k.es, k.stride)
 		}
-		_, args := a.args()
+		_, args := a.args(new(argSet))
 		if n := args.(*vecArgs).N; n != uint64(k.stride) {
 			t.Errorf("%d × %d B: the kernel's n is %d, want the stride %d", k.count, k.es, n, k.stride)
 		}

@@ -25,13 +25,41 @@ func Launch(c *cuda.Ctx, s cuda.Stream, a Kernel) error {
 	if a.Kind == Bcast && (a.Root < 0 || a.Root >= n) {
 		return fmt.Errorf("fused: broadcast: root %d of %d", a.Root, n)
 	}
-	family, args := a.args()
+	var st argSet
+	family, args := a.args(&st)
 	f, err := c.Kernel(family, a.DType, a.Op)
 	if err != nil {
 		return err
 	}
 	var buf [maxArgs]uint64
-	return c.Launch(f, cuda.D1(a.Grid()), cuda.D1(a.threads()), 0, s, args.pack(buf[:0])...)
+	return c.Launch(f, cuda.D1(a.Grid()), cuda.D1(a.threads()), 0, s, packArgs(args, buf[:0])...)
+}
+
+// argSet holds one parameter list of each shape, so that args can fill
+// one in the caller's memory: Launch keeps it on its stack, and a launch
+// per call allocates nothing for its parameters.
+type argSet struct {
+	vec    vecArgs
+	host   hostVecArgs
+	gather gatherArgs
+	bcast  bcastArgs
+}
+
+// packArgs appends args to dst through their concrete type, so that
+// neither the list args points to nor dst escapes (as a call through the
+// interface would make them).
+func packArgs(args kernelArgs, dst []uint64) []uint64 {
+	switch v := args.(type) {
+	case *vecArgs:
+		return v.pack(dst)
+	case *hostVecArgs:
+		return v.pack(dst)
+	case *gatherArgs:
+		return v.pack(dst)
+	case *bcastArgs:
+		return v.pack(dst)
+	}
+	panic("fused: a parameter list of no known shape") // args returns only the four
 }
 
 // check reports what of a no kernel can run: a rank, a grid, a ramp, a
@@ -186,26 +214,32 @@ func (p *bcastArgs) pack(dst []uint64) []uint64 {
 
 // args returns the kernel family that runs a (cuda.Ctx.Kernel's family:
 // braid_<family>_<op>_<type>, or braid_<family> for the broadcast and the
-// allgather) and its parameters.
-func (a *Kernel) args() (string, kernelArgs) {
+// allgather) and its parameters, written into st.
+func (a *Kernel) args(st *argSet) (string, kernelArgs) {
 	s := seqArgs{Seqs: a.Seqs, Rounds: uint32(max(a.Rounds(), 1)), Rank: uint32(a.Rank), NRanks: uint32(len(a.Regions)),
 		SlotBytes: uint64(a.SlotBytes), AreaBytes: uint64(max(a.Area, 0))}
 	h := hostArgs{Host: a.Host, HostBytes: uint64(a.hostBytes())}
 	t := tailArgs{TimeoutNS: uint64(max(a.Timeout, 0)), Status: a.Status}
 	copy(t.Regions[:], a.Regions)
 	bytes := uint64(a.Count * a.DType.Size())
-	vec := func() *vecArgs { return &vecArgs{In: a.In, Out: a.Out, N: uint64(a.Count), seqArgs: s, tailArgs: t} }
+	vec := func() *vecArgs {
+		st.vec = vecArgs{In: a.In, Out: a.Out, N: uint64(a.Count), seqArgs: s, tailArgs: t}
+		return &st.vec
+	}
 	switch a.Kind {
 	case Bcast:
-		return "bcast_fused", &bcastArgs{Buf: a.Out, Bytes: bytes, Root: uint32(a.Root), RampIn: uint32(a.Ramp), seqArgs: s, hostArgs: h, tailArgs: t}
+		st.bcast = bcastArgs{Buf: a.Out, Bytes: bytes, Root: uint32(a.Root), RampIn: uint32(a.Ramp), seqArgs: s, hostArgs: h, tailArgs: t}
+		return "bcast_fused", &st.bcast
 	case Allgather:
-		return "allgather_fused", &gatherArgs{In: a.In, Out: a.Out, Bytes: bytes, seqArgs: s, tailArgs: t}
+		st.gather = gatherArgs{In: a.In, Out: a.Out, Bytes: bytes, seqArgs: s, tailArgs: t}
+		return "allgather_fused", &st.gather
 	case OneShotLL:
 		return "oneshotll", vec()
 	case TwoShotLL:
 		return "twoshotll", vec()
 	case TwoShot:
-		return "twoshot", &hostVecArgs{In: a.In, Out: a.Out, N: uint64(a.Count), seqArgs: s, hostArgs: h, tailArgs: t}
+		st.host = hostVecArgs{In: a.In, Out: a.Out, N: uint64(a.Count), seqArgs: s, hostArgs: h, tailArgs: t}
+		return "twoshot", &st.host
 	case ReduceScatter:
 		v := vec()
 		v.N = uint64(a.BlockCount())

@@ -245,7 +245,7 @@ func TestKernelArgs(t *testing.T) {
 	} {
 		a := Kernel{Kind: c.kind, Count: 1000, DType: dtype.Float32, Op: dtype.Sum, In: 0xa0, Out: 0xb0, Regions: regs,
 			Seqs: 0x5e0, Rank: 2, SlotBytes: 4096, Area: 1024, Host: 0x1000, HostBytes: 64, Timeout: 5, Status: 0x77, Root: 3, Ramp: 2}
-		family, args := a.args()
+		family, args := a.args(new(argSet))
 		if family != c.family {
 			t.Errorf("%v: family %s, want %s", c.kind, family, c.family)
 			continue
@@ -390,7 +390,7 @@ func TestKernelCheckSeqs(t *testing.T) {
 	if err := a.check(); err != nil {
 		t.Errorf("with Seqs: %v", err)
 	}
-	family, args := a.args()
+	family, args := a.args(new(argSet))
 	if p := args.pack(nil); family != "oneshotll" || p[3] != 0x3000 || p[4] != 1 {
 		t.Errorf("%s packs seqs %#x and rounds %d, want 0x3000 and 1", family, p[3], p[4])
 	}

@@ -103,7 +103,7 @@ func modelRounds(a Kernel) (int, error) {
 	case ReduceScatter:
 		w = 16 / es
 		// What the kernel is given: the stride where one is set.
-		_, args := a.args()
+		_, args := a.args(new(argSet))
 		items, capacity = int(args.(*vecArgs).N), area/es/w*w
 	case Allgather:
 		w = 16
