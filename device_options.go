@@ -54,6 +54,9 @@ type DeviceOptions struct {
 	// sender no fence (half the time on small vectors, twice the bytes on
 	// the links). Vectors in whole 8-byte words qualify (a rank whose
 	// buffers are not 8-byte aligned runs the kernel on aligned scratch).
+	// It is also the largest block of a fused reduce-scatter or allgather
+	// that runs in lines (whose lines out of a GPU are as many as the
+	// one-shot's of a vector of that size).
 	// 0 means BRAID_GPU_LL_MAX where set, else fused.DefaultLLBytes(Size());
 	// negative never.
 	LLMax int

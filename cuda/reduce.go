@@ -90,9 +90,11 @@ type reduceKernels struct {
 	ll2      [16][16]Function // [dtype][op]: braid_twoshotll
 	twoshot  [16][16]Function // [dtype][op]
 	rsfused  [16][16]Function // [dtype][op]
+	rsll     [16][16]Function // [dtype][op]: the reduce-scatter in low-latency lines
 	serve    [16][16]Function // [dtype][op]: braid_llserve
 	bcast    Function
 	gather   Function
+	gatherLL Function // braid_allgather_ll
 }
 
 // typeSuffix is the kernel name suffix of each element type.
@@ -114,6 +116,7 @@ var kernelFamilies = []struct {
 	{"twoshotll", func(k *reduceKernels) *[16][16]Function { return &k.ll2 }},
 	{"twoshot", func(k *reduceKernels) *[16][16]Function { return &k.twoshot }},
 	{"rsfused", func(k *reduceKernels) *[16][16]Function { return &k.rsfused }},
+	{"rsll", func(k *reduceKernels) *[16][16]Function { return &k.rsll }},
 	{"llserve", func(k *reduceKernels) *[16][16]Function { return &k.serve }},
 }
 
@@ -185,7 +188,7 @@ func (c *Ctx) LoadKernels() error {
 	for _, f := range []struct {
 		dst  *Function
 		name string
-	}{{&k.bcast, "braid_bcast_fused"}, {&k.gather, "braid_allgather_fused"}} {
+	}{{&k.bcast, "braid_bcast_fused"}, {&k.gather, "braid_allgather_fused"}, {&k.gatherLL, "braid_allgather_ll"}} {
 		if *f.dst, err = c.Function(mod, f.name); err != nil {
 			c.UnloadModule(mod)
 			return fmt.Errorf("cuda: reduction kernels: %w", err)
@@ -230,7 +233,8 @@ func (c *Ctx) ReduceKernel(d dtype.DType, op dtype.Op) (Function, error) {
 // first if needed: braid_<family>_<op>_<type> for a family of
 // kernelFamilies (the fused kernels of package gpu/fused among them),
 // braid_<family> for the kernels of one signature whatever the type
-// ("bcast_fused", "allgather_fused"; d and op are not used).
+// ("bcast_fused", "allgather_fused", "allgather_ll"; d and op are not
+// used).
 func (c *Ctx) Kernel(family string, d dtype.DType, op dtype.Op) (Function, error) {
 	if err := c.LoadKernels(); err != nil {
 		return 0, err
@@ -241,6 +245,8 @@ func (c *Ctx) Kernel(family string, d dtype.DType, op dtype.Op) (Function, error
 		return k.bcast, nil
 	case "allgather_fused":
 		return k.gather, nil
+	case "allgather_ll":
+		return k.gatherLL, nil
 	}
 	for _, f := range kernelFamilies {
 		if f.name != family {

@@ -309,7 +309,7 @@ func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadl
 		return err
 	}
 	a.Timeout, a.Status = wait, f.status.Ptr()
-	if (a.Kind == fused.OneShotLL || a.Kind == fused.TwoShotLL) && (a.In|a.Out)&7 != 0 {
+	if lines(a.Kind) && (a.In|a.Out)&7 != 0 {
 		// Every rank runs the kernel in lines that the size chose; a rank
 		// whose buffers are not 8-byte aligned runs it on aligned scratch.
 		return f.staged(c, s, a)
@@ -367,25 +367,46 @@ func (f *fusedState) passes(rounds uint32) bool {
 	return uint64(f.seq)+uint64(rounds)-1 > uint64(f.seqLimit)
 }
 
+// lines reports whether kernels of kind k run in low-latency lines, which
+// need 8-byte aligned buffers.
+func lines(k fused.Kind) bool {
+	return k == fused.OneShotLL || k == fused.TwoShotLL || k == fused.ReduceScatterLL || k == fused.AllgatherLL
+}
+
 // staged runs a, a call in low-latency lines, through f.stage: a copy of
 // the input there, the kernel in place there, a copy of the result out.
+// An allreduce's vector is both; a reduce-scatter's n blocks go in and
+// its own block (in place: block Rank of the input) comes out; an
+// allgather's block goes in at its place among the n that come out.
 func (f *fusedState) staged(c *cuda.Ctx, s cuda.Stream, a fused.Kernel) error {
 	b := a.Count * a.DType.Size()
+	n := len(a.Regions)
 	if err := f.ensureStage(c); err != nil {
 		return err
 	}
-	if b > f.stageSize {
-		return fmt.Errorf("gpu: a call in low-latency lines of %d bytes, above the %d the scratch holds", b, f.stageSize)
+	whole := b
+	if a.Kind == fused.ReduceScatterLL || a.Kind == fused.AllgatherLL {
+		whole = n * b
+	}
+	if whole > f.stageSize {
+		return fmt.Errorf("gpu: a call in low-latency lines of %d bytes, above the %d the scratch holds", whole, f.stageSize)
 	}
 	in, out := a.In, a.Out
-	if err := c.Copy(f.stage, in, b, s); err != nil {
+	a.In, a.Out = f.stage, f.stage
+	inBytes, outBytes := b, b
+	switch a.Kind {
+	case fused.ReduceScatterLL:
+		inBytes, a.Out = whole, f.stage.Add(a.Rank*b)
+	case fused.AllgatherLL:
+		outBytes, a.In = whole, f.stage.Add(a.Rank*b)
+	}
+	if err := c.Copy(a.In, in, inBytes, s); err != nil {
 		return err
 	}
-	a.In, a.Out = f.stage, f.stage
 	if err := fused.Launch(c, s, a); err != nil {
 		return err
 	}
-	return c.Copy(out, f.stage, b, s)
+	return c.Copy(out, a.Out, outBytes, s)
 }
 
 // ensureStage allocates f.stage if it is not yet: once, at the most the
@@ -396,6 +417,9 @@ func (f *fusedState) ensureStage(c *cuda.Ctx) error {
 		return nil
 	}
 	size := max(f.LLMax, f.LL2Max, 8)
+	if f.Other {
+		size = max(size, len(f.Regions)*f.LLMax) // n blocks of a reduce-scatter or allgather in lines
+	}
 	p, err := c.Alloc(size)
 	if err != nil {
 		return fmt.Errorf("gpu: scratch for a call in low-latency lines: %w", err)

@@ -16,7 +16,8 @@ import (
 // exactly this kernel.
 type Fused struct {
 	// Kind is the kernel: FusedOneShot, FusedOneShotLL, FusedTwoShotLL,
-	// FusedTwoShot, FusedBcast, FusedAllgather or FusedReduceScatter.
+	// FusedTwoShot, FusedBcast, FusedAllgather, FusedReduceScatter,
+	// FusedReduceScatterLL or FusedAllgatherLL.
 	Kind    string
 	Blocks  int // the grid
 	Threads int // a block's threads
@@ -39,6 +40,10 @@ const (
 	FusedBcast         = "bcast"
 	FusedAllgather     = "allgather"
 	FusedReduceScatter = "reducescatter"
+	// The reduce-scatter and the allgather of small blocks in
+	// low-latency lines, as the one-shot's.
+	FusedReduceScatterLL = "reducescatter-ll"
+	FusedAllgatherLL     = "allgather-ll"
 )
 
 // String writes f for logs: "twoshot 256×256 in 5 rounds, 11 % through host".
@@ -100,7 +105,9 @@ type DeviceModel struct {
 //   - lines: 3.5 µs + 2·(n−1)·bytes / (290 GB/s on 2, 250 on more): 2 GPUs
 //     256 KiB 5.3 µs (5.3); 4 GPUs 128 KiB 6.9 (6.6), 256 KiB 9.5 (9.8).
 //     The two-shot in lines (no figure of its own was recorded): 5 µs and
-//     twice the one-shot's lines of 2(n−1)/n of the vector.
+//     twice the one-shot's lines of 2(n−1)/n of the vector. The
+//     reduce-scatter and allgather in lines: the one-shot's fit, with a
+//     rank's block for the vector (each sends n−1 blocks, doubled).
 //   - two-shot: 14 µs + 2(n−1)/n·bytes / 340 GB/s: 2 GPUs 16 MiB 63.5 µs
 //     (63.3), 3 GPUs 1 MiB 18.8 (18.1), 4 GPUs 512 KiB 14.8 (16.3), 4 GPUs
 //     1 GiB 343 GB/s busbw without the host path (339); the host path's 8–11 %
@@ -165,6 +172,8 @@ func (m DeviceModel) Cost(f *Fused, p sched.Params, es int) float64 {
 		return m.LLAlpha + 2*(n-1)*b/m.LLBeta[more]
 	case FusedTwoShotLL:
 		return m.LL2Alpha + 2*2*(n-1)/n*b/m.LLBeta[more]
+	case FusedReduceScatterLL, FusedAllgatherLL:
+		return m.LLAlpha + 2*(n-1)*b/m.LLBeta[more]
 	case FusedTwoShot:
 		return m.TwoShotAlpha + 2*(n-1)/n*b/(m.TwoShotBeta*gain)
 	case FusedBcast:
@@ -195,6 +204,8 @@ func (m DeviceModel) PairBytes(f *Fused, p sched.Params, es int) float64 {
 		pair = 2 * b
 	case FusedTwoShotLL:
 		pair = 2 * 2 * b / n
+	case FusedReduceScatterLL, FusedAllgatherLL:
+		pair = 2 * b
 	case FusedTwoShot:
 		pair = 2 * b / n
 	case FusedBcast:

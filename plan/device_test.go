@@ -223,7 +223,8 @@ bcast ranks=* hosts=* size=0- fused
 func TestDeviceModelOn(t *testing.T) {
 	m := DefaultDeviceModel()
 	const es = 4
-	kinds := []string{FusedOneShot, FusedOneShotLL, FusedTwoShotLL, FusedTwoShot, FusedBcast, FusedAllgather, FusedReduceScatter}
+	kinds := []string{FusedOneShot, FusedOneShotLL, FusedTwoShotLL, FusedTwoShot, FusedBcast, FusedAllgather, FusedReduceScatter,
+		FusedReduceScatterLL, FusedAllgatherLL}
 	for _, n := range []int{2, 3, 4, 8} {
 		for _, bytes := range []int{8, 1 << 20, 1 << 30} {
 			p := sched.Params{Coll: sched.Allreduce, NRanks: n, Count: bytes / es}

@@ -37,3 +37,13 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
   allgather_body(in, out, bytes, seq, rank, nranks, slot_bytes, area_bytes, timeout_ns, status, base);
   seq_end(seqs, seq + rounds);
 }
+// braid_allgather_ll: the allgather in low-latency lines (ll.cuh's
+// allgatherll_body), with braid_allgather_fused's parameters.
+extern "C" __global__ void __launch_bounds__(512) braid_allgather_ll(
+    const u8 *in, u8 *out, u64 bytes, u32 *seqs, u32 rounds, u32 rank, u32 nranks, u64 slot_bytes, u64 area_bytes, u64 timeout_ns,
+    u32 *status, char *r0, char *r1, char *r2, char *r3, char *r4, char *r5, char *r6, char *r7) {
+  char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
+  const u32 seq = seq_begin(seqs);
+  allgatherll_body(in, out, bytes, seq, rank, nranks, slot_bytes, timeout_ns, status, base);
+  seq_end(seqs, seq + rounds);
+}

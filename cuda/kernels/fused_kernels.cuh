@@ -1,9 +1,10 @@
 // fused_kernels.cuh: the entry points of the typed fused kernels,
 // braid_<kind>_<op>_<type> for the bodies of oneshot.cuh (oneshot),
-// ll.cuh (oneshotll, twoshotll), twoshot.cuh (twoshot) and
+// ll.cuh (oneshotll, twoshotll, rsll), twoshot.cuh (twoshot) and
 // reducescatter.cuh (rsfused), and the resident llserve of serve.cuh, for
-// every op and type. The broadcast and the
-// allgather move bytes and have one kernel each, in their own files.
+// every op and type. The broadcast and the allgather move bytes, so one
+// kernel serves every type: the broadcast's and the allgather's two (in
+// slots and in lines) are in their own files.
 
 // FUSED_KERNEL defines the kernel braid_<kind>_<opname>_<tname>, whose
 // parameters are those every fused kernel takes (HOST adds the multi-path
@@ -35,6 +36,8 @@
                host_bytes, timeout_ns, status, base)                                                          \
   FUSED_KERNEL(rsfused, rsfused_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, area_bytes,      \
                timeout_ns, status, base)                                                                      \
+  FUSED_KERNEL(rsll, rsll_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, timeout_ns, status,     \
+               base)                                                                                          \
   LLSERVE(opname, Op, Avg, tname, S)
 
 #define FLOAT_ONESHOT(tname, S)           \

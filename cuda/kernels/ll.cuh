@@ -206,3 +206,68 @@ __device__ __forceinline__ void twoshotll_body(const typename Traits<S>::T *in, 
     }
   }
 }
+
+// Reduce-scatter in low-latency lines, for small blocks (fused.Kind
+// ReduceScatterLL): n is each rank's block of c = n·sizeof(T)/8 words.
+// Word j of block q goes to rank q's lines (source: this rank, line j);
+// rank q combines word j of every rank's block q in rank order, its own
+// from in (the expression of the one-shot and of rsfused, so the same
+// bits), and writes it to out. This is the two-shot's first half. Every
+// rank writes into every peer's lines and waits for every peer's, so the
+// one-shot's reuse argument holds. Thread j reads in only at words j of
+// the blocks and writes out only at word j, so out may be block rank of in.
+template <typename S, typename Op, bool Avg>
+__device__ __forceinline__ void rsll_body(const typename Traits<S>::T *in, typename Traits<S>::T *out, u64 n, u32 seq,
+                                          u32 rank, u32 nranks, u64 slot_bytes, u64 timeout_ns, u32 *status,
+                                          char *const *base) {
+  typedef typename Traits<S>::T T;
+  const u64 c = n * sizeof(T) / 8;
+  const u64 lines = ONESHOT_SLOTS + 2 * (u64)nranks * slot_bytes;
+  const u64 parity = seq & 1;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 *src = (const u64 *)in;
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += stride) {
+    for (u32 q = 0; q < nranks; q++) {
+      if (q != rank) ll_store(ll_line(base, lines, parity, nranks, q, rank, j), src[q * c + j], seq);
+    }
+  }
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += stride) {
+    Word<T> acc;
+    auto line = [&](u32 r) { return ll_line(base, lines, parity, nranks, rank, r, j); };
+    if (!ll_reduce<S, Op, Avg>(src[rank * c + j], rank, nranks, seq, line, timeout_ns, status, &acc)) return;
+    ((u64 *)out)[j] = acc.u;
+  }
+}
+
+// Allgather in low-latency lines, for small blocks (fused.Kind
+// AllgatherLL): bytes is each rank's block, c = bytes/8 words. Word j of
+// this rank's block goes to line j (source: this rank) of every peer and
+// to its own place in out; word j of peer q's block is taken from line j
+// of source q here. Every rank writes into every peer's lines and waits
+// for every peer's, so the one-shot's reuse argument holds. Thread j
+// reads in only at word j before writing out's word j of this rank's
+// block, so in may be that block of out.
+__device__ __forceinline__ void allgatherll_body(const u8 *in, u8 *out, u64 bytes, u32 seq, u32 rank, u32 nranks,
+                                                 u64 slot_bytes, u64 timeout_ns, u32 *status, char *const *base) {
+  const u64 c = bytes / 8;
+  const u64 lines = ONESHOT_SLOTS + 2 * (u64)nranks * slot_bytes;
+  const u64 parity = seq & 1;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 *src = (const u64 *)in;
+  u64 *dst = (u64 *)out;
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += stride) {
+    const u64 v = src[j];
+    for (u32 p = 0; p < nranks; p++) {
+      if (p != rank) ll_store(ll_line(base, lines, parity, nranks, p, rank, j), v, seq);
+    }
+    dst[rank * c + j] = v;
+  }
+  for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < c; j += stride) {
+    for (u32 q = 0; q < nranks; q++) {
+      if (q == rank) continue;
+      u64 v;
+      if (!ll_wait(ll_line(base, lines, parity, nranks, rank, q, j), seq, &v, timeout_ns, status, q)) return;
+      dst[q * c + j] = v;
+    }
+  }
+}

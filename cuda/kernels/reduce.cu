@@ -40,7 +40,8 @@
 #include "fused.cuh"
 // The one-shot allreduce's body (and the flags' and slots' protocol).
 #include "oneshot.cuh"
-// Low-latency lines: the one-shot and two-shot LL allreduces' bodies.
+// Low-latency lines: the one-shot and two-shot LL allreduces' bodies, and
+// the reduce-scatter's and the allgather's in lines.
 #include "ll.cuh"
 // The resident low-latency allreduce's body (on ll.cuh's).
 #include "serve.cuh"
@@ -50,11 +51,11 @@
 #include "twoshot.cuh"
 // The reduce-scatter's body.
 #include "reducescatter.cuh"
-// braid_allgather_fused.
+// braid_allgather_fused and braid_allgather_ll.
 #include "allgather.cuh"
 // braid_bcast_fused.
 #include "bcast.cuh"
 #undef AREA
-// braid_<kind>_<op>_<type> for oneshot, oneshotll, twoshotll, twoshot and
-// rsfused, every op and type.
+// braid_<kind>_<op>_<type> for oneshot, oneshotll, twoshotll, twoshot,
+// rsfused and rsll, every op and type.
 #include "fused_kernels.cuh"

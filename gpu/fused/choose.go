@@ -272,6 +272,20 @@ func (c *Config) kernel(kind Kind, p sched.Params, dt dtype.DType, op dtype.Op) 
 			a.Blocks = c.LLBlocks
 		}
 	}
+	if (kind == ReduceScatter || kind == Allgather) && p.Count*dt.Size() <= c.LLMax && BlockLLSizeFits(p.Count, dt.Size()) {
+		// A small block runs in low-latency lines, as the one-shot's
+		// lines do, where its lines out of a GPU (2·(n−1)·block) stay
+		// within what LLMax allows the one-shot's: one trip over NVLink,
+		// no flag exchange a round.
+		a.Kind, a.Stride = ReduceScatterLL, 0
+		if kind == Allgather {
+			a.Kind = AllgatherLL
+		}
+		if c.LLBlocks > 0 {
+			a.Blocks = c.LLBlocks
+		}
+		return a
+	}
 	if kind != OneShot {
 		most, threads := c.gridFor(kind, p.Count*dt.Size(), p.NRanks)
 		a.Blocks, a.Threads = BlocksFor(p.Count*dt.Size(), most), threads

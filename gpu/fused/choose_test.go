@@ -376,3 +376,40 @@ func TestReduceScatterStride(t *testing.T) {
 		t.Error("an allgather with a stride passes the check")
 	}
 }
+
+// TestChoiceLines checks which reduce-scatters and allgathers run in
+// low-latency lines: blocks in whole 8-byte words up to LLMax (by default
+// DefaultLLBytes(n), the one-shot's limit), from the size alone, with a
+// thread per word, one round and no stride; none where LLMax is negative.
+func TestChoiceLines(t *testing.T) {
+	for _, n := range []int{2, 4, 8} {
+		c := NewConfig(n, Settings{TwoShot: true, Other: true})
+		if c.LLMax != DefaultLLBytes(n) {
+			t.Fatalf("n=%d: LLMax %d, want DefaultLLBytes %d", n, c.LLMax, DefaultLLBytes(n))
+		}
+		for _, k := range []struct {
+			kind, lines Kind
+			coll        sched.Collective
+		}{{ReduceScatter, ReduceScatterLL, sched.ReduceScatter}, {Allgather, AllgatherLL, sched.Allgather}} {
+			for _, x := range []struct {
+				bytes int // a block, of float32
+				lines bool
+			}{{8, true}, {4000, true}, {DefaultLLBytes(n), true}, {4, false}, {12, false}, {2 * DefaultLLBytes(n), false}} {
+				a, ok := c.shape(k.kind, call(k.coll, n, x.bytes/4))
+				if !ok {
+					t.Fatalf("n=%d %v of %d-byte blocks: does not fit", n, k.kind, x.bytes)
+				}
+				if got := a.Kind == k.lines; got != x.lines {
+					t.Errorf("n=%d %v of %d-byte blocks: runs as %v, want lines %v", n, k.kind, x.bytes, a.Kind, x.lines)
+				}
+				if x.lines && (a.Rounds() != 1 || a.Stride != 0 || a.Grid() != Blocks(x.bytes)) {
+					t.Errorf("n=%d %v of %d-byte blocks: %d rounds, stride %d, %d blocks; want 1, 0, %d", n, a.Kind, x.bytes, a.Rounds(), a.Stride, a.Grid(), Blocks(x.bytes))
+				}
+			}
+		}
+		off := NewConfig(n, Settings{TwoShot: true, Other: true, LLBytes: -1})
+		if a, _ := off.shape(ReduceScatter, call(sched.ReduceScatter, n, 1000)); a.Kind != ReduceScatter {
+			t.Errorf("n=%d, no lines: a 4000-byte reduce-scatter runs as %v", n, a.Kind)
+		}
+	}
+}

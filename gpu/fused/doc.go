@@ -1,8 +1,8 @@
 // Package fused is the fused kernels of Braid's GPU path, as the host sees
 // them: the layout of the region every rank registers (flags, slots,
 // low-latency lines), the kinds of kernel (one-shot and two-shot
-// allreduce, in slots or in low-latency lines; broadcast, allgather and
-// reduce-scatter), how many rounds and blocks a call takes, what fits the
+// allreduce, in slots or in low-latency lines; broadcast; allgather and
+// reduce-scatter, in slots or, for small blocks, in lines), how many rounds and blocks a call takes, what fits the
 // host region, the kernels' argument lists, typed, and the choice of a
 // call's kernel from what every rank shares (Config.Shape). Package cuda
 // loads the kernels (kernels/reduce.cu, embedded as PTX and an sm_90

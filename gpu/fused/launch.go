@@ -88,6 +88,9 @@ func (a *Kernel) check() error {
 	case a.Kind == OneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
 		return fmt.Errorf("fused: low-latency one-shot: %d elements of %d bytes (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
 			a.Count, a.DType.Size(), LLMax)
+	case (a.Kind == ReduceScatterLL || a.Kind == AllgatherLL) && a.Count > 0 && !BlockLLFits(a.In, a.Out, a.Count, a.DType.Size()):
+		return fmt.Errorf("fused: %v kernel: blocks of %d elements of %d bytes (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
+			a.Kind, a.Count, a.DType.Size(), LLMax)
 	case a.Kind == TwoShotLL && a.Count > 0 && !TwoShotLLFits(a.In, a.Out, a.Count, a.DType.Size(), n):
 		return fmt.Errorf("fused: low-latency two-shot: %d elements of %d bytes on %d ranks (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
 			a.Count, a.DType.Size(), n, TwoShotLLMax(n))
@@ -230,8 +233,11 @@ func (a *Kernel) args(st *argSet) (string, kernelArgs) {
 	case Bcast:
 		st.bcast = bcastArgs{Buf: a.Out, Bytes: bytes, Root: uint32(a.Root), RampIn: uint32(a.Ramp), seqArgs: s, hostArgs: h, tailArgs: t}
 		return "bcast_fused", &st.bcast
-	case Allgather:
+	case Allgather, AllgatherLL:
 		st.gather = gatherArgs{In: a.In, Out: a.Out, Bytes: bytes, seqArgs: s, tailArgs: t}
+		if a.Kind == AllgatherLL {
+			return "allgather_ll", &st.gather
+		}
 		return "allgather_fused", &st.gather
 	case OneShotLL:
 		return "oneshotll", vec()
@@ -244,6 +250,8 @@ func (a *Kernel) args(st *argSet) (string, kernelArgs) {
 		v := vec()
 		v.N = uint64(a.BlockCount())
 		return "rsfused", v
+	case ReduceScatterLL:
+		return "rsll", vec()
 	}
 	return "oneshot", vec()
 }

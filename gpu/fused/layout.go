@@ -95,6 +95,19 @@ func TwoShotLLSizeFits(count, es, n int) bool {
 	return b > 0 && n >= 2 && (b/8+n-1)/n*8 <= LLMax/2 && b%8 == 0
 }
 
+// BlockLLFits reports whether ReduceScatterLL or AllgatherLL can run a
+// call of blocks of count elements of es bytes from in to out:
+// BlockLLSizeFits, and both buffers 8-byte aligned.
+func BlockLLFits(in, out cuda.DevicePtr, count, es int) bool {
+	return BlockLLSizeFits(count, es) && in%8 == 0 && out%8 == 0
+}
+
+// BlockLLSizeFits reports whether a reduce-scatter or an allgather of
+// blocks of count elements of es bytes fits the kernels in low-latency
+// lines: a block of at most LLMax bytes (a source's lines), in whole
+// 8-byte words. It depends on nothing but the size.
+func BlockLLSizeFits(count, es int) bool { return LLSizeFits(count, es) }
+
 // Blocks is the grid a fused kernel uses for bytes when Kernel.Blocks is
 // 0: BlocksFor(bytes, DefaultBlocks).
 func Blocks(bytes int) int { return BlocksFor(bytes, DefaultBlocks) }
@@ -120,18 +133,21 @@ func HostFits(k Kind, blocks, n int) int {
 type Kind uint8
 
 const (
-	OneShot       Kind = iota // allreduce, one-shot
-	TwoShot                   // allreduce, reduce-scatter and allgather in one kernel
-	ReduceScatter             // Count is each rank's block; In holds n blocks
-	Allgather                 // Count is each rank's block; Out holds n blocks
-	Bcast                     // Out is the buffer, Root's is sent
-	OneShotLL                 // allreduce, one-shot in low-latency lines (LLFits)
-	TwoShotLL                 // allreduce, two-shot in low-latency lines (TwoShotLLFits)
+	OneShot         Kind = iota // allreduce, one-shot
+	TwoShot                     // allreduce, reduce-scatter and allgather in one kernel
+	ReduceScatter               // Count is each rank's block; In holds n blocks
+	Allgather                   // Count is each rank's block; Out holds n blocks
+	Bcast                       // Out is the buffer, Root's is sent
+	OneShotLL                   // allreduce, one-shot in low-latency lines (LLFits)
+	TwoShotLL                   // allreduce, two-shot in low-latency lines (TwoShotLLFits)
+	ReduceScatterLL             // reduce-scatter in low-latency lines (BlockLLFits); Count is a rank's block
+	AllgatherLL                 // allgather in low-latency lines (BlockLLFits); Count is a rank's block
 )
 
 // kindNames are the kinds' names, as plan.Fused.Kind names them.
 var kindNames = [...]string{OneShot: "oneshot", TwoShot: "twoshot", ReduceScatter: "reducescatter",
-	Allgather: "allgather", Bcast: "bcast", OneShotLL: "oneshot-ll", TwoShotLL: "twoshot-ll"}
+	Allgather: "allgather", Bcast: "bcast", OneShotLL: "oneshot-ll", TwoShotLL: "twoshot-ll",
+	ReduceScatterLL: "reducescatter-ll", AllgatherLL: "allgather-ll"}
 
 // String returns k's name as plan.Fused.Kind names it ("oneshot",
 // "twoshot-ll", "bcast", ...).
@@ -263,7 +279,7 @@ func (a *Kernel) Rounds() int {
 		return max((items+perRound-1)/perRound, 1)
 	}
 	switch a.Kind {
-	case OneShot, OneShotLL, TwoShotLL:
+	case OneShot, OneShotLL, TwoShotLL, ReduceScatterLL, AllgatherLL:
 		return 1
 	case TwoShot:
 		w := 16 / es

@@ -228,6 +228,7 @@ func TestKernelArgs(t *testing.T) {
 	source := map[string][]string{
 		"bcast_fused":     params(sigOf(`void __launch_bounds__\(512\) braid_bcast_fused\( (.*?)\) \{`)),
 		"allgather_fused": params(sigOf(`void __launch_bounds__\(512\) braid_allgather_fused\( (.*?)\) \{`)),
+		"allgather_ll":    params(sigOf(`void __launch_bounds__\(512\) braid_allgather_ll\( (.*?)\) \{`)),
 		"vec":             params(strings.Replace(fused, "HOST u64 timeout_ns", "u64 timeout_ns", 1)),
 		"hostvec":         params(strings.Replace(fused, "HOST u64 timeout_ns", hostParams+", u64 timeout_ns", 1)),
 	}
@@ -242,6 +243,7 @@ func TestKernelArgs(t *testing.T) {
 		{OneShot, "oneshot", "vec"}, {OneShotLL, "oneshotll", "vec"}, {TwoShotLL, "twoshotll", "vec"},
 		{TwoShot, "twoshot", "hostvec"}, {ReduceScatter, "rsfused", "vec"},
 		{Bcast, "bcast_fused", "bcast_fused"}, {Allgather, "allgather_fused", "allgather_fused"},
+		{ReduceScatterLL, "rsll", "vec"}, {AllgatherLL, "allgather_ll", "allgather_ll"},
 	} {
 		a := Kernel{Kind: c.kind, Count: 1000, DType: dtype.Float32, Op: dtype.Sum, In: 0xa0, Out: 0xb0, Regions: regs,
 			Seqs: 0x5e0, Rank: 2, SlotBytes: 4096, Area: 1024, Host: 0x1000, HostBytes: 64, Timeout: 5, Status: 0x77, Root: 3, Ramp: 2}
@@ -261,7 +263,7 @@ func TestKernelArgs(t *testing.T) {
 			t.Errorf("%v: the typed arguments are (%s), the kernels' source declares (%s)", c.kind, strings.Join(names, " "), strings.Join(source[c.list], " "))
 		}
 		entry := "braid_" + family
-		if family != "bcast_fused" && family != "allgather_fused" {
+		if family != "bcast_fused" && family != "allgather_fused" && family != "allgather_ll" {
 			entry += "_sum_f32"
 		}
 		if w := widths[entry]; !slices.Equal(sizes, w) {
@@ -287,7 +289,7 @@ func TestKernelArgs(t *testing.T) {
 		switch c.kind {
 		case Bcast:
 			want["buf"], want["bytes"], want["root"], want["ramp_in"] = 0xb0, 4000, 3, 2
-		case Allgather:
+		case Allgather, AllgatherLL:
 			want["in"], want["out"], want["bytes"] = 0xa0, 0xb0, 4000
 		default:
 			want["in"], want["out"], want["n"] = 0xa0, 0xb0, 1000
@@ -366,8 +368,9 @@ func TestServeArgs(t *testing.T) {
 // that runs.
 func TestKindNames(t *testing.T) {
 	want := map[Kind]string{OneShot: plan.FusedOneShot, OneShotLL: plan.FusedOneShotLL, TwoShotLL: plan.FusedTwoShotLL,
-		TwoShot: plan.FusedTwoShot, Bcast: plan.FusedBcast, Allgather: plan.FusedAllgather, ReduceScatter: plan.FusedReduceScatter}
-	for k := OneShot; k <= TwoShotLL; k++ {
+		TwoShot: plan.FusedTwoShot, Bcast: plan.FusedBcast, Allgather: plan.FusedAllgather, ReduceScatter: plan.FusedReduceScatter,
+		ReduceScatterLL: plan.FusedReduceScatterLL, AllgatherLL: plan.FusedAllgatherLL}
+	for k := OneShot; k <= AllgatherLL; k++ {
 		if k.String() != want[k] {
 			t.Errorf("kind %d is %q, plan names it %q", int(k), k, want[k])
 		}
