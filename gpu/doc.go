@@ -52,7 +52,8 @@
 //     NVLink and no flag exchange. On two H200s, 16 B to 512 KiB back to
 //     back, a reduce-scatter went from 6.4–7.3 to 4.9–5.5 µs a call and
 //     an allgather from 7.1–7.7 to 4.6–5.6 (the host's launch now bounds
-//     them); a CUDA graph's call of 4 KiB from 5.1 to 2.7 µs.
+//     them); in a CUDA graph, a call of 4 KiB from 5.1 and 5.5 µs to 2.7
+//     and 2.8.
 //
 // The planner (package braid, plan.DeviceModel) decides which calls run
 // fused: Shape gives it the kernel a call would run (package gpu/fused
