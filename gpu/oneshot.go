@@ -309,7 +309,7 @@ func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadl
 		return err
 	}
 	a.Timeout, a.Status = wait, f.status.Ptr()
-	if lines(a.Kind) && (a.In|a.Out)&7 != 0 {
+	if a.Kind.Lines() && (a.In|a.Out)&7 != 0 {
 		// Every rank runs the kernel in lines that the size chose; a rank
 		// whose buffers are not 8-byte aligned runs it on aligned scratch.
 		return f.staged(c, s, a)
@@ -365,12 +365,6 @@ func (f *fusedState) advance(rounds uint32, reset func() error) error {
 // f.seqLimit.
 func (f *fusedState) passes(rounds uint32) bool {
 	return uint64(f.seq)+uint64(rounds)-1 > uint64(f.seqLimit)
-}
-
-// lines reports whether kernels of kind k run in low-latency lines, which
-// need 8-byte aligned buffers.
-func lines(k fused.Kind) bool {
-	return k == fused.OneShotLL || k == fused.TwoShotLL || k == fused.ReduceScatterLL || k == fused.AllgatherLL
 }
 
 // staged runs a, a call in low-latency lines, through f.stage: a copy of

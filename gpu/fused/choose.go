@@ -272,7 +272,7 @@ func (c *Config) kernel(kind Kind, p sched.Params, dt dtype.DType, op dtype.Op) 
 			a.Blocks = c.LLBlocks
 		}
 	}
-	if (kind == ReduceScatter || kind == Allgather) && p.Count*dt.Size() <= c.LLMax && BlockLLSizeFits(p.Count, dt.Size()) {
+	if (kind == ReduceScatter || kind == Allgather) && p.Count*dt.Size() <= c.LLMax && LLSizeFits(p.Count, dt.Size()) {
 		// A small block runs in low-latency lines, as the one-shot's
 		// lines do, where its lines out of a GPU (2·(n−1)·block) stay
 		// within what LLMax allows the one-shot's: one trip over NVLink,

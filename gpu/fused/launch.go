@@ -88,7 +88,7 @@ func (a *Kernel) check() error {
 	case a.Kind == OneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
 		return fmt.Errorf("fused: low-latency one-shot: %d elements of %d bytes (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
 			a.Count, a.DType.Size(), LLMax)
-	case (a.Kind == ReduceScatterLL || a.Kind == AllgatherLL) && a.Count > 0 && !BlockLLFits(a.In, a.Out, a.Count, a.DType.Size()):
+	case (a.Kind == ReduceScatterLL || a.Kind == AllgatherLL) && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
 		return fmt.Errorf("fused: %v kernel: blocks of %d elements of %d bytes (at most %d bytes, in 8-byte words, from and to 8-byte aligned buffers)",
 			a.Kind, a.Count, a.DType.Size(), LLMax)
 	case a.Kind == TwoShotLL && a.Count > 0 && !TwoShotLLFits(a.In, a.Out, a.Count, a.DType.Size(), n):

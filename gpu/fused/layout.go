@@ -62,14 +62,17 @@ func RegionBytes(n, slotBytes int) int {
 func LLOffset(n, slotBytes int) int { return SlotsOffset + 2*n*slotBytes }
 
 // LLFits reports whether OneShotLL can run an allreduce of count elements
-// of es bytes from in to out: LLSizeFits, and both buffers 8-byte aligned.
+// of es bytes from in to out, or ReduceScatterLL or AllgatherLL a call of
+// blocks of that many: LLSizeFits, and both buffers 8-byte aligned.
 func LLFits(in, out cuda.DevicePtr, count, es int) bool {
 	return LLSizeFits(count, es) && in%8 == 0 && out%8 == 0
 }
 
 // LLSizeFits reports whether an allreduce of count elements of es bytes
-// fits OneShotLL: at most LLMax bytes, in whole 8-byte words. It depends
-// on nothing but the size, which every rank shares.
+// fits OneShotLL (or a block of that many ReduceScatterLL and
+// AllgatherLL: a source's lines hold as much): at most LLMax bytes, in
+// whole 8-byte words. It depends on nothing but the size, which every
+// rank shares.
 func LLSizeFits(count, es int) bool {
 	b := count * es
 	return b > 0 && b <= LLMax && b%8 == 0
@@ -94,19 +97,6 @@ func TwoShotLLSizeFits(count, es, n int) bool {
 	b := count * es
 	return b > 0 && n >= 2 && (b/8+n-1)/n*8 <= LLMax/2 && b%8 == 0
 }
-
-// BlockLLFits reports whether ReduceScatterLL or AllgatherLL can run a
-// call of blocks of count elements of es bytes from in to out:
-// BlockLLSizeFits, and both buffers 8-byte aligned.
-func BlockLLFits(in, out cuda.DevicePtr, count, es int) bool {
-	return BlockLLSizeFits(count, es) && in%8 == 0 && out%8 == 0
-}
-
-// BlockLLSizeFits reports whether a reduce-scatter or an allgather of
-// blocks of count elements of es bytes fits the kernels in low-latency
-// lines: a block of at most LLMax bytes (a source's lines), in whole
-// 8-byte words. It depends on nothing but the size.
-func BlockLLSizeFits(count, es int) bool { return LLSizeFits(count, es) }
 
 // Blocks is the grid a fused kernel uses for bytes when Kernel.Blocks is
 // 0: BlocksFor(bytes, DefaultBlocks).
@@ -140,9 +130,15 @@ const (
 	Bcast                       // Out is the buffer, Root's is sent
 	OneShotLL                   // allreduce, one-shot in low-latency lines (LLFits)
 	TwoShotLL                   // allreduce, two-shot in low-latency lines (TwoShotLLFits)
-	ReduceScatterLL             // reduce-scatter in low-latency lines (BlockLLFits); Count is a rank's block
-	AllgatherLL                 // allgather in low-latency lines (BlockLLFits); Count is a rank's block
+	ReduceScatterLL             // reduce-scatter in low-latency lines (LLFits of a block); Count is a rank's block
+	AllgatherLL                 // allgather in low-latency lines (LLFits of a block); Count is a rank's block
 )
+
+// Lines reports whether kernels of kind k run in low-latency lines, whose
+// 16-byte stores carry 8 bytes: from and to 8-byte aligned buffers only.
+func (k Kind) Lines() bool {
+	return k == OneShotLL || k == TwoShotLL || k == ReduceScatterLL || k == AllgatherLL
+}
 
 // kindNames are the kinds' names, as plan.Fused.Kind names them.
 var kindNames = [...]string{OneShot: "oneshot", TwoShot: "twoshot", ReduceScatter: "reducescatter",

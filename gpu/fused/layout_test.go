@@ -374,6 +374,9 @@ func TestKindNames(t *testing.T) {
 		if k.String() != want[k] {
 			t.Errorf("kind %d is %q, plan names it %q", int(k), k, want[k])
 		}
+		if lines := strings.HasSuffix(want[k], "-ll"); k.Lines() != lines {
+			t.Errorf("kind %v: Lines %v, want %v (its name ends in -ll)", k, k.Lines(), lines)
+		}
 	}
 	if s := Kind(99).String(); s != "kind 99" {
 		t.Errorf("an unknown kind is %q", s)
