@@ -82,6 +82,15 @@ func eagerBytes(count, seg, es int, eager float64) float64 {
 	return b
 }
 
+// writtenRanks is the most ranks whose programs writtenBytes reads. Every
+// rank's program of every candidate made planning 17 times as slow at 16
+// goroutine ranks (four plans: 4.4 ms against 0.26 on the 2-core VM) and
+// 50 times at 64 (81 ms against 1.6); and the written copies moved no
+// choice at 8 or 16 ranks in the 16-core node's grids (session 19), where
+// the shared area runs the small and medium calls and the host's memory
+// bounds the large ones.
+const writtenRanks = 8
+
 // writtenBytes returns the most bytes that one rank of p receives, over
 // links whose copies its own thread makes (cost.Model.Serial), in messages
 // whose bytes another core has just written (cost.Model.Written): eager
@@ -93,15 +102,6 @@ func eagerBytes(count, seg, es int, eager float64) float64 {
 // (Params.Trees), which state their own rates, and where m has no Written
 // figure. It reads every rank's program, as the simulator does, and so
 // only up to writtenRanks ranks.
-// writtenRanks is the most ranks whose programs writtenBytes reads. Every
-// rank's program of every candidate made planning 17 times as slow at 16
-// goroutine ranks (four plans: 4.4 ms against 0.26 on the 2-core VM) and
-// 50 times at 64 (81 ms against 1.6); and the written copies moved no
-// choice at 8 or 16 ranks in the 16-core node's grids (session 19), where
-// the shared area runs the small and medium calls and the host's memory
-// bounds the large ones.
-const writtenRanks = 8
-
 func writtenBytes(a Algorithm, p sched.Params, es int, m cost.Model) float64 {
 	if m.Written <= 0 || p.NRanks < 2 || p.NRanks > writtenRanks || p.Count == 0 || p.Trees != nil || p.Layout != nil && p.Layout.NHosts() > 1 {
 		return 0
