@@ -17,7 +17,11 @@
 # 1G) set the sizes, BENCH_ARGS adds flags both understand, and A_ENV and
 # B_ENV are set for one side's runs only (B_ENV="BRAID_CUDA_KERNELS=dir"
 # tries kernels built with cuda/kernels/gen.sh). Rerun with TABLE_ONLY=1
-# -o DIR to print the table of runs already made.
+# -o DIR to print the table of runs already made; -o DIR1:DIR2:... then
+# pools the runs of several directories (several calls' rounds). The
+# last column, P, is the share of pairs of runs (one of A, one of B) in
+# which B was faster: 0.5 where the builds do not differ, and a size
+# whose ratio the launch's spread between processes moves shows it.
 set -euo pipefail
 
 n=2 rounds=3 a="" b="" dir=""
@@ -39,8 +43,8 @@ if [ -z "$dir" ]; then
 	dir=$(mktemp -d /tmp/ab-gpu.XXXXXX)
 	echo "ab-gpu.sh: runs in $dir" >&2
 fi
-mkdir -p "$dir"
 if [ -z "${TABLE_ONLY:-}" ]; then
+	mkdir -p "$dir"
 	for side in a b; do
 		bin=$a
 		[ $side = b ] && bin=$b
@@ -66,7 +70,7 @@ python3 - "$dir" "$LIMIT" "${colls[@]}" <<'EOF'
 import collections, glob, json, os, statistics, sys
 d, limit, colls = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 runs = collections.defaultdict(list)
-for f in glob.glob(os.path.join(d, "*.jsonl")):
+for f in [f for one in d.split(":") for f in glob.glob(os.path.join(one, "*.jsonl"))]:
     coll, side, _ = os.path.basename(f)[:-6].rsplit("-", 2)
     for line in open(f):
         try:
@@ -80,7 +84,7 @@ for coll in colls:
     sizes = sorted({k[2] for k in runs if k[0] == coll})
     if not sizes:
         continue
-    print(f"{coll}: µs a call, median over the rounds (spread); B / A")
+    print(f"{coll}: µs a call, median over the rounds (spread); B / A; P(B faster)")
     for s in sizes:
         ta, tb = runs.get((coll, "a", s)), runs.get((coll, "b", s))
         if not ta or not tb:
@@ -89,6 +93,7 @@ for coll in colls:
         mark = ""
         if mb / ma > 1 + limit:
             mark, slower = "  <- B slower", slower + 1
-        print(f"  {s:>11} B  A {ma:10.2f} ({min(ta):.2f}-{max(ta):.2f})  B {mb:10.2f} ({min(tb):.2f}-{max(tb):.2f})  {mb / ma:6.3f}{mark}")
+        p = sum((y < x) + 0.5 * (y == x) for x in ta for y in tb) / (len(ta) * len(tb))
+        print(f"  {s:>11} B  A {ma:10.2f} ({min(ta):.2f}-{max(ta):.2f})  B {mb:10.2f} ({min(tb):.2f}-{max(tb):.2f})  {mb / ma:6.3f}  {p:4.2f}{mark}")
 print(f"{slower} size(s) where B is slower than A by more than {limit:.0%}")
 EOF
