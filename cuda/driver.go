@@ -58,6 +58,10 @@ var api struct {
 
 	// Stream memory operations: optional, 0 where the driver lacks them.
 	cuStreamWriteValue32 uintptr
+
+	// Launches with attributes (LaunchOverlapped): optional, 0 where the
+	// driver lacks it (before CUDA 11.8).
+	cuLaunchKernelEx uintptr
 }
 
 // The two IPC functions that take a 64-byte handle by value go through
@@ -171,6 +175,7 @@ func optionalSymbols() []cuSym {
 		{&api.cuGraphGetNodes, []string{"cuGraphGetNodes"}},
 		{&api.cuGraphNodeGetType, []string{"cuGraphNodeGetType"}},
 		{&api.cuStreamWriteValue32, []string{"cuStreamWriteValue32_v2", "cuStreamWriteValue32"}},
+		{&api.cuLaunchKernelEx, []string{"cuLaunchKernelEx"}},
 	}
 }
 

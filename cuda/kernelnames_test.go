@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"regexp"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/braid-ccl/braid/internal/dtype"
 )
@@ -21,7 +23,7 @@ func TestKernelNames(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\.entry\s+([A-Za-z0-9_]+)`).FindAllSubmatch(ptx, -1) {
 		entries[string(m[1])] = true
 	}
-	want := []string{"braid_bcast_fused", "braid_allgather_fused", "braid_allgather_ll", fusedABI}
+	want := []string{"braid_bcast_fused", "braid_allgather_fused", "braid_allgather_ll", fusedABI, fusedOverlapABI}
 	for _, d := range dtype.All() {
 		if d.IsFloat() {
 			want = append(want, "braid_divide_"+typeSuffix[d])
@@ -44,4 +46,60 @@ func TestKernelNames(t *testing.T) {
 		return
 	}
 	t.Logf("%s: all %d kernels the loader looks up are there (of %d entries)", what, len(want), len(entries))
+}
+
+// TestKernelsWaitFirst checks, without a GPU, what fusedOverlapABI
+// promises of the embedded PTX: every fused kernel (all but the
+// elementwise reductions, the divisions and the resident llserve, which
+// are never launched overlapped) executes griddepcontrol.wait, so that a
+// kernel LaunchOverlapped starts early waits for the one ahead of it.
+func TestKernelsWaitFirst(t *testing.T) {
+	ptx, what, err := kernelImage(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := regexp.MustCompile(`\.entry\s+`).Split(string(ptx), -1)[1:]
+	fused := 0
+	for _, b := range bodies {
+		name, _, _ := strings.Cut(b, "(")
+		name = strings.TrimSpace(name)
+		if !strings.HasPrefix(name, "braid_") || strings.HasPrefix(name, "braid_reduce_") ||
+			strings.HasPrefix(name, "braid_divide_") || strings.HasPrefix(name, "braid_llserve_") || strings.HasPrefix(name, "braid_fused_abi_") {
+			continue
+		}
+		fused++
+		if !strings.Contains(b, "griddepcontrol.wait") {
+			t.Errorf("%s: kernel %s does not wait for the kernel ahead (griddepcontrol.wait)", what, name)
+		}
+	}
+	if fused == 0 {
+		t.Fatalf("%s: no fused kernels found", what)
+	}
+	if t.Failed() {
+		return
+	}
+	t.Logf("%s: %d fused kernels, each with griddepcontrol.wait", what, fused)
+}
+
+// TestLaunchConfigLayout holds launchConfig and launchAttr to the layout
+// of CUlaunchConfig and CUlaunchAttribute in cuda.h on 64-bit hosts.
+func TestLaunchConfigLayout(t *testing.T) {
+	var c launchConfig
+	var a launchAttr
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof(CUlaunchConfig)", unsafe.Sizeof(c), 56},
+		{"CUlaunchConfig.sharedMemBytes", unsafe.Offsetof(c.sharedMem), 24},
+		{"CUlaunchConfig.hStream", unsafe.Offsetof(c.stream), 32},
+		{"CUlaunchConfig.attrs", unsafe.Offsetof(c.attrs), 40},
+		{"CUlaunchConfig.numAttrs", unsafe.Offsetof(c.numAttrs), 48},
+		{"sizeof(CUlaunchAttribute)", unsafe.Sizeof(a), 72},
+		{"CUlaunchAttribute.value", unsafe.Offsetof(a.value), 8},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s: %d, want %d", f.name, f.got, f.want)
+		}
+	}
 }

@@ -35,12 +35,14 @@ const (
 // maxKernelArgs bounds the arguments of Launch.
 const maxKernelArgs = 32
 
-// launchParams is the worker's scratch for cuLaunchKernel: the argument
+// launchParams is the worker's scratch for cuLaunchKernel(Ex): the argument
 // values and the array of pointers to them. It lives in the Worker, on the
 // heap, so that a launch allocates nothing.
 type launchParams struct {
-	vals [maxKernelArgs]uint64
-	ptrs [maxKernelArgs]uintptr
+	vals   [maxKernelArgs]uint64
+	ptrs   [maxKernelArgs]uintptr
+	config launchConfig // LaunchOverlapped's
+	attr   launchAttr
 }
 
 // LoadModule loads a module from a PTX text, a cubin or a fatbin image
@@ -104,17 +106,9 @@ func (c *Ctx) FuncAttribute(f Function, a FuncAttribute) (int, error) {
 // uint64(math.Float32bits(v)) (ArgF32 does it). At most 32 arguments;
 // parameters larger than 8 bytes (structs) are not supported.
 func (c *Ctx) Launch(f Function, grid, block Dim3, sharedMem int, s Stream, args ...uint64) error {
-	if len(args) > maxKernelArgs {
-		return fmt.Errorf("cuda: launch with %d arguments: at most %d", len(args), maxKernelArgs)
-	}
-	p := &c.w.params
-	var argv uintptr
-	if len(args) > 0 {
-		for i, a := range args {
-			p.vals[i] = a
-			p.ptrs[i] = uintptr(unsafe.Pointer(&p.vals[i]))
-		}
-		argv = uintptr(unsafe.Pointer(&p.ptrs[0]))
+	argv, err := c.argv(args)
+	if err != nil {
+		return err
 	}
 	r := Result(ccall(api.cuLaunchKernel, uintptr(f),
 		uintptr(dim(grid.X)), uintptr(dim(grid.Y)), uintptr(dim(grid.Z)),
@@ -122,6 +116,82 @@ func (c *Ctx) Launch(f Function, grid, block Dim3, sharedMem int, s Stream, args
 		uintptr(sharedMem), uintptr(s), argv, 0))
 	if r != Success {
 		return fmt.Errorf("cuda: launch grid %v block %v: %w", grid, block, &Error{Func: "cuLaunchKernel", Code: r})
+	}
+	return nil
+}
+
+// argv stores args in the worker's scratch and returns the address of
+// the array of pointers to them that cuLaunchKernel takes (0 for none).
+func (c *Ctx) argv(args []uint64) (uintptr, error) {
+	if len(args) > maxKernelArgs {
+		return 0, fmt.Errorf("cuda: launch with %d arguments: at most %d", len(args), maxKernelArgs)
+	}
+	if len(args) == 0 {
+		return 0, nil
+	}
+	p := &c.w.params
+	for i, a := range args {
+		p.vals[i] = a
+		p.ptrs[i] = uintptr(unsafe.Pointer(&p.vals[i]))
+	}
+	return uintptr(unsafe.Pointer(&p.ptrs[0])), nil
+}
+
+// launchConfig is CUlaunchConfig, and launchAttr CUlaunchAttribute (an
+// id, padding to 8 bytes, a union of 64), as cuLaunchKernelEx takes them.
+type launchConfig struct {
+	grid, block [3]uint32
+	sharedMem   uint32
+	_           uint32
+	stream      uintptr
+	attrs       uintptr
+	numAttrs    uint32
+	_           uint32
+}
+
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [64]byte
+}
+
+// attrProgrammaticStreamSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const attrProgrammaticStreamSerialization = 6
+
+// CanOverlap reports whether LaunchOverlapped can run here: the driver
+// has cuLaunchKernelEx.
+func CanOverlap() bool { return api.cuLaunchKernelEx != 0 }
+
+// LaunchOverlapped is Launch with programmatic stream serialization
+// (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION):
+// the GPU may start f's blocks before the kernel ahead of it on s has
+// ended, once every block of that kernel has executed
+// griddepcontrol.launch_dependents. f must therefore begin with
+// griddepcontrol.wait (cudaGridDependencySynchronize) before it touches
+// anything the kernel ahead writes: the embedded fused kernels do
+// (KernelsOverlap). In a stream being captured, the launch becomes a
+// graph node with a programmatic edge. It fails where CanOverlap is false.
+func (c *Ctx) LaunchOverlapped(f Function, grid, block Dim3, sharedMem int, s Stream, args ...uint64) error {
+	if api.cuLaunchKernelEx == 0 {
+		return fmt.Errorf("cuda: launch overlapped: the driver has no cuLaunchKernelEx")
+	}
+	argv, err := c.argv(args)
+	if err != nil {
+		return err
+	}
+	p := &c.w.params
+	p.attr = launchAttr{id: attrProgrammaticStreamSerialization}
+	p.attr.value[0] = 1 // programmaticStreamSerializationAllowed
+	p.config = launchConfig{
+		grid:      [3]uint32{dim(grid.X), dim(grid.Y), dim(grid.Z)},
+		block:     [3]uint32{dim(block.X), dim(block.Y), dim(block.Z)},
+		sharedMem: uint32(sharedMem), stream: uintptr(s),
+		attrs: uintptr(unsafe.Pointer(&p.attr)), numAttrs: 1,
+	}
+	r := Result(ccall(api.cuLaunchKernelEx, uintptr(unsafe.Pointer(&p.config)), uintptr(f), argv, 0))
+	if r != Success {
+		return fmt.Errorf("cuda: launch overlapped, grid %v block %v: %w", grid, block, &Error{Func: "cuLaunchKernelEx", Code: r})
 	}
 	return nil
 }

@@ -95,6 +95,7 @@ type reduceKernels struct {
 	bcast    Function
 	gather   Function
 	gatherLL Function // braid_allgather_ll
+	overlap  bool     // the fused kernels begin with griddepcontrol.wait (fusedOverlapABI)
 }
 
 // typeSuffix is the kernel name suffix of each element type.
@@ -124,6 +125,12 @@ var kernelFamilies = []struct {
 // lists (kernels/reduce.cu: sequence counters in device memory, not a
 // sequence number): LoadKernels refuses a module without it.
 const fusedABI = "braid_fused_abi_seqs"
+
+// fusedOverlapABI marks kernels whose fused kernels begin with
+// griddepcontrol.wait, so that LaunchOverlapped may start them early
+// (kernels/fused.cuh); kernels built before it are launched the usual
+// way.
+const fusedOverlapABI = "braid_fused_abi_overlap"
 
 // kernelName is the name of family's kernel for d and op in
 // kernels/reduce.cu: braid_<family>_<op>_<type>.
@@ -185,6 +192,8 @@ func (c *Ctx) LoadKernels() error {
 		c.UnloadModule(mod)
 		return fmt.Errorf("cuda: reduction kernels (%s) predate the fused kernels' sequence counters (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, fusedABI, err)
 	}
+	_, err = c.Function(mod, fusedOverlapABI)
+	k.overlap = err == nil
 	for _, f := range []struct {
 		dst  *Function
 		name string
@@ -227,6 +236,14 @@ func (c *Ctx) ReduceKernel(d dtype.DType, op dtype.Op) (Function, error) {
 		return 0, err
 	}
 	return c.w.kernels.reduce[d][op], nil
+}
+
+// KernelsOverlap reports whether the loaded kernels' fused kernels may be
+// launched with LaunchOverlapped: they begin with griddepcontrol.wait
+// (fusedOverlapABI), and the driver has cuLaunchKernelEx. It loads the
+// kernels first, and is false where that fails.
+func (c *Ctx) KernelsOverlap() bool {
+	return c.LoadKernels() == nil && c.w.kernels.overlap && CanOverlap()
 }
 
 // Kernel returns a kernel of the embedded module, loading the module

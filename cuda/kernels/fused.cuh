@@ -32,8 +32,23 @@ __device__ __forceinline__ u8 *host_area(u8 *host, u32 g, u64 index, u64 bytes) 
 // (u32 *seqs, u32 rounds where a sequence number was passed before):
 // package cuda's loader requires it, so that a host that passes counters
 // never launches kernels that expect a number.
+//
+// Every fused kernel begins in seq_begin with griddepcontrol.wait, so it
+// may be launched with programmatic stream serialization (package cuda's
+// LaunchOverlapped): the GPU may then start its blocks while the kernel
+// before it on the stream still runs, and the wait holds them until that
+// kernel has ended and its writes are visible, which includes the
+// counters it advanced. Launched the usual way, the wait returns at once.
+// The launch_dependents after it lets the kernel after this one start
+// likewise, as soon as every block of this one has begun. Both need
+// sm_90 (the kernels are built for it). braid_fused_abi_overlap marks
+// kernels built so: the host launches overlapped only where the module
+// has it.
 extern "C" __global__ void braid_fused_abi_seqs() {}
+extern "C" __global__ void braid_fused_abi_overlap() {}
 __device__ __forceinline__ u32 seq_begin(const u32 *seqs) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   return *(const volatile u32 *)(seqs + blockIdx.x);
 }
 __device__ __forceinline__ void seq_end(u32 *seqs, u32 next) {
