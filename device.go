@@ -236,6 +236,11 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 		c.w.debugf("info", "device comm on GPU %d: fused kernels (pushes over NVLink, device-side flags), which the planner weighs against schedules; its own choices are capped at: allreduce one-shot %s (in low-latency lines up to %s), two-shot %s; bcast %s; allgather and reducescatter blocks %s and %s",
 			dev, sizeLimit(d.oneShotMax()), sizeLimit(min(d.g.LLBytes(), d.oneShotMax())), sizeLimit(d.directMax()), sizeLimit(d.fusedMax(sched.Bcast)),
 			sizeLimit(d.fusedMax(sched.Allgather)), sizeLimit(d.fusedMax(sched.ReduceScatter)))
+		if d.g.Overlapped() {
+			c.w.debugf("info", "device comm on GPU %d: fused kernels launched overlapped: each one's blocks may start as the one ahead of it ends, and wait on the GPU for it (programmatic stream serialization)", dev)
+		} else {
+			c.w.debugf("info", "device comm on GPU %d: fused kernels launched one after another: the kernels (BRAID_CUDA_KERNELS) or the driver do not allow overlapped launches", dev)
+		}
 		c.w.debugf("info", "device comm on GPU %d: multi-path through host memory: %s", dev, d.g.HostPath())
 	} else if why != "" {
 		c.w.debugf("info", "device comm on GPU %d: no fused kernels, every call runs as a program: %s", dev, why)

@@ -390,6 +390,11 @@ func (g *Comm) agree(ctx context.Context, host Host, settings []Setting) error {
 // TwoShot, Fused), and if not, why.
 func (g *Comm) Fused() (bool, string) { return g.fused != nil, g.fusedOff }
 
+// Overlapped reports whether the fused kernels are launched overlapped:
+// each may begin as the kernel ahead of it on the stream ends
+// (fused.Launch, cuda.Ctx.LaunchOverlapped).
+func (g *Comm) Overlapped() bool { return g.fused != nil && g.fused.overlap }
+
 // FusedResets is how many times the fused kernels' sequence reached
 // SeqLimit and their flags were reset.
 func (g *Comm) FusedResets() int {

@@ -71,7 +71,14 @@
 // this rank's device memory (fused.Kernel.Seqs, fused.SeqWords words) and
 // advances them by its rounds when it ends, so that a kernel replayed
 // from a CUDA graph (see below) runs new numbers like one the host
-// launches; the host counts them too (fusedState.seq). A block writes a
+// launches; the host counts them too (fusedState.seq). Every fused kernel
+// begins with griddepcontrol.wait and then lets the next kernel start, so
+// fused.Launch launches it overlapped (cuda.Ctx.LaunchOverlapped,
+// programmatic stream serialization) where the kernels and the driver
+// allow (cuda.Ctx.KernelsOverlap; Comm.Overlapped): the GPU begins a
+// kernel's blocks as the kernel ahead of it on the stream ends, and they
+// wait on the GPU until it has, which takes most of the gap between two
+// small kernels off the call, on a stream and in a graph. A block writes a
 // parity at a peer only after seeing a flag that the peer's block raised
 // once it had finished reading the round before of that parity; between
 // calls, a rank's kernel ends only after every peer's blocks reached its
@@ -300,8 +307,9 @@
 //     pass SeqLimit), adds the counters, the deadline and the buffers (and stages
 //     unaligned low-latency calls through scratch, fusedState.staged),
 //     then fused.Launch (gpu/fused/launch.go) packs the kernel's typed
-//     arguments and calls cuda.Ctx.Launch (cuda/module.go), which calls
-//     cuLaunchKernel. Unless the call is stream-ordered, Comm.run then
+//     arguments and calls cuda.Ctx.LaunchOverlapped (cuda/module.go,
+//     cuLaunchKernelEx), or cuda.Ctx.Launch (cuLaunchKernel) where the
+//     kernels or the driver do not allow overlap. Unless the call is stream-ordered, Comm.run then
 //     synchronizes the stream and reads the kernels' status
 //     (fusedState.failed).
 //  8. Schedule branch: Comm.run offers the landing areas, then

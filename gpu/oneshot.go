@@ -32,6 +32,7 @@ type fusedState struct {
 	doneDev cuda.DevicePtr
 	doneSeq uint32
 	seqs    cuda.DevicePtr // the kernels' sequence counters (fused.SeqWords words), which they read and advance
+	overlap bool           // fused.Launch launches overlapped here (cuda.Ctx.KernelsOverlap)
 	// seq is the next call's first sequence number, as the counters will
 	// hold it once the kernels queued so far (graph launches included)
 	// have run; the same on every rank. The host counts it to reset the counters and the flags
@@ -94,6 +95,7 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 				return err
 			}
 			f.setupDone(c, g.s)
+			f.overlap = c.KernelsOverlap()
 			// The host region: a failure only leaves the host path out.
 			if hm := g.hostRegion(); hm != nil {
 				if c.HostRegister(hm, cuda.HostRegisterPortable|cuda.HostRegisterDeviceMap) == nil {
