@@ -17,12 +17,36 @@ import (
 	"github.com/braid-ccl/braid/plan"
 )
 
-// kernelDir is the CUDA C of the kernels, in package cuda's tree, and
-// kernelUnit the one file nvcc compiles there, which includes the others.
-const (
-	kernelDir  = "../../cuda/kernels"
-	kernelUnit = "reduce.cu"
-)
+// kernelUnit is the one file of the kernels' CUDA C that nvcc compiles,
+// which includes the others; kernelDir is where they are.
+const kernelUnit = "reduce.cu"
+
+var kernelDir = findKernelDir()
+
+// findKernelDir returns the directory of the kernels' CUDA C, package
+// cuda's cuda/kernels: from this package's directory, where go test runs
+// its tests, or from the working directory or one above it, so that a
+// test binary run from the repository's root (as on the GPU machine)
+// finds it too. Where none has it, the relative path stays, and the tests
+// that read the files fail naming it.
+func findKernelDir() string {
+	const rel = "../../cuda/kernels"
+	if _, err := os.Stat(filepath.Join(rel, kernelUnit)); err == nil {
+		return rel
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			k := filepath.Join(d, "cuda", "kernels")
+			if _, err := os.Stat(filepath.Join(k, kernelUnit)); err == nil {
+				return k
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return rel
+}
 
 // includeLine is a #include of one of the kernels' own files.
 var includeLine = regexp.MustCompile(`(?m)^#include "([^"]+)"[ \t]*$`)
