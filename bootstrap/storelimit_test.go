@@ -105,11 +105,14 @@ func TestTCPStoreFlood(t *testing.T) {
 			evicted++
 		}
 	}
-	refused := srv.Stats().Refused
 	if evicted < perSrc*nsrc-lim.Pending {
 		t.Errorf("%d of %d flood connections closed by the server; want at least %d", evicted, perSrc*nsrc, perSrc*nsrc-lim.Pending)
 	}
+	// The count once the server is closed: a held connection may still be
+	// refused until then (under load, a clean-clone CI run counted 308
+	// before the close and logged 309), and the close logs the summary.
 	srv.Close()
+	refused := srv.Stats().Refused
 	lines := strings.Split(log.String(), "\n")
 	one := 0
 	summed := 0
