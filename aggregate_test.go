@@ -64,7 +64,7 @@ func TestMatrixAgg(t *testing.T) {
 			}
 			before := s.Stats().Calls
 			runCases(t, sched.Allreduce, "agg", n, hosts, cases)
-			if after := s.Stats().Calls; after == before && n > 1 {
+			if after := s.Stats().Calls; after == before && n > 1 && len(cases) > 0 {
 				t.Errorf("n=%d hosts %v: no call went through the daemon", n, hosts)
 			}
 		}
