@@ -173,7 +173,7 @@ func CanOverlap() bool { return api.cuLaunchKernelEx != 0 }
 // (KernelsOverlap). In a stream being captured, the launch becomes a
 // graph node with a programmatic edge. It fails where CanOverlap is false.
 func (c *Ctx) LaunchOverlapped(f Function, grid, block Dim3, sharedMem int, s Stream, args ...uint64) error {
-	if api.cuLaunchKernelEx == 0 {
+	if !CanOverlap() {
 		return fmt.Errorf("cuda: launch overlapped: the driver has no cuLaunchKernelEx")
 	}
 	argv, err := c.argv(args)
