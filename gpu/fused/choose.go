@@ -303,9 +303,27 @@ func (c *Config) kernel(kind Kind, p sched.Params, dt dtype.DType, op dtype.Op) 
 				a.Area /= 2
 			}
 		}
+		if kind == ReduceScatter && p.NRanks > 2 && a.Area == 0 {
+			a.Area = rsArea(c.SlotBytes, a.Blocks)
+		}
 		c.multiPath(&a, p.Count*dt.Size())
 	}
 	return a
+}
+
+// rsArea is the area of a pipelined reduce-scatter on more than 2 GPUs:
+// half a block's share of the slot, so that a vector runs in twice the
+// rounds, as the two-shot allreduce's reduce-scatter phase does. A block
+// pushes round g + 1 while it combines round g, and the combining, which
+// reads every peer's part, overlaps more pushes in smaller rounds. Four
+// H200s, busbw with the slot's share against half of it (8 against 4 MiB
+// slots, braid bench --slot): 16 MiB 178 against 183 GB/s, 64 MiB 216
+// against 252, 256 MiB 292 against 310; at least 4 or 8 rounds instead
+// (BRAID_GPU_ROUNDS) gave 252 and 222 at 64 MiB and nothing at 256 MiB.
+// The allgather, whose take is a copy, gained 3 % at 64 MiB and lost as
+// much at 256 MiB, and keeps the whole share.
+func rsArea(slotBytes, blocks int) int {
+	return slotBytes / max(blocks, 1) / 2 &^ 15
 }
 
 // DefaultBcastRamp is the Kernel.Ramp of a broadcast of bytes on n GPUs

@@ -71,6 +71,18 @@ func TestChoice(t *testing.T) {
 		t.Errorf("1 GiB two-shot: %d rounds, %d threads, %d bytes through host; want 64, %d, 0", a.Rounds(), a.Threads, a.HostBytes, BigThreads)
 	}
 
+	// A reduce-scatter on more than 2 ranks runs in half areas (rsArea):
+	// 16 MiB blocks on 4 ranks through 8 MiB slots and 256 blocks, areas
+	// of 16 KiB, 4 MiB a round: 4 rounds. On 2 ranks the whole share of
+	// a 16 MiB slot: one round.
+	if a, _ := f.shape(ReduceScatter, call(sched.ReduceScatter, n, 4<<20)); a.Rounds() != 4 || a.Area != 16<<10 {
+		t.Errorf("4-rank reduce-scatter of 16 MiB blocks: %d rounds, areas of %d bytes; want 4, %d", a.Rounds(), a.Area, 16<<10)
+	}
+	two := NewConfig(2, Settings{Other: true})
+	if a, _ := two.Shape(ReduceScatter, call(sched.ReduceScatter, 2, 4<<20), dtype.Float32, dtype.Sum); a.Area != 0 || a.Rounds() != 1 {
+		t.Errorf("2-rank reduce-scatter of 16 MiB blocks: %d rounds, areas of %d bytes; want 1, the whole share", a.Rounds(), a.Area)
+	}
+
 	// Broadcasts: the last full round in halves from 16 MiB to below 64
 	// MiB (Ramp -1: by size), or as set. 16 MiB through 8 MiB slots and
 	// 64 blocks, in rounds of up to 12 MiB: 4 MiB, then the last 12 MiB
