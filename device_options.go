@@ -61,13 +61,15 @@ type DeviceOptions struct {
 	// negative never.
 	LLMax int
 	// HostShare is the percentage of every round of a fused two-shot
-	// allreduce or broadcast on more than 2 GPUs that travels through
+	// allreduce, broadcast, or pipelined reduce-scatter or allgather, on
+	// more than 2 GPUs, that travels through
 	// pinned host memory, across PCIe, beside NVLink (the multi-path copy
 	// of Temuçin's MASc thesis, Queen's University 2021, inside the kernel;
 	// at most 50). 0 means BRAID_GPU_HOST_SHARE where set, else by size as
 	// the multi-path table says where there is one (MultiPathTable), else
 	// by kind and size (fused.DefaultHostShare: on four H200s 8–11 % of
-	// allreduces from 16 MiB, 8–11 % of broadcasts from 64 MiB); negative
+	// allreduces from 16 MiB, 8–11 % of broadcasts from 64 MiB, 8 % of
+	// reduce-scatters from 256 MiB blocks, none of allgathers); negative
 	// never. The host region takes 16 MiB of /dev/shm, pinned.
 	HostShare int
 	// SlotBytes is the size of each of the 2·Size() slots of the region

@@ -126,6 +126,12 @@ var kernelFamilies = []struct {
 // sequence number): LoadKernels refuses a module without it.
 const fusedABI = "braid_fused_abi_seqs"
 
+// fusedHostABI marks kernels whose reduce-scatter and allgather take the
+// host region (kernels/fused.cuh): LoadKernels refuses a module without
+// it, whose kernels would take fewer parameters than package gpu/fused
+// passes.
+const fusedHostABI = "braid_fused_abi_host"
+
 // fusedOverlapABI marks kernels whose fused kernels begin with
 // griddepcontrol.wait, so that LaunchOverlapped may start them early
 // (kernels/fused.cuh); kernels built before it are launched the usual
@@ -191,6 +197,10 @@ func (c *Ctx) LoadKernels() error {
 	if _, err := c.Function(mod, fusedABI); err != nil {
 		c.UnloadModule(mod)
 		return fmt.Errorf("cuda: reduction kernels (%s) predate the fused kernels' sequence counters (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, fusedABI, err)
+	}
+	if _, err := c.Function(mod, fusedHostABI); err != nil {
+		c.UnloadModule(mod)
+		return fmt.Errorf("cuda: reduction kernels (%s) predate the host path of the reduce-scatter and allgather (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, fusedHostABI, err)
 	}
 	_, err = c.Function(mod, fusedOverlapABI)
 	k.overlap = err == nil

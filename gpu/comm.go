@@ -171,13 +171,13 @@ type Options struct {
 	// means by kind and size.
 	Blocks int
 	// HostShare is the percentage of every round of a fused two-shot
-	// allreduce or broadcast (above fused.BcastDirectMax) on more than 2
-	// GPUs that travels through pinned host memory beside NVLink
+	// allreduce, broadcast (above fused.BcastDirectMax), or pipelined
+	// reduce-scatter or allgather, on more than 2 GPUs, that travels through pinned host memory beside NVLink
 	// (multi-path; at most 50). 0 means by kind and size
 	// (fused.DefaultHostShare, or MultiPath); negative means none.
 	HostShare int
 	// MultiPath, where not nil and HostShare is 0, gives the host share
-	// of a two-shot allreduce or broadcast by its size, in place of
+	// of those kernels by the call's size, in place of
 	// fused.DefaultHostShare (fused.Config.MultiPath); MultiPathSource
 	// names it in logs. Every rank passes the same table.
 	MultiPath       fused.HostShares

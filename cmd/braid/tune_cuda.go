@@ -30,7 +30,8 @@ It prints GB/s per path and size, and writes the table of splits
 beats the peer copy alone by --min-gain percent, the peer copy alone
 elsewhere. BRAID_GPU_MULTIPATH=FILE (DeviceOptions.MultiPath) gives it
 to device communicators, whose fused kernels then send that share of
-large allreduces and broadcasts through host memory.
+large allreduces, broadcasts, reduce-scatters and allgathers through
+host memory.
 
 examples:
   braid tune --device cuda --multipath

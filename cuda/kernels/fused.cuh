@@ -46,6 +46,12 @@ __device__ __forceinline__ u8 *host_area(u8 *host, u32 g, u64 index, u64 bytes) 
 // has it.
 extern "C" __global__ void braid_fused_abi_seqs() {}
 extern "C" __global__ void braid_fused_abi_overlap() {}
+// braid_fused_abi_host marks kernels whose reduce-scatter (rsfused) and
+// allgather take the host region (u8 *host, u64 host_bytes after
+// area_bytes), as the two-shot allreduce and the broadcast do: package
+// cuda's loader requires it, so that the host never passes those
+// parameters to kernels that do not take them.
+extern "C" __global__ void braid_fused_abi_host() {}
 __device__ __forceinline__ u32 seq_begin(const u32 *seqs) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

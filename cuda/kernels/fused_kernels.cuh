@@ -34,8 +34,8 @@
                status, base)                                                                                  \
   FUSED_KERNEL(twoshot, twoshot_body, opname, Op, Avg, tname, S, HOST_PARAMS, FUSED_ARGS, area_bytes, host,   \
                host_bytes, timeout_ns, status, base)                                                          \
-  FUSED_KERNEL(rsfused, rsfused_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, area_bytes,      \
-               timeout_ns, status, base)                                                                      \
+  FUSED_KERNEL(rsfused, rsfused_body, opname, Op, Avg, tname, S, HOST_PARAMS, FUSED_ARGS, area_bytes, host,   \
+               host_bytes, timeout_ns, status, base)                                                          \
   FUSED_KERNEL(rsll, rsll_body, opname, Op, Avg, tname, S, NO_HOST_PARAMS, FUSED_ARGS, timeout_ns, status,     \
                base)                                                                                          \
   LLSERVE(opname, Op, Avg, tname, S)

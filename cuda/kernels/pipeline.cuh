@@ -44,30 +44,45 @@ __device__ __forceinline__ void split(u64 off, u64 len, u64 w, u64 *lo, u64 *hi)
 }
 
 // pipeline runs the one-phase rounds of a pipelined kernel over items
-// [0, total), span a round, cut per block in multiples of w: it pushes
-// round 0, then for each round g raises flags to 2g and waits for the
-// peers', pushes round g + 1 and takes round g. push(g, lo, hi) writes the
-// block's part [lo, hi) of round g into the peers' slots; take(g, lo, hi)
-// reads it from this rank's. A peer's flag 2g + 2 then says that it has
-// taken round g, the last read of parity g & 1 before round g + 2's push.
+// [0, total), cut per block in multiples of w: a round moves nv items a
+// block over NVLink and, after them, hv through host memory (the
+// multi-path share; 0: none). It pushes round 0, then for each round g
+// raises flags to 2g and waits for the peers', pushes round g + 1 and
+// takes round g. push(g, lo, hi, hlo, hhi) writes the block's parts of
+// round g, [lo, hi) into the peers' slots and [hlo, hhi) into the host
+// region; take(g, lo, hi, hlo, hhi) reads them from this rank's slots and
+// the peers' host areas. A peer's flag 2g + 2 then says that it has taken
+// round g, the last read of parity g & 1 (slots and host areas alike)
+// before round g + 2's push.
 template <typename Push, typename Take>
-__device__ __forceinline__ void pipeline(u64 total, u64 span, u64 w, u32 seq, char *const *base, u32 rank,
+__device__ __forceinline__ void pipeline(u64 total, u64 nv, u64 hv, u64 w, u32 seq, char *const *base, u32 rank,
                                          u32 nranks, u64 timeout_ns, u32 *status, Push push, Take take) {
+  const u64 span = (nv + hv) * gridDim.x;
   const u64 rounds = max((total + span - 1) / span, (u64)1);
-  u64 lo, hi;
-  split(0, min(span, total), w, &lo, &hi);
-  push(seq, lo, hi);
+  // This block's parts of round r: [*lo, *hi) over NVLink, [*hlo, *hhi)
+  // through host.
+  auto range = [&](u64 r, u64 *lo, u64 *hi, u64 *hlo, u64 *hhi) {
+    const u64 off = min(r * span, total);
+    const u64 nl = min(nv * gridDim.x, total - off);
+    split(off, nl, w, lo, hi);
+    split(off + nl, min(hv * gridDim.x, total - off - nl), w, hlo, hhi);
+  };
+  u64 lo, hi, hlo, hhi;
+  range(0, &lo, &hi, &hlo, &hhi);
+  push(seq, lo, hi, hlo, hhi);
   for (u64 r = 0; r < rounds; r++) {
     const u32 g = seq + (u32)r;
     if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
-    u64 nlo = 0, nhi = 0;
+    u64 nlo = 0, nhi = 0, nhlo = 0, nhhi = 0;
     if (r + 1 < rounds) {
-      split((r + 1) * span, min(span, total - min((r + 1) * span, total)), w, &nlo, &nhi);
-      push(g + 1, nlo, nhi);
+      range(r + 1, &nlo, &nhi, &nhlo, &nhhi);
+      push(g + 1, nlo, nhi, nhlo, nhhi);
     }
-    take(g, lo, hi);
+    take(g, lo, hi, hlo, hhi);
     lo = nlo;
     hi = nhi;
+    hlo = nhlo;
+    hhi = nhhi;
   }
 }
 

@@ -355,8 +355,25 @@ func DefaultBcastRamp(bytes, n int) int {
 // At 16 MiB the host path bought nothing on four GPUs (allreduce; 6 % on
 // three) or cost 3–20 % (broadcast), and smaller calls have too few rounds
 // for it.
+//
+// The reduce-scatter and the allgather have the host path too, but it
+// pays only at the largest sizes, where the flag exchanges of their
+// rounds weigh least: four H200s, busbw without it and with 5, 8, 11, 14
+// and 20 % (BRAID_GPU_HOST_SHARE, two runs each, alike within 2 %):
+//
+//   - reduce-scatter at 64 MiB, 256 MiB, 1 GiB: 243, 304, 326 GB/s; 239,
+//     303, 332; 231, 307, 342; 204, 230, 240; 210, 243, 259; 210, 243,
+//     260;
+//   - allgather: 285, 330, 343; 274, 328, 348; 267, 302, 320; 250, 257,
+//     268; 238, 239, 241; 205, 193, 195.
+//
+// So the reduce-scatter sends 8 % through host from blocks of 256 MiB
+// (bytes is a rank's block: 1 GiB vectors on four GPUs), and the
+// allgather none by default.
 func DefaultHostShare(kind Kind, bytes int) int {
 	switch {
+	case kind == ReduceScatter && bytes >= 256<<20:
+		return 8
 	case kind == TwoShot && bytes >= 64<<20:
 		return 11
 	case kind == TwoShot && bytes >= 16<<20:
@@ -388,12 +405,14 @@ func (c *Config) shareFor(kind Kind, bytes int) int {
 
 // multiPath sends a share of a's data through the host region, beside
 // NVLink (the multi-path copy of Temuçin's MASc thesis, Queen's University
-// 2021, inside the kernel), where a is a broadcast above BcastDirectMax
-// or a two-shot allreduce on more than 2 GPUs and the Config has the
-// region: HostBytes is shareFor's percentage of what a block sends a
-// round, NVLink and host together (a broadcast's block sends n - 1 halves
-// of an area over NVLink, a two-shot's half an area of every chunk in
-// each phase).
+// 2021, inside the kernel), where a is a broadcast above BcastDirectMax,
+// a two-shot allreduce, a pipelined reduce-scatter or allgather, on more
+// than 2 GPUs, and the Config has the region: HostBytes is shareFor's
+// percentage of what a block sends a peer a round, NVLink and host
+// together (a broadcast's block sends n - 1 halves of an area over
+// NVLink, a two-shot's half an area of every chunk in each phase, a
+// reduce-scatter's an area of every block, an allgather's an area of its
+// own).
 func (c *Config) multiPath(a *Kernel, bytes int) {
 	n := len(c.Regions)
 	if c.Host == 0 || c.HostShare < 0 || n <= 2 || a.Blocks < 1 {
@@ -412,6 +431,8 @@ func (c *Config) multiPath(a *Kernel, bytes int) {
 	case a.Kind == Bcast && bytes > BcastDirectMax:
 		nv *= n - 1
 	case a.Kind == TwoShot:
+	case a.Kind == ReduceScatter || a.Kind == Allgather:
+		nv = area &^ 15
 	default:
 		return
 	}
@@ -437,11 +458,12 @@ func (c *Config) HostPath(source string) string {
 		}
 		return "off"
 	case c.HostShare > 0:
-		return fmt.Sprintf("%d %% of every round of two-shot allreduces and broadcasts above %d bytes", c.HostShare, BcastDirectMax)
+		return fmt.Sprintf("%d %% of every round of two-shot allreduces, pipelined reduce-scatters and allgathers, and broadcasts above %d bytes", c.HostShare, BcastDirectMax)
 	case c.MultiPath != nil:
 		return "by size, as the multi-path table " + source + " says"
 	}
-	return fmt.Sprintf("by size (two-shot allreduces %s; broadcasts %s)", sharesBySize(TwoShot), sharesBySize(Bcast))
+	return fmt.Sprintf("by size (two-shot allreduces %s; broadcasts %s; reduce-scatters, by a rank's block, %s)",
+		sharesBySize(TwoShot), sharesBySize(Bcast), sharesBySize(ReduceScatter))
 }
 
 // sharesBySize describes DefaultHostShare for kind, as "from 16 MiB: 8 %,

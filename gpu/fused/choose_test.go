@@ -108,7 +108,7 @@ func TestChoice(t *testing.T) {
 	if got, want := sharesBySize(TwoShot), "from 16 MiB: 8 %, from 64 MiB: 11 %"; got != want {
 		t.Errorf("two-shot shares by size: %q, want %q", got, want)
 	}
-	if got, want := sharesBySize(ReduceScatter), "none"; got != want {
+	if got, want := sharesBySize(ReduceScatter), "from 256 MiB: 8 %"; got != want {
 		t.Errorf("reduce-scatter shares by size: %q, want %q", got, want)
 	}
 
@@ -127,7 +127,10 @@ func TestChoice(t *testing.T) {
 		{"broadcast, 1 GiB", Bcast, call(sched.Bcast, n, 1<<28), 11},
 		{"broadcast, 64 MiB", Bcast, call(sched.Bcast, n, 16<<20), 8},
 		{"broadcast, 16 MiB", Bcast, call(sched.Bcast, n, 4<<20), 0},
-		{"reduce-scatter, 1 GiB", ReduceScatter, call(sched.ReduceScatter, n, 1<<28), 0},
+		{"reduce-scatter, 1 GiB blocks", ReduceScatter, call(sched.ReduceScatter, n, 1<<28), 8},
+		{"reduce-scatter, 256 MiB blocks", ReduceScatter, call(sched.ReduceScatter, n, 1<<26), 8},
+		{"reduce-scatter, 64 MiB blocks", ReduceScatter, call(sched.ReduceScatter, n, 1<<24), 0},
+		{"allgather, 256 MiB blocks", Allgather, call(sched.Allgather, n, 1<<26), 0},
 	} {
 		a, _ := f.shape(c.kind, c.p)
 		b, _ := mp.shape(c.kind, c.p)
@@ -222,11 +225,15 @@ func checkShare(t *testing.T, name string, mp *Config, a, b Kernel, share int) {
 		}
 		return
 	}
-	// NVLink: half an area of every chunk (two-shot) or of each of n - 1
-	// parts (broadcast) a block and round.
+	// NVLink: half an area of every chunk (two-shot), of each of n - 1
+	// parts (broadcast) or of every block (the reduce-scatter's half
+	// areas, rsArea), or an area (allgather), a block and round.
 	nv := mp.SlotBytes / b.Blocks / 2
-	if b.Kind == Bcast {
+	switch b.Kind {
+	case Bcast:
 		nv *= n - 1
+	case Allgather:
+		nv = mp.SlotBytes / b.Blocks
 	}
 	// At most what the host region holds (HostFits).
 	want := min(nv*share/(100-share), HostFits(b.Kind, b.Blocks, n)) &^ 15
@@ -281,8 +288,11 @@ func TestMultiPathShares(t *testing.T) {
 		{"two-shot, 8 MiB", TwoShot, call(sched.Allreduce, n, 2<<20), 0},
 		{"broadcast, 1 GiB", Bcast, call(sched.Bcast, n, 1<<28), 30},
 		{"broadcast, 32 MiB", Bcast, call(sched.Bcast, n, 8<<20), 5},
-		{"reduce-scatter, 1 GiB", ReduceScatter, call(sched.ReduceScatter, n, 1<<28), 0},
-		{"allgather, 1 GiB", Allgather, call(sched.Allgather, n, 1<<26), 0},
+		{"reduce-scatter, 1 GiB blocks", ReduceScatter, call(sched.ReduceScatter, n, 1<<28), 30},
+		{"allgather, 256 MiB blocks", Allgather, call(sched.Allgather, n, 1<<26), 30},
+		{"allgather, 8 MiB blocks", Allgather, call(sched.Allgather, n, 2<<20), 0},
+		// 8 MiB blocks: direct in the table.
+		{"reduce-scatter, 8 MiB blocks", ReduceScatter, call(sched.ReduceScatter, n, 2<<20), 0},
 	} {
 		a, _ := plain.shape(c.kind, c.p)
 		b, ok := mp.shape(c.kind, c.p)
@@ -363,7 +373,7 @@ func TestReduceScatterStride(t *testing.T) {
 			t.Errorf("%d × %d B: stride %d is not whole 16-byte words", k.count, k.es, k.stride)
 		}
 		_, args := a.args(new(argSet))
-		if n := args.(*vecArgs).N; n != uint64(k.stride) {
+		if n := args.(*hostVecArgs).N; n != uint64(k.stride) {
 			t.Errorf("%d × %d B: the kernel's n is %d, want the stride %d", k.count, k.es, n, k.stride)
 		}
 		b := a

@@ -48,10 +48,11 @@ func Launch(c *cuda.Ctx, s cuda.Stream, a Kernel) error {
 // one in the caller's memory: Launch keeps it on its stack, and a launch
 // per call allocates nothing for its parameters.
 type argSet struct {
-	vec    vecArgs
-	host   hostVecArgs
-	gather gatherArgs
-	bcast  bcastArgs
+	vec        vecArgs
+	host       hostVecArgs
+	gather     gatherArgs
+	hostGather hostGatherArgs
+	bcast      bcastArgs
 }
 
 // packArgs appends args to dst through their concrete type, so that
@@ -65,10 +66,12 @@ func packArgs(args kernelArgs, dst []uint64) []uint64 {
 		return v.pack(dst)
 	case *gatherArgs:
 		return v.pack(dst)
+	case *hostGatherArgs:
+		return v.pack(dst)
 	case *bcastArgs:
 		return v.pack(dst)
 	}
-	panic("fused: a parameter list of no known shape") // args returns only the four
+	panic("fused: a parameter list of no known shape") // args returns only the five
 }
 
 // check reports what of a no kernel can run: a rank, a grid, a ramp, a
@@ -165,7 +168,7 @@ func (p *tailArgs) pack(dst []uint64) []uint64 {
 	return dst
 }
 
-// vecArgs are those of braid_{oneshot,oneshotll,twoshotll,rsfused}_<op>_<type>.
+// vecArgs are those of braid_{oneshot,oneshotll,twoshotll,rsll}_<op>_<type>.
 type vecArgs struct {
 	In  cuda.DevicePtr `cu:"in"`
 	Out cuda.DevicePtr `cu:"out"`
@@ -179,7 +182,7 @@ func (p *vecArgs) pack(dst []uint64) []uint64 {
 	return p.tailArgs.pack(p.seqArgs.pack(dst))
 }
 
-// hostVecArgs are those of braid_twoshot_<op>_<type>.
+// hostVecArgs are those of braid_{twoshot,rsfused}_<op>_<type>.
 type hostVecArgs struct {
 	In  cuda.DevicePtr `cu:"in"`
 	Out cuda.DevicePtr `cu:"out"`
@@ -194,7 +197,7 @@ func (p *hostVecArgs) pack(dst []uint64) []uint64 {
 	return p.tailArgs.pack(p.hostArgs.pack(p.seqArgs.pack(dst)))
 }
 
-// gatherArgs are those of braid_allgather_fused.
+// gatherArgs are those of braid_allgather_ll.
 type gatherArgs struct {
 	In    cuda.DevicePtr `cu:"in"`
 	Out   cuda.DevicePtr `cu:"out"`
@@ -206,6 +209,21 @@ type gatherArgs struct {
 func (p *gatherArgs) pack(dst []uint64) []uint64 {
 	dst = append(dst, uint64(p.In), uint64(p.Out), p.Bytes)
 	return p.tailArgs.pack(p.seqArgs.pack(dst))
+}
+
+// hostGatherArgs are those of braid_allgather_fused.
+type hostGatherArgs struct {
+	In    cuda.DevicePtr `cu:"in"`
+	Out   cuda.DevicePtr `cu:"out"`
+	Bytes uint64         `cu:"bytes"`
+	seqArgs
+	hostArgs
+	tailArgs
+}
+
+func (p *hostGatherArgs) pack(dst []uint64) []uint64 {
+	dst = append(dst, uint64(p.In), uint64(p.Out), p.Bytes)
+	return p.tailArgs.pack(p.hostArgs.pack(p.seqArgs.pack(dst)))
 }
 
 // bcastArgs are those of braid_bcast_fused.
@@ -242,12 +260,12 @@ func (a *Kernel) args(st *argSet) (string, kernelArgs) {
 	case Bcast:
 		st.bcast = bcastArgs{Buf: a.Out, Bytes: bytes, Root: uint32(a.Root), RampIn: uint32(a.Ramp), seqArgs: s, hostArgs: h, tailArgs: t}
 		return "bcast_fused", &st.bcast
-	case Allgather, AllgatherLL:
+	case AllgatherLL:
 		st.gather = gatherArgs{In: a.In, Out: a.Out, Bytes: bytes, seqArgs: s, tailArgs: t}
-		if a.Kind == AllgatherLL {
-			return "allgather_ll", &st.gather
-		}
-		return "allgather_fused", &st.gather
+		return "allgather_ll", &st.gather
+	case Allgather:
+		st.hostGather = hostGatherArgs{In: a.In, Out: a.Out, Bytes: bytes, seqArgs: s, hostArgs: h, tailArgs: t}
+		return "allgather_fused", &st.hostGather
 	case OneShotLL:
 		return "oneshotll", vec()
 	case TwoShotLL:
@@ -256,9 +274,8 @@ func (a *Kernel) args(st *argSet) (string, kernelArgs) {
 		st.host = hostVecArgs{In: a.In, Out: a.Out, N: uint64(a.Count), seqArgs: s, hostArgs: h, tailArgs: t}
 		return "twoshot", &st.host
 	case ReduceScatter:
-		v := vec()
-		v.N = uint64(a.BlockCount())
-		return "rsfused", v
+		st.host = hostVecArgs{In: a.In, Out: a.Out, N: uint64(a.BlockCount()), seqArgs: s, hostArgs: h, tailArgs: t}
+		return "rsfused", &st.host
 	case ReduceScatterLL:
 		return "rsll", vec()
 	}

@@ -110,11 +110,17 @@ func BlocksFor(bytes, most int) int {
 
 // HostFits is the most Kernel.HostBytes a kind of kernel takes with
 // blocks blocks on n ranks: the broadcast uses an area a block in each
-// half of the region, the two-shot n·n + n.
+// half of the region, the allgather n (one a rank), the reduce-scatter
+// n·n (one a rank and block of the vector), the two-shot n·n + n.
 func HostFits(k Kind, blocks, n int) int {
 	areas := max(blocks, 1)
-	if k == TwoShot {
+	switch k {
+	case TwoShot:
 		areas *= n*n + n
+	case ReduceScatter:
+		areas *= n * n
+	case Allgather:
+		areas *= n
 	}
 	return HostRegionBytes / 2 / areas &^ 15
 }
@@ -207,10 +213,12 @@ type Kernel struct {
 	Threads int
 	// Host, where not 0, is mapped pinned host memory that every rank of
 	// the call sees (a device address here, HostRegionBytes long): the
-	// two-shot allreduce and a broadcast above BcastDirectMax on more
-	// than 2 GPUs then also move data through it, across the bus, beside
-	// NVLink (multi-path): the broadcast up to HostBytes a block and
-	// round, the two-shot up to HostBytes of every chunk a block and
+	// two-shot allreduce, the pipelined reduce-scatter and allgather, and
+	// a broadcast above BcastDirectMax, on more than 2 GPUs, then also
+	// move data through it, across the bus, beside NVLink (multi-path):
+	// the broadcast and the allgather up to HostBytes a block and round
+	// (the allgather of this rank's block), the two-shot and the
+	// reduce-scatter up to HostBytes of every chunk or block a block and
 	// round. Every rank passes the same HostBytes; HostFits says which
 	// fit the region.
 	Host      cuda.DevicePtr
@@ -286,9 +294,15 @@ func (a *Kernel) Rounds() int {
 		return rounds(c, (area/2/es/w*w+a.hostBytes()/es/w*w)*blocks)
 	case ReduceScatter:
 		w := 16 / es
-		return rounds(a.BlockCount(), area/es/w*w*blocks)
+		if area/es/w*w == 0 {
+			return 0
+		}
+		return rounds(a.BlockCount(), (area/es/w*w+a.hostBytes()/es/w*w)*blocks)
 	case Allgather:
-		return rounds(a.Count*es, area*blocks)
+		if area == 0 {
+			return 0
+		}
+		return rounds(a.Count*es, (area+a.hostBytes())*blocks)
 	case Bcast:
 		if n == 2 || a.Count*es <= BcastDirectMax {
 			return rounds(a.Count*es, area*blocks)
@@ -338,7 +352,10 @@ const StrideMin = 2 << 20
 
 // hostBytes is what a block moves through Host a round.
 func (a *Kernel) hostBytes() int {
-	if a.Host == 0 || (a.Kind != Bcast && a.Kind != TwoShot) {
+	switch {
+	case a.Host == 0:
+		return 0
+	case a.Kind != Bcast && a.Kind != TwoShot && a.Kind != ReduceScatter && a.Kind != Allgather:
 		return 0
 	}
 	return max(a.HostBytes, 0) &^ 15

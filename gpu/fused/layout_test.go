@@ -265,7 +265,7 @@ func TestKernelArgs(t *testing.T) {
 		list   string // source's
 	}{
 		{OneShot, "oneshot", "vec"}, {OneShotLL, "oneshotll", "vec"}, {TwoShotLL, "twoshotll", "vec"},
-		{TwoShot, "twoshot", "hostvec"}, {ReduceScatter, "rsfused", "vec"},
+		{TwoShot, "twoshot", "hostvec"}, {ReduceScatter, "rsfused", "hostvec"},
 		{Bcast, "bcast_fused", "bcast_fused"}, {Allgather, "allgather_fused", "allgather_fused"},
 		{ReduceScatterLL, "rsll", "vec"}, {AllgatherLL, "allgather_ll", "allgather_ll"},
 	} {
@@ -318,7 +318,7 @@ func TestKernelArgs(t *testing.T) {
 		default:
 			want["in"], want["out"], want["n"] = 0xa0, 0xb0, 1000
 		}
-		if c.kind == Bcast || c.kind == TwoShot {
+		if c.kind == Bcast || c.kind == TwoShot || c.kind == ReduceScatter || c.kind == Allgather {
 			want["host"], want["host_bytes"] = 0x1000, 64
 		}
 		for k, v := range want {

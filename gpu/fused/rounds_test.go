@@ -104,10 +104,16 @@ func modelRounds(a Kernel) (int, error) {
 		w = 16 / es
 		// What the kernel is given: the stride where one is set.
 		_, args := a.args(new(argSet))
-		items, capacity = int(args.(*vecArgs).N), area/es/w*w
+		items, capacity = int(args.(*hostVecArgs).N), area/es/w*w
+		if a.Host != 0 {
+			hcap = a.HostBytes / es / w * w
+		}
 	case Allgather:
 		w = 16
 		items, capacity = a.Count*es, area
+		if a.Host != 0 {
+			hcap = a.HostBytes / 16 * 16
+		}
 	case Bcast:
 		w = 16
 		items, capacity = a.Count*es, area/2/16*16
