@@ -125,8 +125,9 @@
 //
 // # Multi-path
 //
-// On more than 2 GPUs the two-shot allreduce and the broadcast above
-// fused.BcastDirectMax also move a share of every round through pinned host
+// On more than 2 GPUs the two-shot allreduce, the broadcast above
+// fused.BcastDirectMax, and the pipelined reduce-scatter and allgather can
+// also move a share of every round through pinned host
 // memory, across PCIe, beside NVLink: the multi-path copy of Temuçin's MASc
 // thesis (Queen's University 2021), done by the kernel's own loads and stores. The host region (16 MiB,
 // fused.HostRegionBytes) ends the mailbox file in /dev/shm, so every rank
@@ -134,13 +135,17 @@
 // rank that cannot (or a /dev/shm too small for it) leaves the host path
 // out for all. A broadcast's root stores its host share once and every
 // other rank loads it; a two-shot rank stores, for every peer, that peer's
-// chunk's share, and its combined chunk's share once for all. Readers use
+// chunk's share, and its combined chunk's share once for all; a
+// reduce-scatter rank stores each peer's block's share, an allgather rank
+// its own block's share once for all. Readers use
 // ld.cv, which takes nothing from caches. The share is
 // Options.HostShare (percent; BRAID_GPU_HOST_SHARE, 0 for none), or by
 // kind and size: as the multi-path table that braid tune --device cuda
 // --multipath measured on the machine says, where the communicator has one
 // (Options.MultiPath, BRAID_GPU_MULTIPATH), else fused.DefaultHostShare
-// (8–11 % from 16 MiB for allreduces, from 64 MiB for broadcasts). On four H200s it took a 1 GiB allreduce
+// (8–11 % from 16 MiB for allreduces, from 64 MiB for broadcasts, 8 % for
+// reduce-scatters from 256 MiB blocks, none for allgathers, which lost
+// with every share below 1 GiB). On four H200s it took a 1 GiB allreduce
 // from 343 to 372 GB/s busbw (NCCL 2.28.9: 354) and a broadcast from 342
 // to 378 (NCCL: 359): NVLink alone moved about 343 GB/s out of a GPU in
 // these kernels, and the bus adds 30–40 on top, as the thesis's copies found
