@@ -23,7 +23,7 @@ func TestKernelNames(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\.entry\s+([A-Za-z0-9_]+)`).FindAllSubmatch(ptx, -1) {
 		entries[string(m[1])] = true
 	}
-	want := []string{"braid_bcast_fused", "braid_allgather_fused", "braid_allgather_ll", fusedABI, fusedHostABI, fusedOverlapABI}
+	want := []string{"braid_bcast_fused", "braid_allgather_fused", "braid_allgather_ll", fusedABI, fusedHostABI, fusedOverlapABI, fusedDoneABI}
 	for _, d := range dtype.All() {
 		if d.IsFloat() {
 			want = append(want, "braid_divide_"+typeSuffix[d])

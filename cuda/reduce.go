@@ -96,6 +96,7 @@ type reduceKernels struct {
 	gather   Function
 	gatherLL Function // braid_allgather_ll
 	overlap  bool     // the fused kernels begin with griddepcontrol.wait (fusedOverlapABI)
+	done     bool     // a fused kernel of one block stores its end after the status word (fusedDoneABI)
 }
 
 // typeSuffix is the kernel name suffix of each element type.
@@ -131,6 +132,12 @@ const fusedABI = "braid_fused_abi_seqs"
 // it, whose kernels would take fewer parameters than package gpu/fused
 // passes.
 const fusedHostABI = "braid_fused_abi_host"
+
+// fusedDoneABI marks kernels whose fused kernels of one block store the
+// call's end (its last sequence number + 1) into the word after the
+// status word once their results are in place (kernels/fused.cuh:
+// seq_end); kernels built before it do not.
+const fusedDoneABI = "braid_fused_abi_done"
 
 // fusedOverlapABI marks kernels whose fused kernels begin with
 // griddepcontrol.wait, so that LaunchOverlapped may start them early
@@ -204,6 +211,8 @@ func (c *Ctx) LoadKernels() error {
 	}
 	_, err = c.Function(mod, fusedOverlapABI)
 	k.overlap = err == nil
+	_, err = c.Function(mod, fusedDoneABI)
+	k.done = err == nil
 	for _, f := range []struct {
 		dst  *Function
 		name string
@@ -254,6 +263,14 @@ func (c *Ctx) ReduceKernel(d dtype.DType, op dtype.Op) (Function, error) {
 // kernels first, and is false where that fails.
 func (c *Ctx) KernelsOverlap() bool {
 	return c.LoadKernels() == nil && c.w.kernels.overlap && CanOverlap()
+}
+
+// KernelsSignalDone reports whether the loaded kernels' fused kernels of
+// one block store the call's end into the word after their status word
+// (fusedDoneABI). It loads the kernels first, and is false where that
+// fails.
+func (c *Ctx) KernelsSignalDone() bool {
+	return c.LoadKernels() == nil && c.w.kernels.done
 }
 
 // Kernel returns a kernel of the embedded module, loading the module

@@ -22,8 +22,12 @@ import (
 // chooses each call's kernel; the rest is this rank's.
 type fusedState struct {
 	fused.Config
-	own    cuda.DevicePtr   // this rank's region
-	status *cuda.HostBuffer // a word the kernel sets when a peer does not arrive
+	own cuda.DevicePtr // this rank's region
+	// status is two words of mapped pinned memory: the first a kernel
+	// sets when a peer does not arrive; into the second a kernel of one
+	// block stores its end (its call's last sequence number + 1) once its
+	// result is in place, where kernelDone.
+	status *cuda.HostBuffer
 	// done is a word of mapped pinned memory that the stream stores the
 	// number of the last synchronous call into once its kernel has run
 	// (runPolled); doneDev is its device address, doneSeq the last number
@@ -33,6 +37,13 @@ type fusedState struct {
 	doneSeq uint32
 	seqs    cuda.DevicePtr // the kernels' sequence counters (fused.SeqWords words), which they read and advance
 	overlap bool           // fused.Launch launches overlapped here (cuda.Ctx.KernelsOverlap)
+	// kernelDone says that the kernels of one block store their end into
+	// status's second word (cuda.Ctx.KernelsSignalDone); endSeq is, after
+	// launch, the end the call's kernel stores there, or 0 where the call
+	// queued something else last (no kernel, a staged copy, a kernel of
+	// several blocks), so that runPolled polls the stream's store instead.
+	kernelDone bool
+	endSeq     uint32
 	// seq is the next call's first sequence number, as the counters will
 	// hold it once the kernels queued so far (graph launches included)
 	// have run; the same on every rank. The host counts it to reset the counters and the flags
@@ -91,11 +102,12 @@ func (g *Comm) setupFused(ctx context.Context, host Host, opts Options) error {
 			if h, err = c.IPCGetMemHandle(f.own); err != nil {
 				return err
 			}
-			if f.status, err = c.HostAlloc(4, cuda.HostAllocPortable|cuda.HostAllocDeviceMap); err != nil {
+			if f.status, err = c.HostAlloc(8, cuda.HostAllocPortable|cuda.HostAllocDeviceMap); err != nil {
 				return err
 			}
 			f.setupDone(c, g.s)
 			f.overlap = c.KernelsOverlap()
+			f.kernelDone = c.KernelsSignalDone()
 			// The host region: a failure only leaves the host path out.
 			if hm := g.hostRegion(); hm != nil {
 				if c.HostRegister(hm, cuda.HostRegisterPortable|cuda.HostRegisterDeviceMap) == nil {
@@ -291,6 +303,7 @@ const SeqLimit = 1<<30 - 1
 // scratch holds, for a reduce-scatter staged at an aligned stride
 // (fused.Kernel.Stride), n + 1 blocks at that stride.
 func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, cp *capture, reset func() error, scratch cuda.DevicePtr) error {
+	f.endSeq = 0
 	if err := f.failed(rank); err != nil {
 		return err
 	}
@@ -319,7 +332,19 @@ func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadl
 	if a.Kind == fused.ReduceScatter && a.Stride > a.Count {
 		return f.strided(c, s, a, scratch)
 	}
-	return fused.Launch(c, s, a)
+	if err := fused.Launch(c, s, a); err != nil {
+		return err
+	}
+	if f.kernelDone && cp == nil && a.Grid() == 1 {
+		f.endSeq = f.seq
+	}
+	return nil
+}
+
+// kernelEnd is the status buffer's second word, where a kernel of one
+// block stores its end (kernelDone).
+func (f *fusedState) kernelEnd() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&f.status.Bytes()[4]))
 }
 
 // strided runs a, a reduce-scatter whose kernel reads the blocks at an
@@ -358,6 +383,11 @@ func (f *fusedState) advance(rounds uint32, reset func() error) error {
 		}
 		f.seq = 1
 		f.resets++
+		if f.status != nil {
+			// No kernel is queued (reset synchronised the stream): an end
+			// stored before the reset must not match one after it.
+			f.kernelEnd().Store(0)
+		}
 	}
 	f.seq += rounds
 	return nil

@@ -203,8 +203,11 @@ type Kernel struct {
 	// vector for the one-shot kernel).
 	SlotBytes int
 	Timeout   time.Duration // how long to wait for a peer's flag
-	// Status is a mapped host word (device address) where a block that
-	// gave up stores 1 + the rank it waited for.
+	// Status is two mapped host words (device address): into the first a
+	// block that gave up stores 1 + the rank it waited for; into the
+	// second a kernel of one block stores its end, Seqs' value after it,
+	// once its result is in place (kernels built with cuda's done marker;
+	// cuda.Ctx.KernelsSignalDone).
 	Status cuda.DevicePtr
 	Root   int // Bcast
 	Blocks int // 0: Blocks(Count·DType.Size())
