@@ -24,6 +24,9 @@
 #            than there are; SHARED_LIMIT seconds each (default 260)
 #   ab       scripts/ab-gpu.sh braid-before against braid: ROUNDS rounds
 #            (default 8) of 8 B to AB_MAX (default 1M), then 2 of 4M to 1G
+#   sync     scripts/ab-gpu.sh in synchronous calls (--modes sync, each
+#            call waited for): ROUNDS rounds of 8 B to SYNC_MAX (default
+#            256K), the per-call latency of a change to how a call ends
 #   graph    braid bench --modes graph, both builds alternated,
 #            GRAPH_ROUNDS rounds (default 3), sizes 8,256,4K,64K,256K,
 #            inputs changing per call and checked
@@ -61,7 +64,7 @@ bundle)
     ;;
 run) shift ;;
 *)
-    echo "usage: $0 bundle [REV] | run [gen|matrix|shared|ab|graph|compare]..." >&2
+    echo "usage: $0 bundle [REV] | run [gen|matrix|shared|ab|sync|graph|compare]..." >&2
     exit 2
     ;;
 esac
@@ -117,6 +120,10 @@ for s in "${steps[@]}"; do
         [ -x $bin/braid-before ] || { echo "ab: no braid-before in the bundle (bundle REV)" >> "$R/progress.txt"; failed=1; continue; }
         step ab-small 300 env B_ENV="$kernels" MAX=${AB_MAX:-1M} bash scripts/ab-gpu.sh -a $bin/braid-before -b $bin/braid -r "${ROUNDS:-8}" -o "$R/ab/small" > "$R/ab-small.txt" 2>&1
         step ab-large 150 env B_ENV="$kernels" MIN=4M bash scripts/ab-gpu.sh -a $bin/braid-before -b $bin/braid -r 2 -o "$R/ab/large" > "$R/ab-large.txt" 2>&1
+        ;;
+    sync)
+        [ -x $bin/braid-before ] || { echo "sync: no braid-before in the bundle (bundle REV)" >> "$R/progress.txt"; failed=1; continue; }
+        step ab-sync 300 env B_ENV="$kernels" BENCH_ARGS="--modes sync" MAX=${SYNC_MAX:-256K} bash scripts/ab-gpu.sh -a $bin/braid-before -b $bin/braid -r "${ROUNDS:-8}" -o "$R/ab/sync" > "$R/ab-sync.txt" 2>&1
         ;;
     graph)
         [ -x $bin/braid-before ] || { echo "graph: no braid-before in the bundle (bundle REV)" >> "$R/progress.txt"; failed=1; continue; }
