@@ -381,7 +381,7 @@ func TestReduceScatterStride(t *testing.T) {
 		if a.Rounds() < b.Rounds() {
 			t.Errorf("%d × %d B: %d rounds at the stride, %d without", k.count, k.es, a.Rounds(), b.Rounds())
 		}
-		a.Rank, a.Seqs = 0, 0x3000
+		a.Rank, a.Seqs, a.Status = 0, 0x3000, 0x4000
 		if err := a.check(); err != nil {
 			t.Errorf("%d × %d B: %v", k.count, k.es, err)
 		}

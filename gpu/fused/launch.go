@@ -95,6 +95,8 @@ func (a *Kernel) check() error {
 		return fmt.Errorf("fused: %v kernel: %d bytes a block through the host region, at most %d", a.Kind, a.hostBytes(), HostFits(a.Kind, a.Grid(), n))
 	case a.Seqs == 0:
 		return fmt.Errorf("fused: %v kernel: no sequence counters (Kernel.Seqs)", a.Kind)
+	case a.Status == 0:
+		return fmt.Errorf("fused: %v kernel: no status words (Kernel.Status)", a.Kind)
 	case a.Threads < 0 || a.Threads > Threads || a.Threads%32 != 0:
 		return fmt.Errorf("fused: %v kernel: %d threads a block (a multiple of 32, at most %d)", a.Kind, a.Threads, Threads)
 	case a.Kind == OneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):

@@ -407,18 +407,23 @@ func TestKindNames(t *testing.T) {
 	}
 }
 
-// TestKernelCheckSeqs checks that a kernel without sequence counters is
-// refused before launch (it would read its sequence number from address
-// 0), and that the same kernel with them passes the check.
+// TestKernelCheckSeqs checks that a kernel without sequence counters or
+// status words is refused before launch (it would read its sequence
+// number from address 0, or store its end at address 4), and that the
+// same kernel with them passes the check.
 func TestKernelCheckSeqs(t *testing.T) {
 	a := Kernel{Kind: OneShotLL, Count: 2, DType: dtype.Float32, Op: dtype.Sum, In: 0x100, Out: 0x200,
-		Regions: []cuda.DevicePtr{0x1000, 0x2000}, SlotBytes: 4096}
+		Regions: []cuda.DevicePtr{0x1000, 0x2000}, SlotBytes: 4096, Status: 0x4000}
 	if err := a.check(); err == nil || !strings.Contains(err.Error(), "sequence counters") {
 		t.Errorf("a kernel without Seqs: %v, want an error naming the sequence counters", err)
 	}
-	a.Seqs = 0x3000
+	a.Seqs, a.Status = 0x3000, 0
+	if err := a.check(); err == nil || !strings.Contains(err.Error(), "status words") {
+		t.Errorf("a kernel without Status: %v, want an error naming the status words", err)
+	}
+	a.Status = 0x4000
 	if err := a.check(); err != nil {
-		t.Errorf("with Seqs: %v", err)
+		t.Errorf("with Seqs and Status: %v", err)
 	}
 	family, args := a.args(new(argSet))
 	if p := args.pack(nil); family != "oneshotll" || p[3] != 0x3000 || p[4] != 1 {
