@@ -323,35 +323,47 @@ func (p *pool) take() {
 	}
 }
 
-// serve is a helper: it waits for a job in its mailbox, spinning for
-// spinFor and then parked, and takes pieces of it.
+// serve is a helper: it waits for a job in its mailbox and takes pieces of
+// it.
 func (p *pool) serve(w *worker) {
 	var seen uint32
 	for {
-		start := time.Now()
-		for i := 0; ; i++ {
-			if s := w.seq.Load(); s != seen {
-				seen = s
-				break
-			}
-			if i&63 == 63 {
-				if time.Since(start) < spinFor {
-					runtime.Gosched()
-					continue
-				}
-				w.parked.Store(true)
-				if s := w.seq.Load(); s != seen && w.parked.CompareAndSwap(true, false) {
-					seen = s
-					break
-				}
-				<-w.wake // a caller cleared parked and sends
-				seen = w.seq.Load()
-				break
-			}
-		}
+		seen = w.wait(seen)
 		p.take()
 		if p.pending.Add(-1) == 0 {
 			p.done <- struct{}{}
 		}
+	}
+}
+
+// wait returns the count of jobs posted to w (seq) once it differs from
+// seen, the count the helper has done: it polls for spinFor, then parks
+// until a caller wakes it.
+func (w *worker) wait(seen uint32) uint32 {
+	for {
+		start := time.Now()
+		for i := 0; ; i++ {
+			if s := w.seq.Load(); s != seen {
+				return s
+			}
+			if i&63 == 63 {
+				if time.Since(start) >= spinFor {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
+		w.parked.Store(true)
+		if s := w.seq.Load(); s != seen && w.parked.CompareAndSwap(true, false) {
+			return s
+		}
+		// A caller cleared parked and sends. The wake may be for a job
+		// already done: a caller posts (seq) before it looks at parked, and
+		// one held up in between, off its core, can find the helper parked
+		// again after it did that job. So the helper looks at seq again;
+		// taking a job on the wake alone counted it out twice (pending),
+		// which let a call return while other helpers were still at work
+		// and still reading the job that the next call rewrote.
+		<-w.wake
 	}
 }
