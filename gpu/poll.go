@@ -69,34 +69,33 @@ func (g *Comm) runPolled(ctx context.Context, k *Call, seq uint32) error {
 		return err
 	}
 	f := g.fused
-	// The word to poll and the value to wait for, once the worker has
-	// queued the call: the kernel's end in f.kernelEnd (bit 32 set), or
+	// The word to poll and the value to wait for, set once the worker has
+	// queued the call (want first): the kernel's end in f.kernelEnd, or
 	// the stream's store of doneSeq into f.done.
-	var target atomic.Uint64
+	var target struct {
+		word atomic.Pointer[atomic.Uint32]
+		want atomic.Uint32
+	}
 	reply := g.w.Go(func(c *cuda.Ctx) error {
 		if err := g.run(ctx, c, k, seq, true, nil); err != nil {
 			return err
 		}
 		if f.endSeq != 0 {
-			target.Store(1<<32 | uint64(f.endSeq))
+			target.want.Store(f.endSeq)
+			target.word.Store(f.kernelEnd())
 			return nil
 		}
 		f.doneSeq++
 		if err := c.StreamWriteValue32(g.s, f.doneDev, f.doneSeq); err != nil {
 			return err
 		}
-		target.Store(uint64(f.doneSeq))
+		target.want.Store(f.doneSeq)
+		target.word.Store((*atomic.Uint32)(unsafe.Pointer(&f.done.Bytes()[0])))
 		return nil
 	})
 	stored := func() bool {
-		t := target.Load()
-		switch {
-		case t == 0:
-			return false
-		case t>>32 != 0:
-			return f.kernelEnd().Load() == uint32(t)
-		}
-		return (*atomic.Uint32)(unsafe.Pointer(&f.done.Bytes()[0])).Load() == uint32(t)
+		w := target.word.Load()
+		return w != nil && w.Load() == target.want.Load()
 	}
 	bo := wait.Backoff{Spin: 50 * time.Microsecond, Goroutines: true}
 	var next time.Time
