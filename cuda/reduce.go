@@ -135,9 +135,12 @@ const fusedHostABI = "braid_fused_abi_host"
 
 // fusedDoneABI marks kernels whose fused kernels of one block store the
 // call's end (its last sequence number + 1) into the word after the
-// status word once their results are in place (kernels/fused.cuh:
-// seq_end); kernels built before it do not.
-const fusedDoneABI = "braid_fused_abi_done"
+// status word once their results are in place, when the top bit of their
+// rounds parameter asks for it (kernels/fused.cuh: seq_end, END_FLAG;
+// gpu/fused's Kernel.SignalEnd). Kernels built before it do not take the
+// bit; those marked braid_fused_abi_done (a652fd7) stored the end in
+// every call, and are taken as not storing it.
+const fusedDoneABI = "braid_fused_abi_endflag"
 
 // fusedOverlapABI marks kernels whose fused kernels begin with
 // griddepcontrol.wait, so that LaunchOverlapped may start them early

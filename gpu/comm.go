@@ -572,7 +572,7 @@ func (g *Comm) Run(ctx context.Context, k *Call) error {
 	case k.Fused != nil && cp == nil && g.fused.polled():
 		err = g.runPolled(ctx, k, seq)
 	default:
-		err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, false, cp) })
+		err = g.w.Do(ctx, func(c *cuda.Ctx) error { return g.run(ctx, c, k, seq, waitStream, cp) })
 	}
 	if err == nil && cp == nil {
 		g.queued = false // the call waited for the stream
@@ -613,7 +613,7 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	cp := g.capture
 	g.queued = true
 	g.w.Post(func(c *cuda.Ctx) error {
-		if err := g.run(deadlineCtx{dl}, c, &kc, seq, true, cp); err != nil {
+		if err := g.run(deadlineCtx{dl}, c, &kc, seq, ordered, cp); err != nil {
 			g.aerrMu.Lock()
 			var sm *SizeMismatchError
 			if errors.As(err, &sm) && len(kc.Prog.Steps) == 1 {

@@ -26,7 +26,7 @@ type fusedState struct {
 	// status is two words of mapped pinned memory: the first a kernel
 	// sets when a peer does not arrive; into the second a kernel of one
 	// block stores its end (its call's last sequence number + 1) once its
-	// result is in place, where kernelDone.
+	// result is in place, where kernelDone and the call asked (endSeq).
 	status *cuda.HostBuffer
 	// done is a word of mapped pinned memory that the stream stores the
 	// number of the last synchronous call into once its kernel has run
@@ -38,8 +38,9 @@ type fusedState struct {
 	seqs    cuda.DevicePtr // the kernels' sequence counters (fused.SeqWords words), which they read and advance
 	overlap bool           // fused.Launch launches overlapped here (cuda.Ctx.KernelsOverlap)
 	// kernelDone says that the kernels of one block store their end into
-	// status's second word (cuda.Ctx.KernelsSignalDone); endSeq is, after
-	// launch, the end the call's kernel stores there, or 0 where the call
+	// status's second word when asked (cuda.Ctx.KernelsSignalDone,
+	// fused.Kernel.SignalEnd); endSeq is, after launch, the end the
+	// call's kernel stores there, or 0 where it was not asked or the call
 	// queued something else last (no kernel, a staged copy, a kernel of
 	// several blocks), so that runPolled polls the stream's store instead.
 	kernelDone bool
@@ -301,8 +302,10 @@ const SeqLimit = 1<<30 - 1
 // graph and does not run now: nothing is reset or counted here, and cp
 // adds up the rounds that every launch of the graph takes (Graph).
 // scratch holds, for a reduce-scatter staged at an aligned stride
-// (fused.Kernel.Stride), n + 1 blocks at that stride.
-func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, cp *capture, reset func() error, scratch cuda.DevicePtr) error {
+// (fused.Kernel.Stride), n + 1 blocks at that stride. With signal (a
+// synchronous call that runPolled waits for), a plain kernel of one block
+// stores its end (fused.Kernel.SignalEnd) and f.endSeq says the value.
+func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadline time.Time, cp *capture, reset func() error, scratch cuda.DevicePtr, signal bool) error {
 	f.endSeq = 0
 	if err := f.failed(rank); err != nil {
 		return err
@@ -332,10 +335,11 @@ func (f *fusedState) launch(c *cuda.Ctx, s cuda.Stream, rank int, k *Call, deadl
 	if a.Kind == fused.ReduceScatter && a.Stride > a.Count {
 		return f.strided(c, s, a, scratch)
 	}
+	a.SignalEnd = signal && f.kernelDone && cp == nil && a.Grid() == 1
 	if err := fused.Launch(c, s, a); err != nil {
 		return err
 	}
-	if f.kernelDone && cp == nil && a.Grid() == 1 {
+	if a.SignalEnd {
 		f.endSeq = f.seq
 	}
 	return nil

@@ -77,7 +77,7 @@ func (g *Comm) runPolled(ctx context.Context, k *Call, seq uint32) error {
 		want atomic.Uint32
 	}
 	reply := g.w.Go(func(c *cuda.Ctx) error {
-		if err := g.run(ctx, c, k, seq, true, nil); err != nil {
+		if err := g.run(ctx, c, k, seq, pollEnd, nil); err != nil {
 			return err
 		}
 		if f.endSeq != 0 {

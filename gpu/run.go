@@ -263,13 +263,26 @@ func (g *Comm) growScratch(c *cuda.Ctx, need int) error {
 	return nil
 }
 
-// run executes k on the worker's thread. An ordered call (Enqueue) is
-// issued without waiting for the stream: its buffers are ready only when
+// issueMode says how run issues a call and what it waits for.
+type issueMode uint8
+
+const (
+	waitStream issueMode = iota // a synchronous call: run waits for the stream
+	ordered                     // Enqueue: issued, not waited for
+	// pollEnd: a synchronous call that runPolled waits for: issued as
+	// ordered, and a fused kernel of one block asked to store its end
+	// (fused.Kernel.SignalEnd), which the caller polls.
+	pollEnd
+)
+
+// run executes k on the worker's thread. An ordered call (Enqueue,
+// runPolled) is issued without waiting for the stream: its buffers are ready only when
 // the stream gets to it, so that every chunk offered to a peer carries an
 // event. In a capture (cp, from BeginCapture) a fused kernel is recorded
 // into the graph, not run, and nothing waits for it; a program is
 // refused, in a capture begun outside this Comm too (notCapturing).
-func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordered bool, cp *capture) error {
+func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, mode issueMode, cp *capture) error {
+	ordered := mode != waitStream
 	if k.Fused != nil {
 		dl := callDeadline(ctx)
 		reset := func() error { return g.resetFused(ctx, c, seq) }
@@ -284,7 +297,7 @@ func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, ordere
 				return err
 			}
 		}
-		if err := g.fused.launch(c, g.s, g.rank, k, dl, cp, reset, g.tmp); err != nil || ordered || cp != nil {
+		if err := g.fused.launch(c, g.s, g.rank, k, dl, cp, reset, g.tmp, mode == pollEnd); err != nil || ordered || cp != nil {
 			return err
 		}
 		if err := c.StreamSynchronize(g.s); err != nil {

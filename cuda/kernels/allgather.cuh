@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_fused(
   char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
   const u32 seq = seq_begin(seqs);
   allgather_body(in, out, bytes, seq, rank, nranks, slot_bytes, area_bytes, host, host_bytes, timeout_ns, status, base);
-  seq_end(seqs, seq + rounds, status + 1);
+  seq_end(seqs, seq, rounds, status + 1);
 }
 // braid_allgather_ll: the allgather in low-latency lines (ll.cuh's
 // allgatherll_body), with braid_allgather_fused's parameters.
@@ -57,5 +57,5 @@ extern "C" __global__ void __launch_bounds__(512) braid_allgather_ll(
   char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
   const u32 seq = seq_begin(seqs);
   allgatherll_body(in, out, bytes, seq, rank, nranks, slot_bytes, timeout_ns, status, base);
-  seq_end(seqs, seq + rounds, status + 1);
+  seq_end(seqs, seq, rounds, status + 1);
 }

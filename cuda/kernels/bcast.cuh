@@ -191,5 +191,5 @@ extern "C" __global__ void __launch_bounds__(512) braid_bcast_fused(
   char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};
   const u32 seq = seq_begin(seqs);
   bcast_body(buf, bytes, root, ramp_in, seq, rank, nranks, slot_bytes, area_bytes, host, host_bytes, timeout_ns, status, base);
-  seq_end(seqs, seq + rounds, status + 1);
+  seq_end(seqs, seq, rounds, status + 1);
 }

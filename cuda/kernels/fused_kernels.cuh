@@ -21,7 +21,7 @@
     char *const base[8] = {r0, r1, r2, r3, r4, r5, r6, r7};                                      \
     const u32 seq = seq_begin(seqs);                                                              \
     body<S, Op, Avg>(__VA_ARGS__);                                                                \
-    seq_end(seqs, seq + rounds, status + 1);                                                      \
+    seq_end(seqs, seq, rounds, status + 1);                                                      \
   }
 #define FUSED_ARGS in, out, n, seq, rank, nranks, slot_bytes
 

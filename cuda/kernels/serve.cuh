@@ -93,7 +93,7 @@ __device__ __forceinline__ void llserve_body(u32 *bell, u32 served, u32 epoch, u
     const u32 seq = *(const volatile u32 *)seqs;
     oneshotll_body<S, Op, Avg>((const T *)args[0], (T *)args[1], args[2], seq, rank, nranks, slot_bytes, args[3],
                                status, base);
-    seq_end(seqs, seq + 1, nullptr);  // a barrier, then every counter (one block)
+    seq_end(seqs, seq, 1, nullptr);  // a barrier, then every counter (one block)
     __syncthreads();
     if (threadIdx.x == 0) st_release_sys(bell + BELL_DONE, t);
     served = t;

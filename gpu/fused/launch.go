@@ -97,6 +97,10 @@ func (a *Kernel) check() error {
 		return fmt.Errorf("fused: %v kernel: no sequence counters (Kernel.Seqs)", a.Kind)
 	case a.Status == 0:
 		return fmt.Errorf("fused: %v kernel: no status words (Kernel.Status)", a.Kind)
+	case a.Rounds() >= endFlag:
+		return fmt.Errorf("fused: %v kernel: %d rounds (fewer than 2^31)", a.Kind, a.Rounds())
+	case a.SignalEnd && a.Grid() != 1:
+		return fmt.Errorf("fused: %v kernel: only a kernel of one block stores its end (Kernel.SignalEnd), this one has %d", a.Kind, a.Grid())
 	case a.Threads < 0 || a.Threads > Threads || a.Threads%32 != 0:
 		return fmt.Errorf("fused: %v kernel: %d threads a block (a multiple of 32, at most %d)", a.Kind, a.Threads, Threads)
 	case a.Kind == OneShotLL && a.Count > 0 && !LLFits(a.In, a.Out, a.Count, a.DType.Size()):
@@ -125,11 +129,17 @@ type kernelArgs interface {
 	pack(dst []uint64) []uint64
 }
 
+// endFlag, in the rounds parameter, asks a kernel of one block to store
+// its end (kernels/fused.cuh: END_FLAG). A call's rounds stay far below
+// it: the sequence is reset before it passes SeqLimit, 2^30.
+const endFlag = 1 << 31
+
 // maxArgs is the most parameters a fused kernel takes (the broadcast's).
 const maxArgs = 22
 
 // seqArgs follow each kernel's leading parameters: the sequence counters
-// and the rounds by which the call advances them, the ranks, and the
+// and the rounds by which the call advances them (with endFlag where the
+// kernel is to store its end: Kernel.SignalEnd), the ranks, and the
 // slots (FUSED_KERNEL; the broadcast and the allgather alike).
 type seqArgs struct {
 	Seqs      cuda.DevicePtr `cu:"seqs"`
@@ -250,6 +260,9 @@ func (p *bcastArgs) pack(dst []uint64) []uint64 {
 func (a *Kernel) args(st *argSet) (string, kernelArgs) {
 	s := seqArgs{Seqs: a.Seqs, Rounds: uint32(max(a.Rounds(), 1)), Rank: uint32(a.Rank), NRanks: uint32(len(a.Regions)),
 		SlotBytes: uint64(a.SlotBytes), AreaBytes: uint64(max(a.Area, 0))}
+	if a.SignalEnd {
+		s.Rounds |= endFlag
+	}
 	h := hostArgs{Host: a.Host, HostBytes: uint64(a.hostBytes())}
 	t := tailArgs{TimeoutNS: uint64(max(a.Timeout, 0)), Status: a.Status}
 	copy(t.Regions[:], a.Regions)

@@ -430,3 +430,29 @@ func TestKernelCheckSeqs(t *testing.T) {
 		t.Errorf("%s packs seqs %#x and rounds %d, want 0x3000 and 1", family, p[3], p[4])
 	}
 }
+
+// TestKernelSignalEnd checks that a kernel asked to store its end
+// carries the request in the top bit of its rounds, and that only a
+// kernel of one block may be asked (one of several blocks does not store
+// it, and its caller would poll a word that never comes).
+func TestKernelSignalEnd(t *testing.T) {
+	a := Kernel{Kind: OneShotLL, Count: 2, DType: dtype.Float32, Op: dtype.Sum, In: 0x100, Out: 0x200,
+		Regions: []cuda.DevicePtr{0x1000, 0x2000}, SlotBytes: 4096, Seqs: 0x3000, Status: 0x4000, SignalEnd: true}
+	if err := a.check(); err != nil {
+		t.Fatalf("a kernel of one block asked to store its end: %v", err)
+	}
+	if _, args := a.args(new(argSet)); args.pack(nil)[4] != endFlag|1 {
+		t.Errorf("rounds %#x, want %#x (one round, the end asked for)", args.pack(nil)[4], endFlag|1)
+	}
+	a.SignalEnd = false
+	if _, args := a.args(new(argSet)); args.pack(nil)[4] != 1 {
+		t.Errorf("rounds %#x without SignalEnd, want 1", args.pack(nil)[4])
+	}
+	a.SignalEnd, a.Blocks = true, 2
+	if a.Grid() != 2 {
+		t.Fatalf("grid %d, want 2", a.Grid())
+	}
+	if err := a.check(); err == nil || !strings.Contains(err.Error(), "one block") {
+		t.Errorf("a kernel of %d blocks asked to store its end: %v, want a refusal", a.Grid(), err)
+	}
+}
