@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +23,8 @@ func init() { childRoles["pingpong"] = pingPongChild }
 // and MPI_Recv: rank 0 sends BRAID_TEST_BYTES (default 8) to rank 1,
 // which sends as many back, b.N times after 1000 untimed round trips.
 // ns/op is one round trip and us/oneway half of it, as rank 0 timed them
-// (the processes' start is not counted).
+// (the processes' start is not counted). With BRAID_TEST_CPUPROFILE=F
+// each rank writes a CPU profile of its timed trips to F.<rank>.
 //
 // Each rank sends from a buffer of its own and receives into another, as
 // OSU's osu_latency and the anchors' mpibench do. With
@@ -41,7 +43,7 @@ func BenchmarkPingPongProcs(b *testing.B) {
 	var out, errOut bytes.Buffer
 	err := launch.Run(ctx, launch.Config{N: 2, Prog: os.Args[0], Stdout: &out, Stderr: &errOut,
 		Env: []string{"BRAID_TEST_CHILD=pingpong", "BRAID_TEST_BYTES=" + size, fmt.Sprintf("BRAID_TEST_TRIPS=%d", b.N),
-			"BRAID_TEST_PINGPONG=" + os.Getenv("BRAID_TEST_PINGPONG")}})
+			"BRAID_TEST_PINGPONG=" + os.Getenv("BRAID_TEST_PINGPONG"), "BRAID_TEST_CPUPROFILE=" + os.Getenv("BRAID_TEST_CPUPROFILE")}})
 	if err != nil {
 		b.Fatalf("ping-pong: %v\n%s", err, errOut.String())
 	}
@@ -90,6 +92,12 @@ func pingPongChild() int {
 		if err := trip(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
+		}
+	}
+	if pf := os.Getenv("BRAID_TEST_CPUPROFILE"); pf != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", pf, c.Rank()))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
 		}
 	}
 	start := time.Now()
