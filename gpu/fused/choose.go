@@ -408,12 +408,11 @@ func (c *Config) shareFor(kind Kind, bytes int) int {
 // 2021, inside the kernel), where a is a broadcast above BcastDirectMax,
 // a two-shot allreduce, a pipelined reduce-scatter or allgather, on more
 // than 2 GPUs (a broadcast on 2 where HostShare is set), and the Config
-// has the region: HostBytes is shareFor's
-// percentage of what a block sends a peer a round, NVLink and host
-// together (a broadcast's block sends n - 1 halves of an area over
-// NVLink, an area on 2 GPUs, a two-shot's half an area of every chunk in each phase, a
-// reduce-scatter's an area of every block, an allgather's an area of its
-// own).
+// has the region: HostBytes is shareFor's percentage of what a block sends
+// a peer a round, NVLink and host together (a broadcast's block sends
+// n - 1 halves of an area over NVLink, a whole area on 2 GPUs; a
+// two-shot's half an area of every chunk in each phase, a reduce-scatter's
+// an area of every block, an allgather's an area of its own).
 func (c *Config) multiPath(a *Kernel, bytes int) {
 	n := len(c.Regions)
 	if c.Host == 0 || c.HostShare < 0 || a.Blocks < 1 {
