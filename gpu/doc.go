@@ -239,7 +239,10 @@
 // of the call's number into mapped host memory behind the kernel; the
 // caller polls that word (runPolled, poll.go). A kernel of one block (the
 // calls up to 4 KiB) stores its end into such a word itself, once its
-// result is in place, and the worker queues nothing behind it. With Options.Resident a
+// result is in place, and the worker queues nothing behind it; only such a
+// call asks its kernel to (fused.Kernel.SignalEnd): the store is a release
+// at system scope, which a graph's or a stream-ordered loop's calls, that
+// nobody polls, would pay for nothing. With Options.Resident a
 // small allreduce in low-latency lines skips the launch too: a kernel of
 // one block stays on the GPU between calls and polls a bell in host memory
 // into which the caller writes the call (serve.go, kernels/serve.cuh). It
