@@ -88,8 +88,9 @@ else
 fi
 step "the correctness matrix at full size, and TestPAPSameBits, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix|TestPAPSameBits' . 2>&1 | tee -a /tmp/braid-test.log
-step "algo (every schedule run in the reference interpreter), topo and pack, without the race detector"
+step "algo (every schedule run in the reference interpreter), topo and pack, and braid sim's sweep of every DGX-1 allocation (TestSweepNeverSlower), without the race detector"
 go test -count=1 ./algo ./topo ./pack 2>&1 | tee -a /tmp/braid-test.log
+go test -count=1 -run '^TestSweepNeverSlower$' ./cmd/braid 2>&1 | tee -a /tmp/braid-test.log
 step "chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
 # A hang, a slow end, a wrong result, a file left behind or a failure without a
 # fault fails CI; an error that names another rank than the faulty one is

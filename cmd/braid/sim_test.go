@@ -177,15 +177,14 @@ func TestSweepNeverSlower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates 120 allocations")
 	}
+	if raceOn {
+		// Pure computation in one goroutine, as algo's, topo's and pack's
+		// tests: a third of the allocations took 39 s under the race
+		// detector, every one 22 s without it.
+		t.Skip("simulation only: scripts/test.sh runs it without the race detector")
+	}
 	for _, tp := range []*topo.Topology{topo.DGX1V100(), topo.DGX1P100()} {
 		allocs := uniqueAllocations(tp, 3, 8)
-		if raceOn {
-			var some [][]int
-			for i := 0; i < len(allocs); i += 3 {
-				some = append(some, allocs[i])
-			}
-			allocs = some
-		}
 		for _, coll := range []sched.Collective{sched.Bcast, sched.Allreduce} {
 			var b bytes.Buffer
 			rows := sweepAllocs(&b, tp, allocs, coll, 256<<20, 0, sim.Config{ElemSize: 4})
