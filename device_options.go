@@ -62,8 +62,7 @@ type DeviceOptions struct {
 	LLMax int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce, broadcast, or pipelined reduce-scatter or allgather, on
-	// more than 2 GPUs (a broadcast above 1 MiB on 2 GPUs too, where set
-	// here or by the variable: no default there), that travels through
+	// more than 2 GPUs, that travels through
 	// pinned host memory, across PCIe, beside NVLink (the multi-path copy
 	// of Temuçin's MASc thesis, Queen's University 2021, inside the kernel;
 	// at most 50). 0 means BRAID_GPU_HOST_SHARE where set, else by size as

@@ -1,9 +1,7 @@
 // The broadcast. Up to BCAST_DIRECT_MAX bytes (layout.cuh), and always on
 // 2 GPUs, in one phase: a round moves up to an area per block; the root
 // pushes it into the slot [g & 1][root] of every peer, flags go to 2g, and
-// the others copy it out (a peer's 2g + 2 says it has copied round g). On
-// 2 GPUs a round may also carry up to host_bytes a block through host
-// memory (multi-path, below), after its area.
+// the others copy it out (a peer's 2g + 2 says it has copied round g).
 //
 // Above, as a scatter and an allgather among the nranks - 1 ranks other
 // than the root. A round moves nranks - 1 parts, each of up to half an
@@ -46,23 +44,13 @@ __device__ __forceinline__ void bcast_body(u8 *buf, u64 bytes, u32 root, u32 ram
   const u64 area = block_area(slot_bytes, area_bytes);
   if (nranks < 2 || area == 0) return;
   if (nranks == 2 || bytes <= BCAST_DIRECT_MAX) {
-    // A round: an area a block over NVLink, then up to host_bytes a block
-    // through host memory (the host sets it on 2 GPUs only), which the
-    // root stores into its block's host area of parity g & 1 before it
-    // raises 2g and the peer loads after it.
-    const u64 hb = host ? host_bytes / 16 * 16 : 0;
     const u64 span = area * gridDim.x;
-    const u64 whole = span + hb * gridDim.x;
-    const u64 rounds = max((bytes + whole - 1) / whole, (u64)1);
+    const u64 rounds = max((bytes + span - 1) / span, (u64)1);
     for (u64 r = 0; r < rounds; r++) {
       const u32 g = seq + (u32)r;
       const u64 parity = g & 1;
-      const u64 off = min(r * whole, bytes);
-      const u64 len = min(whole, bytes - off);
-      const u64 nl = min(len, span);
-      u64 lo, hi, hlo, hhi;
-      split(off, nl, 16, &lo, &hi);
-      split(off + nl, len - nl, 16, &hlo, &hhi);
+      u64 lo, hi;
+      split(r * span, min(span, bytes - min(r * span, bytes)), 16, &lo, &hi);
       if (rank == root) {
         u8 *dst[8];
         u32 nd = 0;
@@ -70,13 +58,9 @@ __device__ __forceinline__ void bcast_body(u8 *buf, u64 bytes, u32 root, u32 ram
           if (p != root) dst[nd++] = AREA(u8, p, root) - lo;
         }
         fanout(dst, nd, (const u8 *)buf, lo, hi);
-        if (hb) copy_piece(host_area(host, g, 0, hb) - hlo, (const u8 *)buf, hlo, hhi);
       }
       if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
-      if (rank != root) {
-        copy_piece(buf, (const u8 *)AREA(u8, rank, root) - lo, lo, hi);
-        if (hb) copy_piece<true>(buf, (const u8 *)host_area(host, g, 0, hb) - hlo, hlo, hhi);
-      }
+      if (rank != root) copy_piece(buf, (const u8 *)AREA(u8, rank, root) - lo, lo, hi);
     }
     return;
   }

@@ -407,21 +407,15 @@ func (c *Config) shareFor(kind Kind, bytes int) int {
 // NVLink (the multi-path copy of Temuçin's MASc thesis, Queen's University
 // 2021, inside the kernel), where a is a broadcast above BcastDirectMax,
 // a two-shot allreduce, a pipelined reduce-scatter or allgather, on more
-// than 2 GPUs (a broadcast on 2 where HostShare is set), and the Config
-// has the region: HostBytes is shareFor's percentage of what a block sends
-// a peer a round, NVLink and host together (a broadcast's block sends
-// n - 1 halves of an area over NVLink, a whole area on 2 GPUs; a
-// two-shot's half an area of every chunk in each phase, a reduce-scatter's
-// an area of every block, an allgather's an area of its own).
+// than 2 GPUs, and the Config has the region: HostBytes is shareFor's
+// percentage of what a block sends a peer a round, NVLink and host
+// together (a broadcast's block sends n - 1 halves of an area over
+// NVLink, a two-shot's half an area of every chunk in each phase, a
+// reduce-scatter's an area of every block, an allgather's an area of its
+// own).
 func (c *Config) multiPath(a *Kernel, bytes int) {
 	n := len(c.Regions)
-	if c.Host == 0 || c.HostShare < 0 || a.Blocks < 1 {
-		return
-	}
-	if n <= 2 && (a.Kind != Bcast || c.HostShare == 0) {
-		// On 2 GPUs only a broadcast, and only with a share set: no
-		// default has been measured there, where a 1 GiB broadcast runs
-		// as the copy engine's push (braid.DefaultFusedMax), not a kernel.
+	if c.Host == 0 || c.HostShare < 0 || n <= 2 || a.Blocks < 1 {
 		return
 	}
 	share := c.shareFor(a.Kind, bytes)
@@ -434,8 +428,6 @@ func (c *Config) multiPath(a *Kernel, bytes int) {
 	}
 	nv := (area &^ 15) / 2 &^ 15
 	switch {
-	case a.Kind == Bcast && n == 2 && bytes > BcastDirectMax:
-		nv = area &^ 15 // one phase: the root pushes whole areas
 	case a.Kind == Bcast && bytes > BcastDirectMax:
 		nv *= n - 1
 	case a.Kind == TwoShot:

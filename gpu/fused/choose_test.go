@@ -229,12 +229,10 @@ func checkShare(t *testing.T, name string, mp *Config, a, b Kernel, share int) {
 	// parts (broadcast) or of every block (the reduce-scatter's half
 	// areas, rsArea), or an area (allgather), a block and round.
 	nv := mp.SlotBytes / b.Blocks / 2
-	switch {
-	case b.Kind == Bcast && n == 2:
-		nv = mp.SlotBytes / b.Blocks
-	case b.Kind == Bcast:
+	switch b.Kind {
+	case Bcast:
 		nv *= n - 1
-	case b.Kind == Allgather:
+	case Allgather:
 		nv = mp.SlotBytes / b.Blocks
 	}
 	// At most what the host region holds (HostFits).
@@ -325,27 +323,10 @@ func TestMultiPathShares(t *testing.T) {
 	if b, _ := noRegion.shape(TwoShot, call(sched.Allreduce, n, 1<<28)); b.HostBytes != 0 {
 		t.Errorf("no host region, a table: %d bytes through host", b.HostBytes)
 	}
-	two := NewConfig(2, Settings{TwoShot: true, Other: true, MultiPath: tab})
+	two := NewConfig(2, Settings{TwoShot: true, MultiPath: tab})
 	two.Host = 1 << 40
 	if b, _ := two.shape(TwoShot, call(sched.Allreduce, 2, 1<<28)); b.HostBytes != 0 {
 		t.Errorf("2 GPUs, a table: %d bytes through host", b.HostBytes)
-	}
-	if b, ok := two.shape(Bcast, call(sched.Bcast, 2, 1<<28)); !ok || b.HostBytes != 0 {
-		t.Errorf("2 GPUs, a broadcast, a table: %d bytes through host", b.HostBytes)
-	}
-	// On 2 GPUs a broadcast takes the host path where HostShare says so,
-	// an allreduce not.
-	twoSet := two
-	twoSet.MultiPath, twoSet.HostShare = nil, 8
-	twoPlain := NewConfig(2, Settings{TwoShot: true, Other: true})
-	a2, _ := twoPlain.shape(Bcast, call(sched.Bcast, 2, 1<<28))
-	b2, ok := twoSet.shape(Bcast, call(sched.Bcast, 2, 1<<28))
-	if !ok {
-		t.Fatal("2 GPUs, a 1 GiB broadcast: no kernel")
-	}
-	checkShare(t, "2 GPUs, broadcast, 1 GiB, HostShare 8", &twoSet, a2, b2, 8)
-	if b, _ := twoSet.shape(TwoShot, call(sched.Allreduce, 2, 1<<28)); b.HostBytes != 0 {
-		t.Errorf("2 GPUs, two-shot, HostShare 8: %d bytes through host", b.HostBytes)
 	}
 	if got := mp.HostPath("mp.txt"); got != "by size, as the multi-path table mp.txt says" {
 		t.Errorf("HostPath with a table: %q", got)
