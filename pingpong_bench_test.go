@@ -96,9 +96,16 @@ func pingPongChild() int {
 	}
 	if pf := os.Getenv("BRAID_TEST_CPUPROFILE"); pf != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d", pf, c.Rank()))
-		if err == nil && pprof.StartCPUProfile(f) == nil {
-			defer pprof.StopCPUProfile()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
 	for range trips {

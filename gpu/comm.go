@@ -613,7 +613,7 @@ func (g *Comm) Enqueue(dl time.Time, k *Call) error {
 	cp := g.capture
 	g.queued = true
 	g.w.Post(func(c *cuda.Ctx) error {
-		if err := g.run(deadlineCtx{dl}, c, &kc, seq, ordered, cp); err != nil {
+		if err := g.run(deadlineCtx{dl}, c, &kc, seq, streamOrdered, cp); err != nil {
 			g.aerrMu.Lock()
 			var sm *SizeMismatchError
 			if errors.As(err, &sm) && len(kc.Prog.Steps) == 1 {

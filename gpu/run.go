@@ -267,18 +267,18 @@ func (g *Comm) growScratch(c *cuda.Ctx, need int) error {
 type issueMode uint8
 
 const (
-	waitStream issueMode = iota // a synchronous call: run waits for the stream
-	ordered                     // Enqueue: issued, not waited for
+	waitStream    issueMode = iota // a synchronous call: run waits for the stream
+	streamOrdered                  // Enqueue: issued, not waited for
 	// pollEnd: a synchronous call that runPolled waits for: issued as
-	// ordered, and a fused kernel of one block asked to store its end
-	// (fused.Kernel.SignalEnd), which the caller polls.
+	// streamOrdered, and a fused kernel of one block asked to store its
+	// end (fused.Kernel.SignalEnd), which the caller polls.
 	pollEnd
 )
 
 // run executes k on the worker's thread. An ordered call (Enqueue,
-// runPolled) is issued without waiting for the stream: its buffers are ready only when
-// the stream gets to it, so that every chunk offered to a peer carries an
-// event. In a capture (cp, from BeginCapture) a fused kernel is recorded
+// runPolled) is issued without waiting for the stream: its buffers are
+// ready only when the stream gets to it, so that every chunk offered to a
+// peer carries an event. In a capture (cp, from BeginCapture) a fused kernel is recorded
 // into the graph, not run, and nothing waits for it; a program is
 // refused, in a capture begun outside this Comm too (notCapturing).
 func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, mode issueMode, cp *capture) error {
