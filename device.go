@@ -50,18 +50,24 @@ const DeviceSegment = 16 << 20
 const kernelLoadWait = 3 * time.Minute
 
 // DefaultFusedMax is DeviceOptions.FusedMax's default for a collective
-// ("bcast", "allgather", "reducescatter") on n GPUs. On H200s (braid bench
-// --device cuda, docs/PERFORMANCE.md) the pipelined fused kernels beat the
-// programs at every size but two: a broadcast on two GPUs above 64 MiB,
-// where one copy-engine push moves more (two H200s, session 17, GB/s,
-// kernel against push: 16 MiB 334 against 270, 32 MiB 347 against 317,
-// 64 MiB 357 against 346, 128 MiB 361 against 366, 256 MiB 365 against
-// 377, 1 GiB 370 against 386); and a reduce-scatter on four GPUs at 64
-// MiB, where the ring moved 219 GB/s busbw against 207 (the kernel wins
-// from 256 MiB: 318 against 296 at 1 GiB), which the default leaves to the
-// kernel.
-func DefaultFusedMax(coll string, n int) int {
-	if coll == "bcast" && n <= 2 {
+// ("bcast", "allgather", "reducescatter") on n GPUs, where hostPath says
+// whether the fused kernels may send part of their rounds through host
+// memory (gpu.Comm.HasHostPath: DeviceOptions.HostShare not negative). On
+// H200s (braid bench --device cuda, docs/PERFORMANCE.md) the pipelined
+// fused kernels beat the programs at every size but two:
+//   - a broadcast on two GPUs above 64 MiB without the host path, where
+//     one copy-engine push moves more (two H200s, session 17, GB/s,
+//     kernel against push: 16 MiB 334 against 270, 32 MiB 347 against
+//     317, 64 MiB 357 against 346, 128 MiB 361 against 366, 256 MiB 365
+//     against 377, 1 GiB 370 against 386). With it (fused.DefaultHostShare:
+//     8 % from 64 MiB, 11 % from 256 MiB) the kernel wins there too
+//     (session 24: 64 MiB 374, 256 MiB 387, 1 GiB 407 against the push's
+//     357, 377, 379-383);
+//   - a reduce-scatter on four GPUs at 64 MiB, where the ring moved 219
+//     GB/s busbw against 207 (the kernel wins from 256 MiB: 318 against
+//     296 at 1 GiB), which the default leaves to the kernel.
+func DefaultFusedMax(coll string, n int, hostPath bool) int {
+	if coll == "bcast" && n <= 2 && !hostPath {
 		return 64 << 20
 	}
 	return math.MaxInt
@@ -268,7 +274,7 @@ func (c *Comm) NewDeviceComm(ctx context.Context, dev cuda.Device, opts *DeviceO
 func (d *DeviceComm) fusedMax(coll sched.Collective) int {
 	m := d.opts.FusedMax
 	if m == 0 {
-		m = DefaultFusedMax(coll.String(), d.c.Size())
+		m = DefaultFusedMax(coll.String(), d.c.Size(), d.g.HasHostPath())
 	}
 	return max(m, 0)
 }

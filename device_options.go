@@ -46,7 +46,7 @@ type DeviceOptions struct {
 	// reduce-scatters, in bytes, that the planner may run as fused kernels
 	// (pushes into the peers' registered regions, device-side flags, in
 	// rounds through the slots); 0 means DefaultFusedMax(collective,
-	// Size()), negative never.
+	// Size(), whether the host path is on), negative never.
 	FusedMax int
 	// LLMax is the largest one-shot allreduce, in bytes, whose data
 	// travels in low-latency lines: every 16-byte store carries 8 bytes
@@ -62,15 +62,17 @@ type DeviceOptions struct {
 	LLMax int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce, broadcast, or pipelined reduce-scatter or allgather, on
-	// more than 2 GPUs, that travels through
+	// more than 2 GPUs (on 2 GPUs a broadcast above 1 MiB only), that travels through
 	// pinned host memory, across PCIe, beside NVLink (the multi-path copy
 	// of Temuçin's MASc thesis, Queen's University 2021, inside the kernel;
 	// at most 50). 0 means BRAID_GPU_HOST_SHARE where set, else by size as
 	// the multi-path table says where there is one (MultiPathTable), else
 	// by kind and size (fused.DefaultHostShare: on four H200s 8–11 % of
-	// allreduces from 16 MiB, 8–11 % of broadcasts from 64 MiB, 8 % of
-	// reduce-scatters from 256 MiB blocks, none of allgathers); negative
-	// never. The host region takes 16 MiB of /dev/shm, pinned.
+	// allreduces from 16 MiB, 8–11 % of broadcasts from 64 MiB, on two
+	// H200s too, 8 % of reduce-scatters from 256 MiB blocks, none of
+	// allgathers); negative never, which also leaves a broadcast above
+	// 64 MiB on 2 GPUs to the copy engine's push (DefaultFusedMax). The
+	// host region takes 16 MiB of /dev/shm, pinned.
 	HostShare int
 	// SlotBytes is the size of each of the 2·Size() slots of the region
 	// that every rank registers when the DeviceComm is made: the memory

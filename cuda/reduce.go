@@ -133,6 +133,12 @@ const fusedABI = "braid_fused_abi_seqs"
 // passes.
 const fusedHostABI = "braid_fused_abi_host"
 
+// fusedBcast2HostABI marks kernels whose broadcast in one phase (on 2
+// GPUs) carries host_bytes a block through the host region after its area
+// (kernels/bcast.cuh, bcast_direct): LoadKernels refuses a module without
+// it, whose broadcast would leave the host part of every round unwritten.
+const fusedBcast2HostABI = "braid_fused_abi_bcast2host"
+
 // fusedDoneABI marks kernels whose fused kernels of one block store the
 // call's end (its last sequence number + 1) into the word after the
 // status word once their results are in place, when the top bit of their
@@ -204,13 +210,15 @@ func (c *Ctx) LoadKernels() error {
 			}
 		}
 	}
-	if _, err := c.Function(mod, fusedABI); err != nil {
-		c.UnloadModule(mod)
-		return fmt.Errorf("cuda: reduction kernels (%s) predate the fused kernels' sequence counters (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, fusedABI, err)
-	}
-	if _, err := c.Function(mod, fusedHostABI); err != nil {
-		c.UnloadModule(mod)
-		return fmt.Errorf("cuda: reduction kernels (%s) predate the host path of the reduce-scatter and allgather (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, fusedHostABI, err)
+	for _, abi := range []struct{ marker, what string }{
+		{fusedABI, "the fused kernels' sequence counters"},
+		{fusedHostABI, "the host path of the reduce-scatter and allgather"},
+		{fusedBcast2HostABI, "the host path of the broadcast on 2 GPUs"},
+	} {
+		if _, err := c.Function(mod, abi.marker); err != nil {
+			c.UnloadModule(mod)
+			return fmt.Errorf("cuda: reduction kernels (%s) predate %s (no %s): regenerate them with cuda/kernels/gen.sh: %w", what, abi.what, abi.marker, err)
+		}
 	}
 	_, err = c.Function(mod, fusedOverlapABI)
 	k.overlap = err == nil

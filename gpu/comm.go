@@ -172,7 +172,8 @@ type Options struct {
 	Blocks int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce, broadcast (above fused.BcastDirectMax), or pipelined
-	// reduce-scatter or allgather, on more than 2 GPUs, that travels through pinned host memory beside NVLink
+	// reduce-scatter or allgather, on more than 2 GPUs (on 2 a broadcast
+	// only), that travels through pinned host memory beside NVLink
 	// (multi-path; at most 50). 0 means by kind and size
 	// (fused.DefaultHostShare, or MultiPath); negative means none.
 	HostShare int
@@ -293,8 +294,8 @@ func New(ctx context.Context, host Host, w *cuda.Worker, opts Options) (*Comm, e
 	g.nrecv = make([]int, g.n)
 	g.mb = mailbox{n: g.n, rank: g.rank}
 	g.multiPathSource = opts.MultiPathSource
-	g.hostShare = -1 // no host region on 2 GPUs, or without pipelined kernels
-	if g.n > 2 && (opts.Fused || opts.TwoShot) {
+	g.hostShare = -1 // no host region without pipelined kernels
+	if g.n > 1 && (opts.Fused || opts.TwoShot) {
 		g.hostShare = hostShare(opts.HostShare)
 	}
 	if opts.Stats {

@@ -227,12 +227,16 @@ func (g *Comm) freeFused(f *fusedState) error {
 // memory (Options.HostShare, Options.MultiPath), for logs.
 func (g *Comm) HostPath() string {
 	if g.fused == nil {
-		if g.n <= 2 {
-			return "off (2 GPUs)"
-		}
 		return "off"
 	}
 	return g.fused.HostPath(g.multiPathSource)
+}
+
+// HasHostPath says whether the fused kernels may send part of their data
+// through the host region: it is mapped on every rank and no option
+// turned it off.
+func (g *Comm) HasHostPath() bool {
+	return g != nil && g.fused != nil && g.fused.Host != 0 && g.fused.HostShare >= 0
 }
 
 // unregisterHost undoes the registration of the host region, if f has it.

@@ -125,8 +125,9 @@ type DeviceModel struct {
 //     on 4 GPUs at 1 GiB its measured 282 GB/s busbw. It misses the lone
 //     copy-engine push of a broadcast on 2 GPUs (386 GB/s measured, 310 in
 //     the model), which the device communicator covers by capping the fused
-//     broadcast on 2 GPUs at 64 MiB (braid.DefaultFusedMax), above which
-//     the push was measured to win.
+//     broadcast on 2 GPUs at 64 MiB where the host path is off
+//     (braid.DefaultFusedMax), above which the push was measured to win;
+//     with the host path on, the kernel wins there (407 GB/s at 1 GiB).
 //
 // The crossovers it gives between the one-shot and the two-shot (16 MiB
 // on 2 GPUs, 1.03 MiB on 3, 627 KiB on 4) agree with the measured ones

@@ -111,7 +111,7 @@ func benchDevice(dev string, args []string) error {
 	groupsF := fs.String("groups", "", "GPU groups for hierpipe and hier, rank r's group at position r (e.g. 0,0,1,1)")
 	fusedF := fs.String("fused-max", "", "largest bcast, or allgather or reducescatter block, run as a fused kernel (bytes, or never)")
 	llF := fs.String("ll-max", "", "largest one-shot allreduce run in low-latency lines (bytes, or never; default fused.DefaultLLBytes(n))")
-	hostF := fs.String("host-share", "", "percentage of fused two-shot allreduces, broadcasts, reduce-scatters and allgathers on 3+ GPUs sent through host memory beside NVLink (or never; default by size)")
+	hostF := fs.String("host-share", "", "percentage of fused two-shot allreduces, broadcasts, reduce-scatters and allgathers on 3+ GPUs (and of broadcasts on 2) sent through host memory beside NVLink (or never; default by size)")
 	slotF := fs.String("slot", "", "bytes of each slot of the region the fused kernels push into (default: 32M / n)")
 	segF := fs.String("segment", "", "bytes per message of pipelined algorithms (default: by size)")
 	syncF := fs.Bool("sync", false, "synchronous calls (each returns when its result is in place) instead of stream-ordered ones")

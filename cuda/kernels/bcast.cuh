@@ -1,7 +1,9 @@
 // The broadcast. Up to BCAST_DIRECT_MAX bytes (layout.cuh), and always on
 // 2 GPUs, in one phase: a round moves up to an area per block; the root
 // pushes it into the slot [g & 1][root] of every peer, flags go to 2g, and
-// the others copy it out (a peer's 2g + 2 says it has copied round g).
+// the others copy it out (a peer's 2g + 2 says it has copied round g). On
+// 2 GPUs a round may also carry up to host_bytes a block through host
+// memory (multi-path, below), after its area.
 //
 // Above, as a scatter and an allgather among the nranks - 1 ranks other
 // than the root. A round moves nranks - 1 parts, each of up to half an
@@ -38,29 +40,59 @@
 // still read), and ends once every peer has reached its last round, so has
 // finished the one before, as the other kernels do. (fused.Kernel.Rounds
 // counts rounds the same way.)
+
+// bcast_direct is the broadcast in one phase. A round moves an area a
+// block over NVLink and, where HOST (on 2 GPUs, where the host sets
+// host_bytes), then hb bytes a block through host memory, which the root
+// stores into its block's host area of parity g & 1 before it raises 2g
+// and the peer loads after it.
+template <bool HOST>
+__device__ __forceinline__ void bcast_direct(u8 *buf, u64 bytes, u32 root, u32 seq, u32 rank, u32 nranks,
+                                             u64 slot_bytes, u64 area, u8 *host, u64 hb, u64 timeout_ns,
+                                             u32 *status, char *const *base) {
+  const u64 span = area * gridDim.x;
+  const u64 whole = HOST ? span + hb * gridDim.x : span;
+  const u64 rounds = max((bytes + whole - 1) / whole, (u64)1);
+  for (u64 r = 0; r < rounds; r++) {
+    const u32 g = seq + (u32)r;
+    const u64 parity = g & 1;
+    const u64 off = min(r * whole, bytes);
+    const u64 len = min(whole, bytes - off);
+    const u64 nl = HOST ? min(len, span) : len;
+    u64 lo, hi, hlo = 0, hhi = 0;
+    split(off, nl, 16, &lo, &hi);
+    if (HOST) split(off + nl, len - nl, 16, &hlo, &hhi);
+    if (rank == root) {
+      u8 *dst[8];
+      u32 nd = 0;
+      for (u32 p = 0; p < nranks; p++) {
+        if (p != root) dst[nd++] = AREA(u8, p, root) - lo;
+      }
+      fanout(dst, nd, (const u8 *)buf, lo, hi);
+      if (HOST) copy_piece(host_area(host, g, 0, hb) - hlo, (const u8 *)buf, hlo, hhi);
+    }
+    if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
+    if (rank != root) {
+      copy_piece(buf, (const u8 *)AREA(u8, rank, root) - lo, lo, hi);
+      if (HOST) copy_piece<true>(buf, (const u8 *)host_area(host, g, 0, hb) - hlo, hlo, hhi);
+    }
+  }
+}
+
 __device__ __forceinline__ void bcast_body(u8 *buf, u64 bytes, u32 root, u32 ramp_in, u32 seq, u32 rank, u32 nranks,
                                            u64 slot_bytes, u64 area_bytes, u8 *host, u64 host_bytes, u64 timeout_ns,
                                            u32 *status, char *const *base) {
   const u64 area = block_area(slot_bytes, area_bytes);
   if (nranks < 2 || area == 0) return;
   if (nranks == 2 || bytes <= BCAST_DIRECT_MAX) {
-    const u64 span = area * gridDim.x;
-    const u64 rounds = max((bytes + span - 1) / span, (u64)1);
-    for (u64 r = 0; r < rounds; r++) {
-      const u32 g = seq + (u32)r;
-      const u64 parity = g & 1;
-      u64 lo, hi;
-      split(r * span, min(span, bytes - min(r * span, bytes)), 16, &lo, &hi);
-      if (rank == root) {
-        u8 *dst[8];
-        u32 nd = 0;
-        for (u32 p = 0; p < nranks; p++) {
-          if (p != root) dst[nd++] = AREA(u8, p, root) - lo;
-        }
-        fanout(dst, nd, (const u8 *)buf, lo, hi);
-      }
-      if (!signal_wait(base, rank, nranks, 2 * g, timeout_ns, status)) return;
-      if (rank != root) copy_piece(buf, (const u8 *)AREA(u8, rank, root) - lo, lo, hi);
+    // Two instances, so that the rounds without a host part (every call
+    // on 3+ GPUs that gets here, and the small ones on 2) run the same
+    // code as before the host path existed.
+    if (host && host_bytes >= 16) {
+      bcast_direct<true>(buf, bytes, root, seq, rank, nranks, slot_bytes, area, host, host_bytes / 16 * 16, timeout_ns,
+                         status, base);
+    } else {
+      bcast_direct<false>(buf, bytes, root, seq, rank, nranks, slot_bytes, area, nullptr, 0, timeout_ns, status, base);
     }
     return;
   }

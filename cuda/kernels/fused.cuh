@@ -52,6 +52,11 @@ extern "C" __global__ void braid_fused_abi_overlap() {}
 // cuda's loader requires it, so that the host never passes those
 // parameters to kernels that do not take them.
 extern "C" __global__ void braid_fused_abi_host() {}
+// braid_fused_abi_bcast2host marks kernels whose one-phase broadcast (on
+// 2 GPUs) carries host_bytes a block through the host region too: the
+// loader requires it, since the host sets host_bytes there now and an
+// older broadcast would skip that part of every round.
+extern "C" __global__ void braid_fused_abi_bcast2host() {}
 // braid_fused_abi_endflag marks kernels whose seq_end stores the call's
 // end into done (below) when the host asks for it by the top bit of
 // rounds (END_FLAG): the host polls that word only where the module has

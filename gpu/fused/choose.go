@@ -342,15 +342,19 @@ func DefaultBcastRamp(bytes, n int) int {
 
 // DefaultHostShare is the percentage of a round of a kernel of kind that
 // goes through host memory, beside NVLink, when a call moves bytes (the
-// vector of an allreduce or a broadcast) on n > 2 GPUs and nothing says
-// otherwise. Four H200s, busbw at 64 MiB, 256 MiB and 1 GiB:
+// vector of an allreduce or a broadcast) on n > 2 GPUs (a broadcast on 2
+// as well) and nothing says otherwise. Four H200s, busbw at 64 MiB, 256 MiB and 1 GiB:
 //
 //   - the two-shot allreduce: none 298, 332, 343 GB/s; 8 % 311, 352, 367;
 //     in a later run 11 % 312, 357, 371 against 8 %'s 311, 352, 367 (the
 //     region holds 9 % there, HostFits: 1,632 bytes a block and round
 //     beside NVLink's 16 KiB, so 14 % ran as 11 % did);
 //   - the broadcast: none 294, 332, 342; 8 % 313, 353, 366; 11 % 306, 359,
-//     377.
+//     377. On two H200s (one phase: the root pushes whole areas, and the
+//     host part after them; session 24, two runs each): none 357, 365,
+//     369; 5 % 368, 379, 387; 8 % 374, 393, 400; 11 % 353, 387, 407; 14 %
+//     269, 326, 332; 20 % 205, 251, 251. The same shares, so the same rule
+//     for both.
 //
 // At 16 MiB the host path bought nothing on four GPUs (allreduce; 6 % on
 // three) or cost 3–20 % (broadcast), and smaller calls have too few rounds
@@ -407,15 +411,20 @@ func (c *Config) shareFor(kind Kind, bytes int) int {
 // NVLink (the multi-path copy of Temuçin's MASc thesis, Queen's University
 // 2021, inside the kernel), where a is a broadcast above BcastDirectMax,
 // a two-shot allreduce, a pipelined reduce-scatter or allgather, on more
-// than 2 GPUs, and the Config has the region: HostBytes is shareFor's
-// percentage of what a block sends a peer a round, NVLink and host
-// together (a broadcast's block sends n - 1 halves of an area over
-// NVLink, a two-shot's half an area of every chunk in each phase, a
-// reduce-scatter's an area of every block, an allgather's an area of its
-// own).
+// than 2 GPUs (a broadcast on 2 as well), and the Config
+// has the region: HostBytes is shareFor's percentage of what a block sends
+// a peer a round, NVLink and host together (a broadcast's block sends
+// n - 1 halves of an area over NVLink, a whole area on 2 GPUs; a
+// two-shot's half an area of every chunk in each phase, a reduce-scatter's
+// an area of every block, an allgather's an area of its own).
 func (c *Config) multiPath(a *Kernel, bytes int) {
 	n := len(c.Regions)
-	if c.Host == 0 || c.HostShare < 0 || n <= 2 || a.Blocks < 1 {
+	if c.Host == 0 || c.HostShare < 0 || a.Blocks < 1 {
+		return
+	}
+	if n <= 2 && a.Kind != Bcast {
+		// On 2 GPUs only the broadcast, whose root alone sends: the
+		// others have not been measured with a host share there.
 		return
 	}
 	share := c.shareFor(a.Kind, bytes)
@@ -428,6 +437,8 @@ func (c *Config) multiPath(a *Kernel, bytes int) {
 	}
 	nv := (area &^ 15) / 2 &^ 15
 	switch {
+	case a.Kind == Bcast && n == 2 && bytes > BcastDirectMax:
+		nv = area &^ 15 // one phase: the root pushes whole areas
 	case a.Kind == Bcast && bytes > BcastDirectMax:
 		nv *= n - 1
 	case a.Kind == TwoShot:
@@ -453,14 +464,15 @@ func (c *Config) HostShareOf(a *Kernel) int {
 func (c *Config) HostPath(source string) string {
 	switch {
 	case c == nil || c.Host == 0:
-		if c != nil && len(c.Regions) <= 2 {
-			return "off (2 GPUs)"
-		}
 		return "off"
+	case c.HostShare > 0 && len(c.Regions) <= 2:
+		return fmt.Sprintf("%d %% of every round of broadcasts above %d bytes (on 2 GPUs nothing else)", c.HostShare, BcastDirectMax)
 	case c.HostShare > 0:
 		return fmt.Sprintf("%d %% of every round of two-shot allreduces, pipelined reduce-scatters and allgathers, and broadcasts above %d bytes", c.HostShare, BcastDirectMax)
 	case c.MultiPath != nil:
 		return "by size, as the multi-path table " + source + " says"
+	case len(c.Regions) <= 2:
+		return fmt.Sprintf("by size (broadcasts %s; on 2 GPUs nothing else)", sharesBySize(Bcast))
 	}
 	return fmt.Sprintf("by size (two-shot allreduces %s; broadcasts %s; reduce-scatters, by a rank's block, %s)",
 		sharesBySize(TwoShot), sharesBySize(Bcast), sharesBySize(ReduceScatter))

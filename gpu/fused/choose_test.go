@@ -229,10 +229,12 @@ func checkShare(t *testing.T, name string, mp *Config, a, b Kernel, share int) {
 	// parts (broadcast) or of every block (the reduce-scatter's half
 	// areas, rsArea), or an area (allgather), a block and round.
 	nv := mp.SlotBytes / b.Blocks / 2
-	switch b.Kind {
-	case Bcast:
+	switch {
+	case b.Kind == Bcast && n == 2:
+		nv = mp.SlotBytes / b.Blocks
+	case b.Kind == Bcast:
 		nv *= n - 1
-	case Allgather:
+	case b.Kind == Allgather:
 		nv = mp.SlotBytes / b.Blocks
 	}
 	// At most what the host region holds (HostFits).
@@ -323,10 +325,36 @@ func TestMultiPathShares(t *testing.T) {
 	if b, _ := noRegion.shape(TwoShot, call(sched.Allreduce, n, 1<<28)); b.HostBytes != 0 {
 		t.Errorf("no host region, a table: %d bytes through host", b.HostBytes)
 	}
-	two := NewConfig(2, Settings{TwoShot: true, MultiPath: tab})
+	two := NewConfig(2, Settings{TwoShot: true, Other: true, MultiPath: tab})
 	two.Host = 1 << 40
 	if b, _ := two.shape(TwoShot, call(sched.Allreduce, 2, 1<<28)); b.HostBytes != 0 {
 		t.Errorf("2 GPUs, a table: %d bytes through host", b.HostBytes)
+	}
+	// On 2 GPUs a broadcast takes the host path (the table's share, else
+	// HostShare, else DefaultHostShare's), an allreduce not.
+	twoPlain := NewConfig(2, Settings{TwoShot: true, Other: true})
+	a2, _ := twoPlain.shape(Bcast, call(sched.Bcast, 2, 1<<28))
+	if b2, ok := two.shape(Bcast, call(sched.Bcast, 2, 1<<28)); !ok {
+		t.Fatal("2 GPUs, a 1 GiB broadcast: no kernel")
+	} else {
+		checkShare(t, "2 GPUs, broadcast, 1 GiB, a table", &two, a2, b2, 30)
+	}
+	twoSet := two
+	twoSet.MultiPath, twoSet.HostShare = nil, 8
+	b2, _ := twoSet.shape(Bcast, call(sched.Bcast, 2, 1<<28))
+	checkShare(t, "2 GPUs, broadcast, 1 GiB, HostShare 8", &twoSet, a2, b2, 8)
+	twoDefault := twoSet
+	twoDefault.HostShare = 0
+	b2, _ = twoDefault.shape(Bcast, call(sched.Bcast, 2, 1<<28))
+	checkShare(t, "2 GPUs, broadcast, 1 GiB, the default", &twoDefault, a2, b2, DefaultHostShare(Bcast, 1<<30))
+	if b, _ := twoDefault.shape(Bcast, call(sched.Bcast, 2, 1<<18)); b.HostBytes != 0 {
+		t.Errorf("2 GPUs, broadcast, 1 MiB, the default: %d bytes through host", b.HostBytes)
+	}
+	if b, _ := twoSet.shape(TwoShot, call(sched.Allreduce, 2, 1<<28)); b.HostBytes != 0 {
+		t.Errorf("2 GPUs, two-shot, HostShare 8: %d bytes through host", b.HostBytes)
+	}
+	if got, want := twoDefault.HostPath(""), "by size (broadcasts from 64 MiB: 8 %, from 256 MiB: 11 %; on 2 GPUs nothing else)"; got != want {
+		t.Errorf("HostPath on 2 GPUs: %q, want %q", got, want)
 	}
 	if got := mp.HostPath("mp.txt"); got != "by size, as the multi-path table mp.txt says" {
 		t.Errorf("HostPath with a table: %q", got)

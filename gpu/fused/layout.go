@@ -315,7 +315,10 @@ func (a *Kernel) Rounds() int {
 		return rounds(a.Count*es, (area+a.hostBytes())*blocks)
 	case Bcast:
 		if n == 2 || a.Count*es <= BcastDirectMax {
-			return rounds(a.Count*es, area*blocks)
+			if area == 0 {
+				return 0
+			}
+			return rounds(a.Count*es, (area+a.hostBytes())*blocks)
 		}
 		if area/2&^15 == 0 || a.Ramp < 0 || a.Ramp > MaxRamp {
 			return 0

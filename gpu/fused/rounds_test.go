@@ -119,6 +119,9 @@ func modelRounds(a Kernel) (int, error) {
 		items, capacity = a.Count*es, area/2/16*16
 		if n == 2 || items <= BcastDirectMax {
 			capacity = area // one phase: the root pushes everything to everyone
+			if a.Host != 0 {
+				hcap = a.HostBytes / 16 * 16 // and the host area, after it
+			}
 		}
 	}
 	if capacity == 0 {
