@@ -25,9 +25,9 @@
 # both sides: a wrong one is printed as WRONG RESULT, marks its row and makes the script exit 1.
 # NCCL runs in every NCCL_PROTO of PROTOS, with its default buffers and with symmetric registration
 # (ncclMemAlloc + ncclCommWindowRegister, NCCL 2.27+, skipped with a line where absent); the table
-# names the fastest per cell. Braid runs its defaults, and on more than 2 GPUs also with
-# --host-share never ("braid-nvl": no data through host memory and PCIe; on 2 GPUs the default sends
-# none). REPS rounds, each Braid then NCCL; the table gives per cell the median over the rounds and
+# names the fastest per cell. Braid runs its defaults, and also with --host-share never
+# ("braid-nvl": no data through host memory and PCIe) on more than 2 GPUs, and for the broadcast on 2
+# (the only collective whose default sends data through host there). REPS rounds, each Braid then NCCL; the table gives per cell the median over the rounds and
 # the spread (min-max), and is rewritten after every round, so that a cut-off run leaves one.
 #
 # Other variables: NGPUS, BRAID_EXTRA (Braid alone on more ranks, sharing the GPUs), COLLS, MIN, MAX
@@ -154,11 +154,11 @@ for r in $(seq 1 "$REPS"); do
 	for n in $NGPUS $BRAID_EXTRA; do
 		# More Braid ranks than GPUs (BRAID_EXTRA) share them: rank r on GPU r mod the GPUs.
 		devs=$(seq -s, 0 $(($(( n < gpus ? n : gpus )) - 1)))
-		variants="default"
-		[ "$n" -gt 2 ] && variants="default nvl"
 		for c in $COLLS; do
-			cv=$variants
-			[ -n "$RESIDENT" ] && [ "$c" = allreduce ] && cv="$variants res"
+			# On 2 GPUs only the broadcast sends data through host by default.
+			cv="default"
+			[ "$n" -gt 2 ] || [ "$c" = bcast ] && cv="default nvl"
+			[ -n "$RESIDENT" ] && [ "$c" = allreduce ] && cv="$cv res"
 			for v in $cv; do
 				vflags=() venv=()
 				[ "$v" = nvl ] && vflags=(--host-share never)

@@ -150,7 +150,7 @@ def main():
     for n in notes:
         p("# " + n)
     p("# time: us per call, the slowest rank's; busbw: GB/s as nccl-tests; ratios: Braid / NCCL best (time: below 1 Braid is faster; busbw: above 1 Braid is faster)")
-    p("# braid: Braid's defaults (the planner's choice, algo named); braid-nvl: --host-share never (no data through host memory and PCIe; on 2 GPUs the default sends none either)")
+    p("# braid: Braid's defaults (the planner's choice, algo named); braid-nvl: --host-share never (no data through host memory and PCIe; on 2 GPUs run for the broadcast only, the one collective whose default sends some there)")
     if any(k[3] == "lat" and "braid-res" in c for k, c in cells.items()):
         p("# braid-res: Braid's synchronous allreduces on the resident kernel (RESIDENT: BRAID_GPU_RESIDENT; no launch per call; it holds one SM); res x: braid-res / nccl best")
     p("# nccl best: the fastest NCCL_PROTO/registration per cell (default|LL|LL128|Simple / none|sym; sym = ncclMemAlloc + ncclCommWindowRegister symmetric), named; nccl dflt: default/none")
