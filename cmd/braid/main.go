@@ -96,9 +96,9 @@ that names the variable):
                    secret; absent, full or lost daemons leave it on host
                    algorithms
   BRAID_GPU_HOST_SHARE  percentage of large device allreduces, broadcasts,
-                   reduce-scatters and allgathers on 3+ GPUs (broadcasts on 2
-                   too, where set) sent through host memory beside NVLink
-                   (default by size; 0
+                   reduce-scatters and allgathers on 3+ GPUs (on 2 GPUs
+                   broadcasts only) sent through host memory beside NVLink
+                   (default by size, 8-11 % from 64 MiB; 0
                    turns it off, and a bad value is an error naming it); go doc
                    github.com/braid-ccl/braid DeviceOptions lists the
                    other BRAID_GPU_* knobs
