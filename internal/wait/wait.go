@@ -150,16 +150,6 @@ func (b *Backoff) Idle(ch <-chan struct{}) {
 		time.Sleep(d)
 		return
 	}
-	// A ch that is ready already ends the wait without a timer. Left to
-	// the select below, a timer of MinSleep that fired while this
-	// goroutine was off its core (a loaded machine, the race detector)
-	// would be picked half the time over the ready ch, which then stays
-	// unread: TestBackoffSpinThenBlock failed so on a cold CI run.
-	select {
-	case <-ch:
-		return
-	default:
-	}
 	if b.timer == nil {
 		b.timer = time.NewTimer(d)
 	} else {
