@@ -62,7 +62,7 @@ func TestBackoffSpinThenBlock(t *testing.T) {
 // tries are allowed. (Idle checking ch before it arms the timer, as
 // 78df4f2 had it for this test's sake, went with a stalled first size of
 // the 16-rank 8-byte allreduce on the 16-core node in 9 of 22 runs,
-// against 2 of 31 without it: session 24.)
+// against 6 of 53 without it: session 24, docs/PERFORMANCE.md.)
 func idleOnChannel(t *testing.T, b *transport.Backoff, ch chan struct{}, when string) {
 	t.Helper()
 	for try := 0; try < 20; try++ {
