@@ -233,11 +233,9 @@ func (g *Comm) HostPath() string {
 }
 
 // HasHostPath says whether the fused kernels may send part of their data
-// through the host region: it is mapped on every rank and no option
-// turned it off.
-func (g *Comm) HasHostPath() bool {
-	return g != nil && g.fused != nil && g.fused.Host != 0 && g.fused.HostShare >= 0
-}
+// through the host region (fused.Config.HostPathOn): it is mapped on
+// every rank and no option turned it off.
+func (g *Comm) HasHostPath() bool { return g != nil && g.fused != nil && g.fused.HostPathOn() }
 
 // unregisterHost undoes the registration of the host region, if f has it.
 func (g *Comm) unregisterHost(f *fusedState) error {

@@ -419,7 +419,7 @@ func (c *Config) shareFor(kind Kind, bytes int) int {
 // an area of every block, an allgather's an area of its own).
 func (c *Config) multiPath(a *Kernel, bytes int) {
 	n := len(c.Regions)
-	if c.Host == 0 || c.HostShare < 0 || a.Blocks < 1 {
+	if !c.HostPathOn() || a.Blocks < 1 {
 		return
 	}
 	if n <= 2 && a.Kind != Bcast {
@@ -449,6 +449,11 @@ func (c *Config) multiPath(a *Kernel, bytes int) {
 	}
 	a.Host, a.HostBytes = c.Host, min(nv*share/(100-share), HostFits(a.Kind, a.Blocks, n))&^15
 }
+
+// HostPathOn says whether the kernels may send part of their rounds
+// through the host region: the Config has it and HostShare does not turn
+// it off.
+func (c *Config) HostPathOn() bool { return c != nil && c.Host != 0 && c.HostShare >= 0 }
 
 // HostShareOf is the percentage of a's rounds that goes through host
 // memory, for a kernel from Shape that has HostBytes.
