@@ -62,10 +62,10 @@ type DeviceOptions struct {
 	LLMax int
 	// HostShare is the percentage of every round of a fused two-shot
 	// allreduce, broadcast, or pipelined reduce-scatter or allgather, on
-	// more than 2 GPUs (on 2 GPUs a broadcast above 1 MiB only), that travels through
-	// pinned host memory, across PCIe, beside NVLink (the multi-path copy
-	// of Temuçin's MASc thesis, Queen's University 2021, inside the kernel;
-	// at most 50). 0 means BRAID_GPU_HOST_SHARE where set, else by size as
+	// more than 2 GPUs (on 2 GPUs a broadcast above 1 MiB only), that
+	// travels through pinned host memory, across PCIe, beside NVLink (the
+	// multi-path copy of Temuçin's MASc thesis, Queen's University 2021,
+	// inside the kernel; at most 50). 0 means BRAID_GPU_HOST_SHARE where set, else by size as
 	// the multi-path table says where there is one (MultiPathTable), else
 	// by kind and size (fused.DefaultHostShare: on four H200s 8–11 % of
 	// allreduces from 16 MiB, 8–11 % of broadcasts from 64 MiB, on two

@@ -278,9 +278,10 @@ const (
 // run executes k on the worker's thread. An ordered call (Enqueue,
 // runPolled) is issued without waiting for the stream: its buffers are
 // ready only when the stream gets to it, so that every chunk offered to a
-// peer carries an event. In a capture (cp, from BeginCapture) a fused kernel is recorded
-// into the graph, not run, and nothing waits for it; a program is
-// refused, in a capture begun outside this Comm too (notCapturing).
+// peer carries an event. In a capture (cp, from BeginCapture) a fused
+// kernel is recorded into the graph, not run, and nothing waits for it; a
+// program is refused, in a capture begun outside this Comm too
+// (notCapturing).
 func (g *Comm) run(ctx context.Context, c *cuda.Ctx, k *Call, seq uint32, mode issueMode, cp *capture) error {
 	ordered := mode != waitStream
 	if k.Fused != nil {

@@ -27,8 +27,9 @@
 # (ncclMemAlloc + ncclCommWindowRegister, NCCL 2.27+, skipped with a line where absent); the table
 # names the fastest per cell. Braid runs its defaults, and also with --host-share never
 # ("braid-nvl": no data through host memory and PCIe) on more than 2 GPUs, and for the broadcast on 2
-# (the only collective whose default sends data through host there). REPS rounds, each Braid then NCCL; the table gives per cell the median over the rounds and
-# the spread (min-max), and is rewritten after every round, so that a cut-off run leaves one.
+# (the only collective whose default sends data through host there). REPS rounds, each Braid then
+# NCCL; the table gives per cell the median over the rounds and the spread (min-max), and is
+# rewritten after every round, so that a cut-off run leaves one.
 #
 # Other variables: NGPUS, BRAID_EXTRA (Braid alone on more ranks, sharing the GPUs), COLLS, MIN, MAX
 # or SIZES, REPS, TRIALS, TARGET_MS, LAT_MAX, GRAPH_MAX, GRAPH_CALLS, INPUTS (at least 2), PROTOS,

@@ -343,7 +343,8 @@ func DefaultBcastRamp(bytes, n int) int {
 // DefaultHostShare is the percentage of a round of a kernel of kind that
 // goes through host memory, beside NVLink, when a call moves bytes (the
 // vector of an allreduce or a broadcast) on n > 2 GPUs (a broadcast on 2
-// as well) and nothing says otherwise. Four H200s, busbw at 64 MiB, 256 MiB and 1 GiB:
+// as well) and nothing says otherwise. Four H200s, busbw at 64 MiB, 256
+// MiB and 1 GiB:
 //
 //   - the two-shot allreduce: none 298, 332, 343 GB/s; 8 % 311, 352, 367;
 //     in a later run 11 % 312, 357, 371 against 8 %'s 311, 352, 367 (the
