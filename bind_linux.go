@@ -1,9 +1,11 @@
 package braid
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,6 +16,10 @@ import (
 // run on, as Options.Bind says, and returns what it did for the log ("" if
 // nothing). local and localSize are the rank's place among the ranks of
 // its host.
+//
+// A share is a block of the CPUs in the order of their cores (cpuOrder),
+// so that the hardware threads of one core go to one rank; the blocks
+// differ by at most one CPU, and every CPU is in one.
 func bindRank(mode string, local, localSize int) (string, error) {
 	if mode == BindNone || localSize < 1 {
 		return "", nil
@@ -24,21 +30,27 @@ func bindRank(mode string, local, localSize int) (string, error) {
 	}
 	cpus := cpuList(&set)
 	if mode == BindAuto {
+		if localSize == 1 {
+			return "", nil
+		}
 		if online := onlineCPUs(); online > 0 && len(cpus) < online {
 			return fmt.Sprintf("left as it is: the process may run on %d of the %d online CPUs, a binding made by its launcher or cgroup", len(cpus), online), nil
 		}
 		if localSize > len(cpus) {
 			return fmt.Sprintf("left as it is: %d ranks share %d CPUs", localSize, len(cpus)), nil
 		}
+		if 2*localSize <= len(cpus) {
+			return fmt.Sprintf("left as it is: %d ranks on %d CPUs, room for the scheduler to keep them apart", localSize, len(cpus)), nil
+		}
 	}
 	if localSize > len(cpus) {
 		return "", fmt.Errorf("%d ranks on this host, %d CPUs to bind them to", localSize, len(cpus))
 	}
-	share := 1
-	if mode == BindShare {
-		share = len(cpus) / localSize
+	mine := cpus[local : local+1]
+	if mode != BindCore {
+		cpus = cpuOrder(cpus, readTopo)
+		mine = cpus[local*len(cpus)/localSize : (local+1)*len(cpus)/localSize]
 	}
-	mine := cpus[local*share : (local+1)*share]
 	var want unix.CPUSet
 	for _, c := range mine {
 		want.Set(c)
@@ -49,8 +61,46 @@ func bindRank(mode string, local, localSize int) (string, error) {
 	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > len(mine) {
 		runtime.GOMAXPROCS(len(mine))
 	}
-	return fmt.Sprintf("bound to CPU %s (local rank %d of %d, %d CPU(s) each; BRAID_BIND=none leaves ranks unbound)",
-		cpuRange(mine), local, localSize, share), nil
+	return fmt.Sprintf("bound to CPU %s (local rank %d of %d, %d CPU(s); BRAID_BIND=none leaves ranks unbound)",
+		cpuRange(mine), local, localSize, len(mine)), nil
+}
+
+// cpuOrder sorts cpus by package and core (topo's answers), so that the
+// hardware threads of a core are next to each other: Linux numbers a
+// core's second thread after every core's first. A CPU whose topology
+// cannot be read keeps its place among the others' (sorted after them).
+func cpuOrder(cpus []int, topo func(cpu int) (pkg, core int, ok bool)) []int {
+	type key struct{ known, pkg, core, cpu int }
+	keys := make([]key, len(cpus))
+	for i, c := range cpus {
+		keys[i] = key{1, 0, 0, c}
+		if p, k, ok := topo(c); ok {
+			keys[i] = key{0, p, k, c}
+		}
+	}
+	slices.SortStableFunc(keys, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.known, b.known), cmp.Compare(a.pkg, b.pkg), cmp.Compare(a.core, b.core), cmp.Compare(a.cpu, b.cpu))
+	})
+	out := make([]int, len(keys))
+	for i, k := range keys {
+		out[i] = k.cpu
+	}
+	return out
+}
+
+// readTopo reads a CPU's package and core from sysfs.
+func readTopo(cpu int) (pkg, core int, ok bool) {
+	read := func(name string) (int, bool) {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu%d/topology/%s", cpu, name))
+		if err != nil {
+			return 0, false
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		return v, err == nil
+	}
+	pkg, ok1 := read("physical_package_id")
+	core, ok2 := read("core_id")
+	return pkg, core, ok1 && ok2
 }
 
 // setThreadsAffinity applies set to every thread of the process: Linux
@@ -106,14 +156,21 @@ func onlineCPUs() int {
 	return n
 }
 
-// cpuRange writes cpus as Linux's lists do: "3", "0-7" or "0,2,4".
+// cpuRange writes cpus as Linux's lists do: "3", "0-1", "0,4" or
+// "0-3,8-11" (runs of consecutive CPUs as ranges, in the given order).
 func cpuRange(cpus []int) string {
-	if n := len(cpus); n > 1 && cpus[n-1]-cpus[0] == n-1 {
-		return fmt.Sprintf("%d-%d", cpus[0], cpus[n-1])
-	}
-	s := make([]string, len(cpus))
-	for i, c := range cpus {
-		s[i] = strconv.Itoa(c)
+	var s []string
+	for i := 0; i < len(cpus); {
+		j := i + 1
+		for j < len(cpus) && cpus[j] == cpus[j-1]+1 {
+			j++
+		}
+		if j-i == 1 {
+			s = append(s, strconv.Itoa(cpus[i]))
+		} else {
+			s = append(s, fmt.Sprintf("%d-%d", cpus[i], cpus[j-1]))
+		}
+		i = j
 	}
 	return strings.Join(s, ",")
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,6 +93,38 @@ func TestBind(t *testing.T) {
 	if out := run(BindNone, 0, 1); strings.Contains(out, "what: bound") {
 		t.Errorf("none bound the process:\n%s", out)
 	}
+	if out := run(BindAuto, 0, 1); strings.Contains(out, "what: bound") {
+		t.Errorf("auto bound a rank alone on its host:\n%s", out)
+	}
+	// Share, and auto where the ranks take more than half the CPUs: every
+	// CPU in one rank's block, the blocks in the order of the cores,
+	// differing by at most one CPU. Auto leaves fewer ranks unbound.
+	ordered := cpuOrder(cpus, readTopo)
+	for _, size := range []int{n, n/2 + 1, max(1, n/2)} {
+		for _, mode := range []string{BindAuto, BindShare} {
+			var all []int
+			for local := range size {
+				masks := threads(run(mode, local, size))
+				if len(masks) == 0 {
+					t.Fatalf("%s, local rank %d of %d: no threads listed", mode, local, size)
+				}
+				block := ordered[local*n/size : (local+1)*n/size]
+				want := cpuRange(block)
+				if mode == BindAuto && 2*size <= n {
+					want = cpuRange(cpus)
+				}
+				for _, m := range masks {
+					if m != want && (size > 1 || m != cpuRange(cpus)) {
+						t.Errorf("%s, local rank %d of %d: a thread allowed on %q, want %s", mode, local, size, m, want)
+					}
+				}
+				all = append(all, block...)
+			}
+			if len(all) != n {
+				t.Errorf("%s, %d ranks: the blocks cover %d of %d CPUs", mode, size, len(all), n)
+			}
+		}
+	}
 }
 
 func TestBindOption(t *testing.T) {
@@ -111,5 +144,37 @@ func TestBindOption(t *testing.T) {
 	r, err := (&Options{}).resolve(func(string) string { return "" })
 	if err != nil || r.Bind != BindNone {
 		t.Errorf("default Bind %q, %v; want none", r.Bind, err)
+	}
+}
+
+// TestCPUOrder: a core's hardware threads, which Linux numbers apart
+// (0 and 4 on a 4-core, 8-thread package), come out side by side, so that
+// auto's blocks of two CPUs are whole cores; a CPU of unknown topology
+// goes last.
+func TestCPUOrder(t *testing.T) {
+	topo := func(cpu int) (int, int, bool) {
+		if cpu == 9 {
+			return 0, 0, false
+		}
+		return cpu / 8, cpu % 4, true
+	}
+	got := cpuOrder([]int{9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 12}, topo)
+	want := []int{0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9}
+	if !slices.Equal(got, want) {
+		t.Fatalf("cpuOrder: %v, want %v", got, want)
+	}
+}
+
+func TestCPURange(t *testing.T) {
+	for _, c := range []struct {
+		cpus []int
+		want string
+	}{
+		{[]int{3}, "3"}, {[]int{0, 1}, "0-1"}, {[]int{0, 1, 2, 3, 4, 5, 6, 7}, "0-7"}, {[]int{0, 4}, "0,4"},
+		{[]int{0, 1, 2, 3, 8, 9, 10, 11}, "0-3,8-11"}, {[]int{0, 2, 3, 4, 9}, "0,2-4,9"},
+	} {
+		if got := cpuRange(c.cpus); got != c.want {
+			t.Errorf("cpuRange(%v) = %q, want %q", c.cpus, got, c.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,6 +183,27 @@ func TestEnvironmentCheckedBeforeLaunch(t *testing.T) {
 		name, _, _ := strings.Cut(env, "=")
 		if err == nil || !strings.Contains(out, name) || strings.Count(out, name) != 1 || strings.Contains(out, "rank 0 exited") {
 			t.Errorf("%s: %v\n%s", env, err, out)
+		}
+	}
+}
+
+// TestBindEnv: braid run binds its ranks (auto) unless told otherwise by
+// its flag or by BRAID_BIND, which the ranks then inherit as it is.
+func TestBindEnv(t *testing.T) {
+	for _, c := range []struct {
+		flag, inherited string
+		want            []string
+		bad             bool
+	}{
+		{"", "", []string{"BRAID_BIND=auto"}, false},
+		{"", "none", nil, false},
+		{"none", "", []string{"BRAID_BIND=none"}, false},
+		{"core", "share", []string{"BRAID_BIND=core"}, false},
+		{"cores", "", nil, true},
+	} {
+		got, err := bindEnv(c.flag, c.inherited)
+		if (err != nil) != c.bad || !slices.Equal(got, c.want) {
+			t.Errorf("bindEnv(%q, %q) = %v, %v; want %v (error: %v)", c.flag, c.inherited, got, err, c.want, c.bad)
 		}
 	}
 }

@@ -411,7 +411,7 @@ func launchSelf(n int, cmd, args []string) error {
 		}
 		child = append(child, a)
 	}
-	return launchLocal(n, false, self, child)
+	return launchLocal(n, false, "", self, child)
 }
 
 // startCPUProfile writes this rank's CPU profile to path.RANK (--cpuprofile)

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/internal/launch"
 	"github.com/braid-ccl/braid/transport/shm"
 	"github.com/braid-ccl/braid/transport/shmcoll"
@@ -19,8 +20,9 @@ func runCmd(args []string) error {
 	fs := flag.NewFlagSet("braid run", flag.ContinueOnError)
 	n := fs.Int("n", 0, "number of ranks to start on this host")
 	prefix := fs.Bool("prefix", false, "prefix every output line with [rank]")
+	bind := fs.String("bind", "", "how the ranks pin themselves to CPUs (BRAID_BIND): auto (the default unless BRAID_BIND is set: where ranks take more than half the CPUs, a block of one or two each, unless already bound or outnumbered), none, share or core")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: braid run -n N [--prefix] -- PROG [ARGS...]")
+		fmt.Fprintln(os.Stderr, "usage: braid run -n N [--prefix] [--bind MODE] -- PROG [ARGS...]")
 		fs.PrintDefaults()
 	}
 	if done, err := parseFlags(fs, args); done {
@@ -39,7 +41,29 @@ func runCmd(args []string) error {
 	if len(rest) == 0 {
 		return usageError{"run: no program given (braid run -n N -- PROG ARGS)"}
 	}
-	return launchLocal(*n, *prefix, resolveProg(rest[0]), rest[1:])
+	if _, err := bindEnv(*bind, ""); err != nil {
+		return err
+	}
+	return launchLocal(*n, *prefix, *bind, resolveProg(rest[0]), rest[1:])
+}
+
+// bindEnv returns the BRAID_BIND that braid run gives its ranks: flag if
+// given, else auto unless the environment sets one (inherited as it is).
+// Like mpirun, braid run binds its ranks by default: unbound, ranks that
+// spin while they wait are moved between CPUs and queued behind each
+// other whenever another process wakes (braid.Options.Bind).
+func bindEnv(flag, inherited string) ([]string, error) {
+	switch {
+	case flag == "" && inherited != "":
+		return nil, nil
+	case flag == "":
+		flag = braid.BindAuto
+	}
+	switch flag {
+	case braid.BindAuto, braid.BindNone, braid.BindShare, braid.BindCore:
+		return []string{"BRAID_BIND=" + flag}, nil
+	}
+	return nil, usageError{fmt.Sprintf("run: --bind %q: want auto, none, share or core", flag)}
 }
 
 // resolveProg lets "braid" name this very binary, so that
@@ -53,11 +77,16 @@ func resolveProg(p string) string {
 	return p
 }
 
-// launchLocal starts n ranks of prog; launch.Run forwards SIGINT and
-// SIGTERM to them itself. A guardian (braid __guard, guardCmd) removes the
+// launchLocal starts n ranks of prog, bound to CPUs as bind says (see
+// bindEnv; "" for the default); launch.Run forwards SIGINT and SIGTERM to
+// them itself. A guardian (braid __guard, guardCmd) removes the
 // shared-memory files of ranks that braid run's death killed.
-func launchLocal(n int, prefix bool, prog string, args []string) error {
-	cfg := launch.Config{N: n, Prog: prog, Args: args, Prefix: prefix, Stdout: os.Stdout, Stderr: os.Stderr}
+func launchLocal(n int, prefix bool, bind string, prog string, args []string) error {
+	env, err := bindEnv(bind, os.Getenv("BRAID_BIND"))
+	if err != nil {
+		return err
+	}
+	cfg := launch.Config{N: n, Prog: prog, Args: args, Env: env, Prefix: prefix, Stdout: os.Stdout, Stderr: os.Stderr}
 	if self, err := os.Executable(); err == nil {
 		cfg.Guard = []string{self, guardName}
 	}

@@ -159,7 +159,7 @@ func tuneCmd(args []string) error {
 		if *transportF != "" {
 			child = append(child, "--transport", *transportF)
 		}
-		if err := launchLocal(n, false, self, child); err != nil {
+		if err := launchLocal(n, false, "", self, child); err != nil {
 			return fmt.Errorf("tune: %d ranks: %w", n, err)
 		}
 		t, err := plan.LoadTable(file)

@@ -158,7 +158,7 @@ func tuneDeviceTable(args []string) error {
 		file := filepath.Join(tmp, fmt.Sprintf("part-%d.txt", n))
 		child := []string{"tune", "--device", "cuda", "--part", file, "--colls", *collsF, "--min-size", *minS, "--max-size", *maxS,
 			"--step", strconv.Itoa(*step), "--target", target.String(), "--trials", strconv.Itoa(*trials)}
-		if err := launchLocal(n, false, self, child); err != nil {
+		if err := launchLocal(n, false, "", self, child); err != nil {
 			return fmt.Errorf("tune --device cuda: %d GPUs: %w", n, err)
 		}
 		p, err := plan.LoadTable(file)
