@@ -403,6 +403,11 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 			return r, err
 		}
 	}
+	if v := getenv(par.EnvStreamMin); v != "" {
+		if _, err := par.ParseStreamMin(v); err != nil {
+			return r, err
+		}
+	}
 	src = from("Host", "BRAID_HOST", &r.Host)
 	if i := strings.IndexFunc(r.Host, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }); i >= 0 {
 		return r, fmt.Errorf("%s=%q: want a host name, without blanks or control characters", src, r.Host)

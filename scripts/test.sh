@@ -86,6 +86,8 @@ if (cd examples/mnist && go mod download) >/dev/null 2>&1; then
 else
     echo "note: could not download examples/mnist's modules; its test is skipped"
 fi
+step "non-temporal stores (internal/par's assembly, which the race detector's build leaves out), without the race detector"
+go test -count=1 -run 'Stream' ./internal/par ./transport/shmcoll 2>&1 | tee -a /tmp/braid-test.log
 step "the correctness matrix at full size, and TestPAPSameBits, without the race detector"
 go test -count=1 -timeout 20m -run 'TestMatrix|TestPAPSameBits' . 2>&1 | tee -a /tmp/braid-test.log
 step "algo (every schedule run in the reference interpreter), topo and pack, and braid sim's sweep of every DGX-1 allocation (TestSweepNeverSlower), without the race detector"

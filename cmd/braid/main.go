@@ -91,6 +91,10 @@ that names the variable):
                    across its threads (default 512K in the shared area, 2M
                    in the executor's steps; from 64K to 1G, setting both);
                    give every rank of a host the same
+  BRAID_STREAM_MIN least bytes of a shm collective's output that a rank writes
+                   with non-temporal stores, past the caches (default: 3/4
+                   of a CPU's share of the last-level cache, at least 1M);
+                   off for never
   BRAID_SHM_SLOT   size of a data slot of the host's shared area (the shm
                    collectives; default 1M, less above 8 ranks); every rank
                    must use the same

@@ -191,14 +191,47 @@ func Copy(dst, src []byte) int {
 	return n
 }
 
+// CopyStream is Copy with non-temporal stores where the machine has them
+// (amd64): dst's lines go to memory without first being read into the
+// caches, as an ordinary store's must be, and without evicting what the
+// caches hold. For a destination that will not be read again before it
+// would have left the caches anyway: a large collective's output.
+func CopyStream(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n == 0 || overlap(dst[:n], src[:n]) {
+		return copy(dst, src)
+	}
+	if n < MinSize() {
+		return copyStream(dst[:n], src[:n])
+	}
+	p := &thePool
+	if !p.mu.TryLock() {
+		return copyStream(dst[:n], src[:n])
+	}
+	p.cp = copyTask{dst: dst[:n], src: src[:n], stream: true}
+	p.run(n, 1, &p.cp)
+	p.cp = copyTask{}
+	p.mu.Unlock()
+	return n
+}
+
 func overlap(a, b []byte) bool {
 	pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
 	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
-type copyTask struct{ dst, src []byte }
+type copyTask struct {
+	dst, src []byte
+	stream   bool // CopyStream's
+}
 
-func (t *copyTask) Piece(lo, hi int) { copy(t.dst[lo:hi], t.src[lo:hi]) }
+func (t *copyTask) Piece(lo, hi int) {
+	if t.stream {
+		copyStream(t.dst[lo:hi], t.src[lo:hi])
+		return
+	}
+	copy(t.dst[lo:hi], t.src[lo:hi])
+}
 
 // Run does t over n bytes in pieces whose bounds are multiples of align
 // (an element's size: 1 to 8 or more; pieces are also multiples of 64

@@ -906,7 +906,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 			if err != nil {
 				return err
 			}
-			par.Copy(out[qlo*es:qhi*es], s)
+			par.CopyOut(out[qlo*es:qhi*es], s, len(out))
 		}
 	}
 	g.finish(f, c.Sig)
@@ -944,7 +944,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 			if err != nil {
 				return err
 			}
-			par.Copy(buf[off:off+b], s.at(0, off, b))
+			par.CopyOut(buf[off:off+b], s.at(0, off, b), len(buf))
 			g.finish(f, c.Sig)
 			continue
 		}
@@ -1084,7 +1084,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 				s = in.at(0, off, b)
 			}
 			if q != g.rank || !inPlace {
-				par.Copy(out[q*blk+off:q*blk+off+b], s)
+				par.CopyOut(out[q*blk+off:q*blk+off+b], s, len(out))
 			}
 		}
 		g.sawAll(f)

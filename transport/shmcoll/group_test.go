@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/braid-ccl/braid/internal/dtype"
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/internal/reduce"
 )
 
@@ -946,4 +947,12 @@ func TestAllgatherParts(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestBcastChunksStreamed runs TestBcastChunks with every output written
+// by non-temporal stores (par.CopyOut), whatever its size: the copies
+// out of broadcasts, allgathers and two-phase allreduces.
+func TestBcastChunksStreamed(t *testing.T) {
+	defer par.SetStreamMin(1)()
+	TestBcastChunks(t)
 }
