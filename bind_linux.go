@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/braid-ccl/braid/topo"
 )
 
 // bindRank pins this process's threads to its share of the cores it may
@@ -139,21 +141,11 @@ func onlineCPUs() int {
 	if err != nil {
 		return 0
 	}
-	n := 0
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, ok := strings.Cut(part, "-")
-		a, err1 := strconv.Atoi(lo)
-		b := a
-		var err2 error
-		if ok {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || b < a {
-			return 0
-		}
-		n += b - a + 1
+	cpus, err := topo.ParseCPUList(string(b))
+	if err != nil {
+		return 0
 	}
-	return n
+	return len(cpus)
 }
 
 // cpuRange writes cpus as Linux's lists do: "3", "0-1", "0,4" or

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/braid-ccl/braid/topo"
 )
 
 // numaNode returns the NUMA node this process is bound to: the node whose
@@ -31,7 +33,10 @@ func numaNode() int {
 		if err != nil {
 			continue
 		}
-		cpus := parseCPUList(strings.TrimSpace(string(b)))
+		cpus, err := topo.ParseCPUList(string(b))
+		if err != nil {
+			continue
+		}
 		inside := 0
 		for _, c := range cpus {
 			if set.IsSet(c) {
@@ -43,26 +48,4 @@ func numaNode() int {
 		}
 	}
 	return 0
-}
-
-// parseCPUList reads a sysfs CPU list such as "0-3,8,10-11".
-func parseCPUList(s string) []int {
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			continue
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil {
-				continue
-			}
-		}
-		for c := a; c <= b; c++ {
-			out = append(out, c)
-		}
-	}
-	return out
 }

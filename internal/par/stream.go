@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/braid-ccl/braid/internal/size"
+	"github.com/braid-ccl/braid/topo"
 )
 
 // EnvStreamMin is the environment variable that sets the least bytes of a
@@ -113,20 +114,11 @@ func lastCacheShare(dir string) int {
 
 // countCPUs counts a Linux CPU list ("0-15,32-47"), or returns 0.
 func countCPUs(list string) int {
-	n := 0
-	for part := range strings.SplitSeq(list, ",") {
-		lo, hi, ok := strings.Cut(part, "-")
-		a, err1 := strconv.Atoi(lo)
-		b, err2 := a, error(nil)
-		if ok {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || b < a {
-			return 0
-		}
-		n += b - a + 1
+	cpus, err := topo.ParseCPUList(list)
+	if err != nil {
+		return 0
 	}
-	return n
+	return len(cpus)
 }
 
 // CopyOut copies src to dst, a piece of a collective's output of total
