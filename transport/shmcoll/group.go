@@ -265,6 +265,7 @@ type Call struct {
 
 	bo      transport.Backoff // paces a wait (Spin)
 	whole   int               // the bytes of every rank's input of the call (direct.go)
+	outLen  int               // the bytes of the call's output, for par.CopyOut (the chain's)
 	wake    *wake             // goroutine ranks: the group's wake-up
 	recheck func() bool       // whether what the current wait awaits is there
 	timer   *time.Timer
@@ -789,6 +790,7 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	if size > g.flatMax && !g.Chained(size) {
 		g.startDirect(c, in, len(in))
 	}
+	c.outLen = len(out)
 	for i := range count {
 		off := i * size
 		b := min(size, len(in)-off)

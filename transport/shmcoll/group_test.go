@@ -956,3 +956,12 @@ func TestBcastChunksStreamed(t *testing.T) {
 	defer par.SetStreamMin(1)()
 	TestBcastChunks(t)
 }
+
+// TestChainStreamed runs TestAllreduceChain and TestPAP with every output
+// written by non-temporal stores (par.CopyOut), whatever its size: the
+// chain's copies out, its last rank's and the others'.
+func TestChainStreamed(t *testing.T) {
+	defer par.SetStreamMin(1)()
+	t.Run("chain", TestAllreduceChain)
+	t.Run("pap", TestPAP)
+}

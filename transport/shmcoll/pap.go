@@ -3,6 +3,8 @@ package shmcoll
 import (
 	"errors"
 	"sync/atomic"
+
+	"github.com/braid-ccl/braid/internal/par"
 )
 
 // Process-arrival-pattern (PAP) aware reductions, after "Efficient Process
@@ -186,6 +188,7 @@ func (g *Group) reducePAP(c *Call, in, out []byte, r Reducer, root, leaderMax in
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
+	c.outLen = len(in)
 	// Every rank must take the same path for every chunk: the chunk's
 	// size decides, and it is the same everywhere.
 	for i := range count {
@@ -376,7 +379,7 @@ func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int, fixed b
 			}
 		}
 		if copyOut {
-			copy(out[off:e], mine[off:e])
+			par.CopyOut(out[off:e], mine[off:e], c.outLen)
 		}
 	}
 	if last || root >= 0 && g.rank != root {
@@ -408,7 +411,7 @@ func (g *Group) chainChunk(c *Call, in, out []byte, r Reducer, root int, fixed b
 		if err := g.awaitSeg(c, q, f, k, b, "its share of the result"); err != nil {
 			return g.nameAbsent(err, f)
 		}
-		copy(out[off:e], res[off:e])
+		par.CopyOut(out[off:e], res[off:e], c.outLen)
 	}
 	if fixed {
 		// Rank n−1's result passed through every rank: each had
