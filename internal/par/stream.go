@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 
 	"github.com/braid-ccl/braid/internal/size"
-	"github.com/braid-ccl/braid/topo"
 )
 
 // EnvStreamMin is the environment variable that sets the least bytes of a
@@ -112,13 +111,23 @@ func lastCacheShare(dir string) int {
 	return bytes / cpus
 }
 
-// countCPUs counts a Linux CPU list ("0-15,32-47"), or returns 0.
+// countCPUs counts a Linux CPU list ("0-15,32-47"), or returns 0. (Package
+// topo parses these lists; par stays below it.)
 func countCPUs(list string) int {
-	cpus, err := topo.ParseCPUList(list)
-	if err != nil {
-		return 0
+	n := 0
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || b < a {
+			return 0
+		}
+		n += b - a + 1
 	}
-	return len(cpus)
+	return n
 }
 
 // CopyOut copies src to dst, a piece of a collective's output of total
