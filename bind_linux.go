@@ -67,16 +67,16 @@ func bindRank(mode string, local, localSize int) (string, error) {
 		cpuRange(mine), local, localSize, len(mine)), nil
 }
 
-// cpuOrder sorts cpus by package and core (topo's answers), so that the
+// cpuOrder sorts cpus by package and core (coreOf's answers), so that the
 // hardware threads of a core are next to each other: Linux numbers a
 // core's second thread after every core's first. A CPU whose topology
 // cannot be read keeps its place among the others' (sorted after them).
-func cpuOrder(cpus []int, topo func(cpu int) (pkg, core int, ok bool)) []int {
+func cpuOrder(cpus []int, coreOf func(cpu int) (pkg, core int, ok bool)) []int {
 	type key struct{ known, pkg, core, cpu int }
 	keys := make([]key, len(cpus))
 	for i, c := range cpus {
 		keys[i] = key{1, 0, 0, c}
-		if p, k, ok := topo(c); ok {
+		if p, k, ok := coreOf(c); ok {
 			keys[i] = key{0, p, k, c}
 		}
 	}
@@ -149,8 +149,9 @@ func onlineCPUs() int {
 }
 
 // cpuRange writes cpus as Linux's lists do: "3", "0-1", "0,4" or
-// "0-3,8-11" (runs of consecutive CPUs as ranges, in the given order).
+// "0-3,8-11" (in ascending order, runs of consecutive CPUs as ranges).
 func cpuRange(cpus []int) string {
+	cpus = slices.Sorted(slices.Values(cpus))
 	var s []string
 	for i := 0; i < len(cpus); {
 		j := i + 1

@@ -172,6 +172,7 @@ func TestCPURange(t *testing.T) {
 	}{
 		{[]int{3}, "3"}, {[]int{0, 1}, "0-1"}, {[]int{0, 1, 2, 3, 4, 5, 6, 7}, "0-7"}, {[]int{0, 4}, "0,4"},
 		{[]int{0, 1, 2, 3, 8, 9, 10, 11}, "0-3,8-11"}, {[]int{0, 2, 3, 4, 9}, "0,2-4,9"},
+		{[]int{0, 16, 1, 17}, "0-1,16-17"}, // a block of two cores' hardware threads (cpuOrder)
 	} {
 		if got := cpuRange(c.cpus); got != c.want {
 			t.Errorf("cpuRange(%v) = %q, want %q", c.cpus, got, c.want)
