@@ -142,8 +142,8 @@ func TestBindOption(t *testing.T) {
 		t.Errorf("BRAID_BIND=sockets: %v", err)
 	}
 	r, err := (&Options{}).resolve(func(string) string { return "" })
-	if err != nil || r.Bind != BindNone {
-		t.Errorf("default Bind %q, %v; want none", r.Bind, err)
+	if err != nil || r.Bind != BindAuto {
+		t.Errorf("default Bind %q, %v; want auto", r.Bind, err)
 	}
 }
 

@@ -174,16 +174,16 @@ type Options struct {
 
 	// Bind says how Init pins each rank's threads to the host's CPUs, as
 	// mpirun's --bind-to does (BRAID_BIND):
-	//   - "none" (the default, also ""): no binding;
-	//   - "auto": where the ranks take more than half the host's CPUs,
-	//     the CPUs divided among them, a block of one or two each (the
-	//     hardware threads of a core stay together); nothing is changed
-	//     where a launcher or cgroup has already narrowed the list of CPUs
-	//     the process may use, the host has fewer CPUs than ranks, or at
-	//     least two CPUs per rank. `braid run` sets it for its ranks
-	//     unless BRAID_BIND is set;
-	//   - "share": the same blocks, an error if there are fewer CPUs than
-	//     ranks;
+	//   - "auto" (the default, also ""): where the ranks take more than
+	//     half the host's CPUs, the CPUs divided among them, a block of
+	//     one or two each (the hardware threads of a core stay together);
+	//     nothing is changed where a launcher or cgroup has already
+	//     narrowed the list of CPUs the process may use (mpirun's binding
+	//     to cores, Slurm's), the host has fewer CPUs than ranks, or at
+	//     least two CPUs per rank;
+	//   - "none": no binding;
+	//   - "share": the CPUs divided among the ranks as auto does, whatever
+	//     their number, an error if there are fewer CPUs than ranks;
 	//   - "core": one CPU per rank, the local rank's place in the list of
 	//     CPUs the process may use, an error if there are fewer CPUs than
 	//     ranks.
@@ -194,11 +194,13 @@ type Options struct {
 	// 16 runs (8 µs an 8-byte allreduce instead of 2.5), none of 16 bound.
 	// 8 ranks bound to two CPUs each gained and lost by turns (small
 	// broadcasts 1.2× slower, large allgathers 0.85× the time), so auto
-	// leaves them to the scheduler (docs/PERFORMANCE.md, session 25). Bound to fewer CPUs than
-	// GOMAXPROCS, a rank also lowers GOMAXPROCS to them unless the
-	// GOMAXPROCS variable is set. Communicators of NewLocal, whose ranks
-	// share one process, are never bound. Two jobs on one host at once
-	// would be bound to the same CPUs: run them with "none".
+	// leaves them to the scheduler (docs/PERFORMANCE.md, session 25).
+	// Threads and processes a bound rank starts (a data loader's workers)
+	// inherit its CPUs. Bound to fewer CPUs than GOMAXPROCS, a rank also
+	// lowers GOMAXPROCS to them unless the GOMAXPROCS variable is set.
+	// Communicators of NewLocal, whose ranks share one process, are never
+	// bound. Two jobs on one host at once would be bound to the same CPUs:
+	// run them with "none".
 	Bind string
 
 	// SharedSlot is the size of a data slot of the host's shared area
@@ -310,11 +312,11 @@ func (o *Options) resolve(getenv func(string) string) (Options, error) {
 	}
 	src = from("Bind", "BRAID_BIND", &r.Bind)
 	switch r.Bind {
-	case "", BindNone:
-		r.Bind = BindNone
-	case BindAuto, BindCore, BindShare:
+	case "":
+		r.Bind = BindAuto
+	case BindAuto, BindNone, BindCore, BindShare:
 	default:
-		return r, fmt.Errorf("%s=%q: want none (the default), auto (a block of cores per rank where ranks take more than half the CPUs, unless already bound), share or core", src, r.Bind)
+		return r, fmt.Errorf("%s=%q: want auto (the default: a block of cores per rank where ranks take more than half the CPUs, unless already bound), none, share or core", src, r.Bind)
 	}
 	if r.SharedSlot < 0 {
 		return r, fmt.Errorf("Options.SharedSlot %d: want a size in bytes (0 takes BRAID_SHM_SLOT, else a size by the ranks on the host)", r.SharedSlot)

@@ -187,23 +187,23 @@ func TestEnvironmentCheckedBeforeLaunch(t *testing.T) {
 	}
 }
 
-// TestBindEnv: braid run binds its ranks (auto) unless told otherwise by
-// its flag or by BRAID_BIND, which the ranks then inherit as it is.
+// TestBindEnv: braid run's --bind reaches the ranks as BRAID_BIND; without
+// it the ranks keep the environment's, or Options.Bind's default.
 func TestBindEnv(t *testing.T) {
 	for _, c := range []struct {
-		flag, inherited string
-		want            []string
-		bad             bool
+		flag string
+		want []string
+		bad  bool
 	}{
-		{"", "", []string{"BRAID_BIND=auto"}, false},
-		{"", "none", nil, false},
-		{"none", "", []string{"BRAID_BIND=none"}, false},
-		{"core", "share", []string{"BRAID_BIND=core"}, false},
-		{"cores", "", nil, true},
+		{"", nil, false},
+		{"none", []string{"BRAID_BIND=none"}, false},
+		{"auto", []string{"BRAID_BIND=auto"}, false},
+		{"core", []string{"BRAID_BIND=core"}, false},
+		{"cores", nil, true},
 	} {
-		got, err := bindEnv(c.flag, c.inherited)
+		got, err := bindEnv(c.flag)
 		if (err != nil) != c.bad || !slices.Equal(got, c.want) {
-			t.Errorf("bindEnv(%q, %q) = %v, %v; want %v (error: %v)", c.flag, c.inherited, got, err, c.want, c.bad)
+			t.Errorf("bindEnv(%q) = %v, %v; want %v (error: %v)", c.flag, got, err, c.want, c.bad)
 		}
 	}
 }

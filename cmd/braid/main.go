@@ -70,12 +70,11 @@ that names the variable):
                    as NCCL_SOCKET_IFNAME: eth0, prefixes eth,ib, ^docker,lo to
                    exclude, =eth0 exact
   BRAID_ADVERTISE_ADDR  the address other hosts dial to reach this rank over TCP
-  BRAID_BIND       pin ranks to CPUs like mpirun --bind-to: auto (braid run's
-                   default: where ranks take more than half the CPUs, a
-                   block of one or two per rank, unless already bound or
-                   outnumbered), none (the default under other launchers),
-                   share (the CPUs divided among the ranks, or an error) or
-                   core (one CPU per rank)
+  BRAID_BIND       pin ranks to CPUs like mpirun --bind-to: auto (the default:
+                   where ranks take more than half the CPUs, a block of one
+                   or two per rank, unless a launcher already bound them or
+                   they outnumber the CPUs), none, share (the CPUs divided
+                   among the ranks, or an error) or core (one CPU per rank)
   BRAID_SHM_CMA    0: copy through shared memory instead of single copy
                    (process_vm_readv); split: single copy, a message of
                    BRAID_COPY_MIN or more read by several of the rank's

@@ -20,7 +20,7 @@ func runCmd(args []string) error {
 	fs := flag.NewFlagSet("braid run", flag.ContinueOnError)
 	n := fs.Int("n", 0, "number of ranks to start on this host")
 	prefix := fs.Bool("prefix", false, "prefix every output line with [rank]")
-	bind := fs.String("bind", "", "how the ranks pin themselves to CPUs (BRAID_BIND): auto (the default unless BRAID_BIND is set: where ranks take more than half the CPUs, a block of one or two each, unless already bound or outnumbered), none, share or core")
+	bind := fs.String("bind", "", "how the ranks pin themselves to CPUs (sets BRAID_BIND): auto (the ranks' default: where they take more than half the CPUs, a block of one or two each, unless already bound or outnumbered), none, share or core")
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: braid run -n N [--prefix] [--bind MODE] -- PROG [ARGS...]")
 		fs.PrintDefaults()
@@ -41,25 +41,19 @@ func runCmd(args []string) error {
 	if len(rest) == 0 {
 		return usageError{"run: no program given (braid run -n N -- PROG ARGS)"}
 	}
-	if _, err := bindEnv(*bind, ""); err != nil {
+	if _, err := bindEnv(*bind); err != nil {
 		return err
 	}
 	return launchLocal(*n, *prefix, *bind, resolveProg(rest[0]), rest[1:])
 }
 
-// bindEnv returns the BRAID_BIND that braid run gives its ranks: flag if
-// given, else auto unless the environment sets one (inherited as it is).
-// Like mpirun, braid run binds its ranks by default: unbound, ranks that
-// spin while they wait are moved between CPUs and queued behind each
-// other whenever another process wakes (braid.Options.Bind).
-func bindEnv(flag, inherited string) ([]string, error) {
-	switch {
-	case flag == "" && inherited != "":
-		return nil, nil
-	case flag == "":
-		flag = braid.BindAuto
-	}
+// bindEnv returns the variables that pass --bind to the ranks
+// (BRAID_BIND): none if the flag is not given, so that the ranks keep the
+// environment's BRAID_BIND or braid.Options.Bind's default (auto).
+func bindEnv(flag string) ([]string, error) {
 	switch flag {
+	case "":
+		return nil, nil
 	case braid.BindAuto, braid.BindNone, braid.BindShare, braid.BindCore:
 		return []string{"BRAID_BIND=" + flag}, nil
 	}
@@ -78,11 +72,11 @@ func resolveProg(p string) string {
 }
 
 // launchLocal starts n ranks of prog, bound to CPUs as bind says (see
-// bindEnv; "" for the default); launch.Run forwards SIGINT and SIGTERM to
+// bindEnv; "" leaves it to the ranks); launch.Run forwards SIGINT and SIGTERM to
 // them itself. A guardian (braid __guard, guardCmd) removes the
 // shared-memory files of ranks that braid run's death killed.
 func launchLocal(n int, prefix bool, bind string, prog string, args []string) error {
-	env, err := bindEnv(bind, os.Getenv("BRAID_BIND"))
+	env, err := bindEnv(bind)
 	if err != nil {
 		return err
 	}
