@@ -153,6 +153,19 @@ func TestResolveKnobs(t *testing.T) {
 		{name: "copy min 2M", env: map[string]string{"BRAID_COPY_MIN": "2M"}},
 		{name: "copy min too small", env: map[string]string{"BRAID_COPY_MIN": "4K"}, want: []string{`BRAID_COPY_MIN="4K": want a size from 64K to 1G`}},
 		{name: "copy min not a size", env: map[string]string{"BRAID_COPY_MIN": "big"}, want: []string{`BRAID_COPY_MIN="big"`}},
+		{name: "stream min 8M", env: map[string]string{"BRAID_STREAM_MIN": "8M"}},
+		{name: "stream min off", env: map[string]string{"BRAID_STREAM_MIN": "off"}},
+		{name: "stream min too small", env: map[string]string{"BRAID_STREAM_MIN": "4K"}, want: []string{`BRAID_STREAM_MIN="4K": want a size from 64K`}},
+		{name: "bind auto by default", check: func(t *testing.T, o Options) {
+			if o.Bind != BindAuto {
+				t.Errorf("Bind %q, want auto", o.Bind)
+			}
+		}},
+		{name: "bind none", env: map[string]string{"BRAID_BIND": "none"}, check: func(t *testing.T, o Options) {
+			if o.Bind != BindNone {
+				t.Errorf("Bind %q, want none", o.Bind)
+			}
+		}},
 
 		// BRAID_HOST and Options.Host.
 		{name: "host", env: map[string]string{"BRAID_HOST": "node-1.example"}, check: func(t *testing.T, o Options) {
