@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -300,7 +301,7 @@ func benchCmd(args []string) error {
 			}
 		}
 		h := bench.Header{Coll: col.String(), DType: d.String(), Transport: tr, Ranks: c.Size(), Hosts: c.Hosts(),
-			InPlace: *inplace, Registered: *registered, Algo: *algoF, MIF: *imb}
+			InPlace: *inplace, Registered: *registered, Algo: *algoF, MIF: *imb, CPUs: whereRunning()}
 		if *imb > 0 {
 			h.Alpha = *alphaF
 		}
@@ -426,4 +427,20 @@ func startCPUProfile(path string, rank int) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// whereRunning describes the CPUs this process may run on, as Linux lists
+// them in /proc/self/status ("0-7"), and its GOMAXPROCS: what BRAID_BIND
+// and Init's lowering of GOMAXPROCS left it. "" where that file is not.
+func whereRunning() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return fmt.Sprintf("%s, GOMAXPROCS %d", strings.TrimSpace(v), runtime.GOMAXPROCS(0))
+		}
+	}
+	return ""
 }

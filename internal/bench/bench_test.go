@@ -169,6 +169,30 @@ func TestWriteTable(t *testing.T) {
 	}
 }
 
+// TestWriteCPUs: where rank 0 runs is a line of the table's header and a
+// field of JSON's, and absent when not known.
+func TestWriteCPUs(t *testing.T) {
+	h := sampleHeader
+	h.CPUs = "0-7, GOMAXPROCS 8"
+	var tab, js bytes.Buffer
+	if err := bench.Write(&tab, "table", h, sampleRows); err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.Write(&js, "json", h, sampleRows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tab.String(), "\n# rank 0: CPUs 0-7, GOMAXPROCS 8\n") {
+		t.Errorf("table lacks rank 0's CPUs:\n%s", tab.String())
+	}
+	if !strings.Contains(js.String(), `"cpus": "0-7, GOMAXPROCS 8"`) {
+		t.Errorf("JSON lacks rank 0's CPUs:\n%s", js.String())
+	}
+	var none bytes.Buffer
+	if err := bench.Write(&none, "json", sampleHeader, sampleRows); err != nil || strings.Contains(none.String(), "cpus") {
+		t.Errorf("JSON without CPUs names them: %v\n%s", err, none.String())
+	}
+}
+
 func TestWriteTableImbalance(t *testing.T) {
 	var buf bytes.Buffer
 	h := sampleHeader

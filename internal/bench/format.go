@@ -34,6 +34,9 @@ type Header struct {
 	// Alpha is the definition of α under imbalance (Config.Alpha):
 	// AlphaP2P or AlphaCollective; "" is AlphaP2P.
 	Alpha string `json:"alpha,omitempty"`
+	// CPUs says where rank 0 runs: the CPUs it may use and its GOMAXPROCS
+	// ("0-7, GOMAXPROCS 8"), which BRAID_BIND decides; "" if not known.
+	CPUs string `json:"cpus,omitempty"`
 }
 
 // AlgoCell is how the table shows a row's run: its name, with the
@@ -71,6 +74,9 @@ func Write(w io.Writer, format string, h Header, rows []Row) error {
 			fmt.Fprintf(w, ", algo %s", h.Algo)
 		}
 		fmt.Fprintln(w)
+		if h.CPUs != "" {
+			fmt.Fprintf(w, "# rank 0: CPUs %s\n", h.CPUs)
+		}
 		fmt.Fprintln(w, "# latency in µs (mean per rank: avg over ranks, min, max); bandwidth in GB/s from the slowest rank")
 		if imb {
 			fmt.Fprintf(w, "# imbalance MIF %g: before each call every rank computes for a random time in [0, MIF × α], α %s;\n", h.MIF, alphaDef(h.Alpha))
