@@ -180,7 +180,9 @@ type Options struct {
 	//     nothing is changed where a launcher or cgroup has already
 	//     narrowed the list of CPUs the process may use (mpirun's binding
 	//     to cores, Slurm's), the host has fewer CPUs than ranks, or at
-	//     least two CPUs per rank;
+	//     least two CPUs per rank. A launcher told not to bind (mpirun
+	//     --bind-to none) leaves the list whole, which auto cannot tell
+	//     from no launcher's binding: set "none" too;
 	//   - "none": no binding;
 	//   - "share": the CPUs divided among the ranks as auto does, whatever
 	//     their number, an error if there are fewer CPUs than ranks;
