@@ -177,17 +177,9 @@ type Task interface {
 // copy does, on the caller's goroutine.
 func Copy(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	if n < MinSize() || overlap(dst[:n], src[:n]) {
+	if n < MinSize() || overlap(dst[:n], src[:n]) || !split(copyTask{dst: dst[:n], src: src[:n]}) {
 		return copy(dst, src)
 	}
-	p := &thePool
-	if !p.mu.TryLock() {
-		return copy(dst, src)
-	}
-	p.cp = copyTask{dst: dst[:n], src: src[:n]}
-	p.run(n, 1, &p.cp)
-	p.cp = copyTask{}
-	p.mu.Unlock()
 	return n
 }
 
@@ -201,18 +193,24 @@ func CopyStream(dst, src []byte) int {
 	if n == 0 || overlap(dst[:n], src[:n]) {
 		return copy(dst, src)
 	}
-	if n < MinSize() {
+	if n < MinSize() || !split(copyTask{dst: dst[:n], src: src[:n], stream: true}) {
 		return copyStream(dst[:n], src[:n])
 	}
+	return n
+}
+
+// split runs t across the pool's threads, or reports false without doing
+// anything when another call holds the pool.
+func split(t copyTask) bool {
 	p := &thePool
 	if !p.mu.TryLock() {
-		return copyStream(dst[:n], src[:n])
+		return false
 	}
-	p.cp = copyTask{dst: dst[:n], src: src[:n], stream: true}
-	p.run(n, 1, &p.cp)
+	p.cp = t
+	p.run(len(t.dst), 1, &p.cp)
 	p.cp = copyTask{}
 	p.mu.Unlock()
-	return n
+	return true
 }
 
 func overlap(a, b []byte) bool {
