@@ -41,9 +41,6 @@ func runCmd(args []string) error {
 	if len(rest) == 0 {
 		return usageError{"run: no program given (braid run -n N -- PROG ARGS)"}
 	}
-	if _, err := bindEnv(*bind); err != nil {
-		return err
-	}
 	return launchLocal(*n, *prefix, *bind, resolveProg(rest[0]), rest[1:])
 }
 
