@@ -452,7 +452,24 @@ func TestMain(m *testing.M) {
 		os.Exit(childMain(v))
 	}
 	quickRaceExit()
-	os.Exit(m.Run())
+	// The tests fail calls on purpose by the hundred, and every rank of
+	// each dumps its flight recorder: on standard error that was 570 KB of
+	// the package's output, in which CI's tail of the log lost the one
+	// test that failed. The dumps go to files here instead (the same
+	// code), for the tests' processes too, unless BRAID_FLIGHT is set;
+	// TestFlightRecorder reads its own directory.
+	flight := ""
+	if _, ok := os.LookupEnv("BRAID_FLIGHT"); !ok {
+		if d, err := os.MkdirTemp("", "braid-test-flight-"); err == nil {
+			flight = d
+			os.Setenv("BRAID_FLIGHT", d)
+		}
+	}
+	code := m.Run()
+	if flight != "" {
+		os.RemoveAll(flight)
+	}
+	os.Exit(code)
 }
 
 // quickRaceExit sets GORACE's atexit_sleep_ms to 0 for the processes the

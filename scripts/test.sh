@@ -12,6 +12,21 @@ export PATH=$PATH:/usr/local/go/bin
 # minutes on a 2-core machine).
 start=$SECONDS
 step() { echo "== [$((SECONDS - start)) s] $*"; }
+# logged runs a test command, appending its output to /tmp/braid-test.log as
+# it goes; if it fails, it prints the failures again, with the lines each
+# test logged, last, so that a log that keeps only its end (CI's) still says
+# which test failed: a package's output can run to megabytes before them.
+: >/tmp/braid-test.log
+logged() {
+    local from rc=0
+    from=$(($(wc -l </tmp/braid-test.log) + 1))
+    "$@" 2>&1 | tee -a /tmp/braid-test.log || rc=$?
+    if [ "$rc" != 0 ]; then
+        echo "== the failures of: $*"
+        tail -n "+$from" /tmp/braid-test.log | grep -E -A 12 -- '^\s*--- FAIL|^panic:|WARNING: DATA RACE|race detected|^FAIL' | cut -c1-400 | head -n 300 || true
+        exit "$rc"
+    fi
+}
 
 if ! command -v mpirun.openmpi >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
@@ -73,8 +88,8 @@ step "go test -race (every package but algo, topo and pack: they run without it 
 # package's tests, where the communicator calls it concurrently. Their own
 # tests, 200 s of the race run on a cold 2-core machine, run without it
 # below.
-GORACE="${GORACE:-atexit_sleep_ms=0}" go test -race -timeout 20m \
-    $(go list ./... | grep -v -x -E 'github.com/braid-ccl/braid/(algo|topo|pack)') 2>&1 | tee /tmp/braid-test.log
+GORACE="${GORACE:-atexit_sleep_ms=0}" logged go test -race -timeout 20m \
+    $(go list ./... | grep -v -x -E 'github.com/braid-ccl/braid/(algo|topo|pack)')
 step "the C API: libbraid.so built and run from C on 2 and 3 ranks, its device calls without a driver (skips without cgo or a C compiler; TestCDevice runs on GPUs only)"
 go test -count=1 -v -run 'TestC' ./capi 2>&1 | grep -E '^(---|ok|FAIL)|capi_test.go' | tee -a /tmp/braid-test.log
 step "the PyTorch backend: 2-rank smoke test under braid run, torchrun and mpirun (scripts/torch-smoke.sh)"
@@ -87,12 +102,12 @@ else
     echo "note: could not download examples/mnist's modules; its test is skipped"
 fi
 step "non-temporal stores (internal/par's assembly, which the race detector's build leaves out), without the race detector"
-go test -count=1 -run 'Stream' ./internal/par ./transport/shmcoll 2>&1 | tee -a /tmp/braid-test.log
+logged go test -count=1 -run 'Stream' ./internal/par ./transport/shmcoll
 step "the correctness matrix at full size, and TestPAPSameBits, without the race detector"
-go test -count=1 -timeout 20m -run 'TestMatrix|TestPAPSameBits' . 2>&1 | tee -a /tmp/braid-test.log
+logged go test -count=1 -timeout 20m -run 'TestMatrix|TestPAPSameBits' .
 step "algo (every schedule run in the reference interpreter), topo and pack, and braid sim's sweep of every DGX-1 allocation (TestSweepNeverSlower), without the race detector"
-go test -count=1 ./algo ./topo ./pack 2>&1 | tee -a /tmp/braid-test.log
-go test -count=1 -run '^TestSweepNeverSlower$' ./cmd/braid 2>&1 | tee -a /tmp/braid-test.log
+logged go test -count=1 ./algo ./topo ./pack
+logged go test -count=1 -run '^TestSweepNeverSlower$' ./cmd/braid
 step "chaos, short: 20 jobs with one fault each (scripts/chaos.sh; docs/RELIABILITY.md)"
 # A hang, a slow end, a wrong result, a file left behind or a failure without a
 # fault fails CI; an error that names another rank than the faulty one is
