@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -108,18 +109,39 @@ func readTopo(cpu int) (pkg, core int, ok bool) {
 // setThreadsAffinity applies set to every thread of the process: Linux
 // binds threads, not processes, and threads made later inherit the mask
 // of the thread that makes them.
+//
+// A thread that one not yet bound makes while the threads are being
+// bound inherits the old mask, and the Go runtime makes threads whenever
+// it likes (at a process's start, in Init, most of all): under load, one
+// pass over the thread list left up to a few threads a pass unbound
+// (TestSetThreadsAffinityRace). So the list is read again, some
+// microseconds apart, until two passes in a row find every thread on set.
 func setThreadsAffinity(set *unix.CPUSet) error {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return unix.SchedSetaffinity(0, set)
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
+	for quiet, pass := 0, 0; quiet < 2; pass++ {
+		if pass > 0 {
+			time.Sleep(20 * time.Microsecond)
 		}
-		if err := unix.SchedSetaffinity(tid, set); err != nil && err != unix.ESRCH {
-			return fmt.Errorf("binding thread %d: %w", tid, err)
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return unix.SchedSetaffinity(0, set)
+		}
+		quiet++
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			var now unix.CPUSet
+			if err := unix.SchedGetaffinity(tid, &now); err == nil && now == *set {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, set); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("binding thread %d: %w", tid, err)
+			}
+			quiet = 0
+		}
+		if pass >= 1000 {
+			return fmt.Errorf("binding threads: the process kept making threads on other CPUs through %d passes over its thread list", pass)
 		}
 	}
 	return nil
