@@ -24,7 +24,8 @@ import (
 // Every collective call takes an arrival stamp when it enters Braid: the
 // time on the job's common clock, CLOCK_MONOTONIC of rank 0's host in
 // nanoseconds. Ranks on rank 0's host read that clock itself (the kernel
-// keeps one for the host), so their stamps compare exactly; a rank on
+// keeps one for the host), so their stamps compare within 2 µs
+// (the process maps Go's monotonic time onto it once: newClock); a rank on
 // another host adds an offset that Init estimates with clockRounds
 // ping-pongs with rank 0 (the round with the shortest round trip; its
 // error is at most half that round trip, which the rank's debug output
