@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/braid-ccl/braid/internal/monoclock"
 	"github.com/braid-ccl/braid/sched"
 	"github.com/braid-ccl/braid/transport"
-	"golang.org/x/sys/unix"
 )
 
 // Arrival times (issue 17, after "Efficient Process Arrival Pattern Aware
@@ -25,7 +25,7 @@ import (
 // time on the job's common clock, CLOCK_MONOTONIC of rank 0's host in
 // nanoseconds. Ranks on rank 0's host read that clock itself (the kernel
 // keeps one for the host), so their stamps compare within 2 µs
-// (the process maps Go's monotonic time onto it once: newClock); a rank on
+// (the process maps Go's monotonic time onto it once: monoclock); a rank on
 // another host adds an offset that Init estimates with clockRounds
 // ping-pongs with rank 0 (the round with the shortest round trip; its
 // error is at most half that round trip, which the rank's debug output
@@ -97,39 +97,11 @@ func (k *clock) estimate() (off, bound int64) {
 	}
 }
 
-// newClock starts a clock on this host's CLOCK_MONOTONIC, offset 0.
-//
-// base is read between two reads of CLOCK_MONOTONIC, and baseNS is their
-// midpoint: its error is half the gap between them, which is tens of
-// nanoseconds unless the thread is descheduled in between. On a loaded
-// machine it was: a gap of 300 µs put a rank's stamps 151 µs off its
-// host's other ranks' (TestClockRefresh failed so in a CI-like run). So
-// the reads are repeated, up to baseTries times, until the gap is at most
-// baseGap, and the narrowest pair is kept.
+// newClock starts a clock on this host's CLOCK_MONOTONIC, offset 0
+// (package monoclock maps Go's monotonic time onto it).
 func newClock() *clock {
-	return clockFrom(func() int64 {
-		var t unix.Timespec
-		unix.ClockGettime(unix.CLOCK_MONOTONIC, &t)
-		return t.Nano()
-	}, time.Now)
-}
-
-// clockFrom is newClock with the clocks it reads given.
-func clockFrom(mono func() int64, now func() time.Time) *clock {
-	const baseTries, baseGap = 100, 2 * time.Microsecond
 	k := &clock{}
-	best := int64(math.MaxInt64)
-	for range baseTries {
-		a := mono()
-		base := now()
-		b := mono()
-		if gap := b - a; gap < best {
-			best, k.base, k.baseNS = gap, base, (a+b)/2
-		}
-		if best <= int64(baseGap) {
-			break
-		}
-	}
+	k.base, k.baseNS, _ = monoclock.Base()
 	return k
 }
 

@@ -1,9 +1,6 @@
 package braid
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // TestClockUpdate walks the refresh's rule: an estimate whose round trip
 // is at most twice the shortest so far replaces the offset and its bound;
@@ -63,29 +60,5 @@ func TestClockEstimateConsistent(t *testing.T) {
 			return
 		default:
 		}
-	}
-}
-
-// TestClockBaseNarrowest: the clock's base is the CLOCK_MONOTONIC reading
-// of the narrowest pair of reads around time.Now, not of the first pair: a
-// thread descheduled between the first two reads (a gap of 300 µs here)
-// would put every stamp of the rank half that gap off its host's other
-// ranks'.
-func TestClockBaseNarrowest(t *testing.T) {
-	// Pairs of reads: (1000, 301000), a gap of 300 µs around the first
-	// time.Now, then (400000, 405000) around the second, then (500000,
-	// 500001) around the third, which is within the 2 µs that ends the
-	// search.
-	reads := []int64{1000, 301000, 400000, 405000, 500000, 500001, 900000, 900001}
-	var nows []time.Time
-	t0 := time.Now()
-	mono := func() int64 { v := reads[0]; reads = reads[1:]; return v }
-	now := func() time.Time { n := t0.Add(time.Duration(len(nows))); nows = append(nows, n); return n }
-	k := clockFrom(mono, now)
-	if len(nows) != 3 {
-		t.Fatalf("read time.Now %d times, want 3 (the third pair is narrow enough)", len(nows))
-	}
-	if k.baseNS != 500000 || !k.base.Equal(nows[2]) {
-		t.Errorf("base %v at %d ns, want the third pair's: %v at 500000", k.base, k.baseNS, nows[2])
 	}
 }

@@ -39,6 +39,9 @@ func TestImportRules(t *testing.T) {
 		"internal/size":     {},
 		"internal/textfile": {},
 		"internal/arrival":  {},
+		// Go's monotonic time on the host's CLOCK_MONOTONIC: the
+		// arrival clock and braid bench's.
+		"internal/monoclock": {},
 		// The shared-memory ring of frames: the shm transport's and the
 		// GPU executors' notices.
 		"internal/shmring": {},

@@ -13,9 +13,9 @@ import (
 
 	"github.com/braid-ccl/braid"
 	"github.com/braid-ccl/braid/internal/check"
+	"github.com/braid-ccl/braid/internal/monoclock"
 	"github.com/braid-ccl/braid/plan"
 	"github.com/braid-ccl/braid/sched"
-	"golang.org/x/sys/unix"
 )
 
 // Config is one benchmark run.
@@ -843,11 +843,8 @@ type commonClock struct {
 }
 
 func newCommonClock(off time.Duration) commonClock {
-	var a, b unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &a)
-	base := time.Now()
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &b)
-	return commonClock{base: base, baseNS: (a.Nano()+b.Nano())/2 + int64(off)}
+	base, ns, _ := monoclock.Base()
+	return commonClock{base: base, baseNS: ns + int64(off)}
 }
 
 // at returns t on the common clock, ns.
