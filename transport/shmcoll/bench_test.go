@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,13 +50,16 @@ func mappedGroups(tb testing.TB, n int) []*Group {
 // a locked thread of this process (so with n cores or more, as processes
 // with a core each): the area's flag protocol and copies, without the
 // communicator's call path (BenchmarkCallOverheadShm in the root package
-// times that). Set GOMAXPROCS to at least the largest n.
+// times that). Set GOMAXPROCS to at least the largest n. The sizes are a
+// rank's input (allreduce, bcast, allgather) or output (reducescatter);
+// BRAID_BENCH_RANKS and BRAID_BENCH_SIZES (comma-separated) replace the
+// lists below.
 func BenchmarkArea(b *testing.B) {
-	for _, n := range []int{2, 4, 8, 16} {
+	for _, n := range benchList(b, "BRAID_BENCH_RANKS", []int{2, 4, 8, 16}) {
 		if n > runtime.GOMAXPROCS(0) {
 			continue
 		}
-		for _, size := range []int{8, 256, 1024, 4096, 16384} {
+		for _, size := range benchList(b, "BRAID_BENCH_SIZES", []int{8, 256, 1024, 4096, 16384}) {
 			for _, coll := range []string{"allreduce", "bcast", "allgather", "reducescatter"} {
 				b.Run(coll+"/n"+strconv.Itoa(n)+"/"+strconv.Itoa(size), func(b *testing.B) {
 					benchArea(b, n, size, coll)
@@ -63,6 +67,24 @@ func BenchmarkArea(b *testing.B) {
 			}
 		}
 	}
+}
+
+// benchList returns the integers of the comma-separated list in the
+// environment variable env, or def where it is unset.
+func benchList(b *testing.B, env string, def []int) []int {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	var l []int
+	for _, f := range strings.Split(v, ",") {
+		x, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || x <= 0 {
+			b.Fatalf("%s=%q: want positive integers, comma-separated", env, v)
+		}
+		l = append(l, x)
+	}
+	return l
 }
 
 func benchArea(b *testing.B, n, size int, coll string) {
