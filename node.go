@@ -179,8 +179,9 @@ func nodeSplit(n int, op float64) float64 {
 
 // nodeShape says how the area runs p, for the planner's reason (Explain,
 // BRAID_DEBUG=info): an allreduce or reduce flat, in two phases, along the
-// chain or by recursive doubling, and the chunks of a call cut in several;
-// "" where there is nothing to say.
+// chain or by recursive doubling, a reduce-scatter by recursive doubling,
+// and the chunks of a call cut in several; "" where there is nothing to
+// say.
 func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 	if g == nil {
 		return ""
@@ -198,6 +199,10 @@ func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 			s = "one phase (every rank reads every input)"
 		default:
 			s = "two phases (a reduce-scatter, then an allgather)"
+		}
+	case sched.ReduceScatter:
+		if rounds := g.ScatterDoublingRounds(int(b)); rounds > 0 {
+			s = fmt.Sprintf("the whole input by recursive doubling in %d rounds (one call in 16 flat)", rounds)
 		}
 	}
 	if chunks > 1 {
@@ -304,7 +309,13 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 	case sched.Allgather:
 		t = sync + n*b/beta
 	case sched.ReduceScatter:
-		t = sync + b/beta + (n-1)*b/n*sgamma
+		if rounds := g.ScatterDoublingRounds(int(b)); rounds > 0 {
+			// The whole input by recursive doubling, as an allreduce's
+			// (shmcoll's scatterDoubling).
+			t = float64(rounds) * (nodeRound + b/beta + b*gamma)
+		} else {
+			t = sync + b/beta + (n-1)*b/n*sgamma
+		}
 	}
 	return t * chunks
 }

@@ -31,7 +31,8 @@ var _ algo.Algorithm = nodeAlgo{}
 // TestMatrixShm runs the matrix's cases through the shared area: every
 // dtype and op at the small counts, float32 at the large ones (many
 // chunks), in place and not, every root, on 1–9 ranks, and the small
-// counts on 16 and 17 (allreduce also by recursive doubling).
+// counts on 16 and 17 (allreduce and reduce-scatter also by recursive
+// doubling, on 4, 5, 8, 16 and 17 ranks).
 func TestMatrixShm(t *testing.T) {
 	for _, coll := range nodeCollectives {
 		t.Run(coll.String(), func(t *testing.T) {
@@ -39,22 +40,28 @@ func TestMatrixShm(t *testing.T) {
 			for n := 1; n <= 9; n++ {
 				runCases(t, coll, "shm", n, nil, matrixCases(coll, nodeAlgo{coll}, n))
 			}
-			for _, n := range []int{16, 17} {
+			small := func(n int) []mcase {
 				var small []mcase
 				for _, k := range matrixCases(coll, nodeAlgo{coll}, n) {
 					if k.count <= 1000 {
 						small = append(small, k)
 					}
 				}
-				runCases(t, coll, "shm", n, nil, small)
-				if coll == sched.Allreduce {
-					// Recursive doubling, which the area takes from 16
-					// ranks where they have a core each (not on a 2-core
-					// machine).
-					undo := braid.KeepDoubling()
-					runCases(t, coll, "shm", n, nil, small)
-					undo()
+				return small
+			}
+			for _, n := range []int{16, 17} {
+				runCases(t, coll, "shm", n, nil, small(n))
+			}
+			if coll == sched.Allreduce || coll == sched.ReduceScatter {
+				// Recursive doubling, which the area takes from 4 ranks
+				// where they have a core each (not on a 2-core machine):
+				// an allreduce of up to 1 KiB, a reduce-scatter of up
+				// to 1 KiB in blocks of up to a line.
+				undo := braid.KeepDoubling()
+				for _, n := range []int{4, 5, 8, 16, 17} {
+					runCases(t, coll, "shm", n, nil, small(n))
 				}
+				undo()
 			}
 		})
 	}
@@ -187,25 +194,43 @@ func TestShmShapeExplained(t *testing.T) {
 	undo := braid.KeepDoubling()
 	defer undo()
 	for _, tc := range []struct {
+		coll     string
 		n, count int
 		want     string
 	}{
-		{16, 64, "recursive doubling in 2 rounds"},
-		{17, 64, "recursive doubling in 4 rounds"},
-		{4, 2, "one phase"},
-		{4, 4096, "two phases"},
+		{"allreduce", 16, 64, "recursive doubling in 2 rounds"},
+		{"allreduce", 17, 64, "recursive doubling in 4 rounds"},
+		{"allreduce", 4, 2, "recursive doubling in 1 rounds"},
+		{"allreduce", 3, 2, "one phase"},
+		{"allreduce", 4, 4096, "two phases"},
+		// A block of a float (count is a rank's block), and of 32.
+		{"reducescatter", 16, 1, "the whole input by recursive doubling in 2 rounds"},
+		{"reducescatter", 8, 16, "the whole input by recursive doubling in 2 rounds"},
 	} {
 		comms, err := braid.NewLocal(tc.n, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, why, err := comms[0].Explain("allreduce", tc.count, braid.Float32, 0)
+		a, why, err := comms[0].Explain(tc.coll, tc.count, braid.Float32, 0)
 		for _, c := range comms {
 			c.Close()
 		}
 		if err != nil || a != "shm" || !strings.Contains(why, "the area runs it as "+tc.want) {
-			t.Errorf("%d ranks, %d floats: %s (%s, %v), want shm run as %s", tc.n, tc.count, a, why, err, tc.want)
+			t.Errorf("%s, %d ranks, %d floats: %s (%s, %v), want shm run as %s", tc.coll, tc.n, tc.count, a, why, err, tc.want)
 		}
+	}
+	// Blocks over a line reduce-scatter flat: nothing to say of the shape.
+	comms, err := braid.NewLocal(8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	if a, why, err := comms[0].Explain("reducescatter", 17, braid.Float32, 0); err != nil || strings.Contains(why, "doubling") {
+		t.Errorf("reducescatter, 8 ranks, blocks of 17 floats: %s (%s, %v), want no doubling", a, why, err)
 	}
 }
 

@@ -45,7 +45,7 @@
 //     r-th slice of every input into its res slot and every rank copies the
 //     slices out (a reduce-scatter and an allgather in shared memory, two
 //     synchronisations). Both combine the inputs in rank order 0, 1, ...,
-//     n−1, so every rank gets the same bits. From 16 ranks (RDRanks), a
+//     n−1, so every rank gets the same bits. From 4 ranks (RDRanks), a
 //     call of at most RDMax bytes (1 KiB) goes by recursive doubling
 //     instead (doubling.go): ⌈log₂ n / 2⌉ rounds, in each of which a
 //     rank exchanges its partial result with three partners (one in a
@@ -61,7 +61,10 @@
 //     it wrote.
 //   - Allgather: every rank writes its block; every rank copies all blocks.
 //   - ReduceScatter: every rank writes the chunk's part of every block; rank
-//     r reduces the r-th parts in rank order.
+//     r reduces the r-th parts in rank order. Where the whole input would
+//     double as an allreduce and a block is at most a line (64 bytes), it
+//     goes as that allreduce by recursive doubling, each rank keeping its
+//     block (scatterDoubling).
 //   - Barrier: a chunk of no data.
 //   - AllreducePAP and ReducePAP (pap.go): the arrival-aware reductions of
 //     "Efficient Process Arrival Pattern Aware Collective Communication

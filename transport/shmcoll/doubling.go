@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 )
 
-// Recursive doubling through the area: a small allreduce of 16 ranks or
+// Recursive doubling through the area: a small allreduce of 4 ranks or
 // more (DefaultRDRanks) in rounds among a few partners each, instead of
 // every rank reading every rank's flag line at once (reduceFlat).
 //
@@ -29,10 +29,20 @@ import (
 // (BenchmarkArea, session 18, two runs of three) 16 ranks allreduced
 // 256 B in 3.6–3.7 µs by radix-2 doubling against 4.3–5.2 flat, 1 KiB in
 // 5.4–6.0 against 6.7–7.2, and 8 B in 3.3–3.6 against 3.1–4.2; at 4 and 8
-// ranks doubling lost by 5–26 % (8 ranks, 8 B: 1.6–1.8 µs against 1.4).
-// So the area doubles from 16 ranks (DefaultRDRanks); at 32 and more,
-// which the node could not run, the flat storm only grows (n² lines
-// against log₄ n rounds).
+// ranks radix-2 doubling lost by 5–26 % (8 ranks, 8 B: 1.6–1.8 µs against
+// 1.4), so the area doubled from 16 ranks. With radix 4 (4 ranks: one
+// round; 8: two) it wins there too (session 27, BenchmarkArea, three runs
+// each, GOMAXPROCS=16): 4 ranks allreduced 8 B in 0.52–0.64 µs against
+// 0.78–0.88 flat, 64 B in 0.76–0.87 against 0.84–0.89, 1 KiB in 1.43–1.51
+// against 1.69–1.81; 8 ranks 64 B in 1.11–1.48 against 1.52–1.62 and
+// 1 KiB in 2.48–3.08 against 2.87–3.17, and 8 B and 256 B within each
+// other's spread (1.21–1.28 against 1.16–1.24; 1.61–1.78 against
+// 1.52–1.59). So the area doubles from 4 ranks (DefaultRDRanks); 2 and
+// 3 ranks exchange with every other rank in one round anyway. At 32 and
+// more, which the node could not run, the flat storm only grows (n²
+// lines against log₄ n rounds). Ranks that outnumber the cores do not
+// double (the communicator turns it off): each round waits for partners
+// that may not be running.
 //
 // # Layout
 //
@@ -85,7 +95,7 @@ const (
 // doubling, and DefaultRDRanks the least number of ranks (see doubling.go).
 const (
 	DefaultRDMax   = rdCap
-	DefaultRDRanks = 16
+	DefaultRDRanks = 4
 )
 
 // A call that doubles (at most RDMax ≤ rdCap bytes) is always one chunk:
@@ -135,6 +145,27 @@ func (g *Group) DoublingRounds(b int) int {
 		rounds += 2
 	}
 	return rounds
+}
+
+// scatterDoubles reports whether a reduce-scatter of whole bytes (every
+// rank's block, n of them) goes by recursive doubling of the whole input
+// (scatterDoubling): where an allreduce of whole bytes would double and
+// a block is at most a line. With larger blocks the flat reduce-scatter,
+// which reads only the rank's own block of each input, costs less than
+// reducing n of them in every round: on the 16-core node, 8 ranks
+// reduce-scattered 1 KiB (blocks of 128 bytes) flat in 2.0–2.2 µs and
+// by doubling in 2.6–2.9 (BenchmarkArea, session 27).
+func (g *Group) scatterDoubles(whole int) bool {
+	return g.n > 0 && whole/g.n <= lineSize && g.doubles(whole)
+}
+
+// ScatterDoublingRounds is DoublingRounds for a reduce-scatter of whole
+// bytes: 0 where it does not double (scatterDoubles).
+func (g *Group) ScatterDoublingRounds(whole int) int {
+	if !g.scatterDoubles(whole) {
+		return 0
+	}
+	return g.DoublingRounds(whole)
 }
 
 // rdAt returns rank q's entry e of set s: its flag line and its data.
@@ -253,6 +284,28 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 		g.rdPublish(s, last, f, c.Sig, b)
 	}
 	g.finish(f, c.Sig)
+	return nil
+}
+
+// scatterDoubling is a reduce-scatter of one chunk (the call's whole
+// input, at most RDMax bytes, blocks of at most a line: scatterDoubles)
+// as an allreduce of the whole input by recursive doubling, of which each
+// rank keeps its block (out). It reduces n times the bytes that the flat
+// reduce-scatter does, a line or a few at these sizes, for log₄ n rounds
+// among a few partners instead of every rank reading a line of every
+// rank's slot. On the 16-core node (session 27, BenchmarkArea, three runs
+// each) blocks of 8 B took 2.1–2.8 µs on 16 ranks against 4.5–6.9 flat,
+// 1.2–1.3 on 8 against 1.8–2.0, 0.63–0.71 on 4 against 0.80–0.97; blocks
+// of 64 B 1.8–1.9 on 8 ranks against 2.4–2.5. One call in rdSample goes
+// flat, as an allreduce's does, so that every rank's arrival stamps are
+// seen.
+func (g *Group) scatterDoubling(c *Call, in, out []byte, r Reducer) error {
+	all := g.rdAll[:len(in)]
+	if err := g.reduceDoubling(c, in, all, r); err != nil {
+		return err
+	}
+	blk := len(out)
+	copy(out, all[g.rank*blk:(g.rank+1)*blk])
 	return nil
 }
 

@@ -101,7 +101,7 @@ func TestDoubling(t *testing.T) {
 	}
 }
 
-// TestDoublingOff: RDMax < 0, fewer than RDRanks ranks (by default 16),
+// TestDoublingOff: RDMax < 0, fewer than RDRanks ranks (by default 4),
 // and chunks above RDMax reduce flat (or in two phases), never by doubling.
 func TestDoublingOff(t *testing.T) {
 	for _, tc := range []struct {
@@ -111,7 +111,7 @@ func TestDoublingOff(t *testing.T) {
 	}{
 		{8, Options{RDMax: -1, RDRanks: 4}, 1},
 		{3, Options{RDRanks: 4}, 1},
-		{15, Options{}, 1}, // below DefaultRDRanks
+		{3, Options{}, 1}, // below DefaultRDRanks
 		{8, Options{RDMax: 256, RDRanks: 4}, 33},
 		{16, Options{}, 129},
 		{65, Options{RDRanks: 4}, 1}, // above rdMaxRanks
@@ -233,5 +233,79 @@ func TestDoublingMaker(t *testing.T) {
 		if g.rdMax != -1 || g.rdRanks != 6 {
 			t.Errorf("rank %d: doubling up to %d bytes from %d ranks, want the maker's -1 and 6", g.Rank(), g.rdMax, g.rdRanks)
 		}
+	}
+}
+
+// TestDoublingReduceScatter runs small reduce-scatters, which go by
+// recursive doubling of the whole input (scatterDoubling), back to back
+// with data that changes every call, in place and not, between doubling
+// allreduces (which take the same sets of entries) and reduce-scatters
+// too large to double, for powers of two and not: every rank gets the
+// exact sum of its block, and every call doubles but one in rdSample.
+func TestDoublingReduceScatter(t *testing.T) {
+	const calls = 24
+	for _, n := range []int{4, 5, 8, 16, 17, 33} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			var scattered, doubled atomic.Int64
+			runAll(t, n, Options{RDRanks: 4}, func(g *Group, c *Call) error {
+				r := g.Rank()
+				for k := range calls {
+					// Blocks of 1 to 3 float64s, the whole input at most
+					// RDMax (rdCap) bytes; a block over a line, which
+					// goes flat; a whole input too large to double.
+					m := 1 + k%3
+					if 8*m*n > rdCap {
+						m = 1
+					}
+					switch k % 4 {
+					case 2:
+						m = lineSize/8 + 1
+					case 3:
+						m = rdCap/8/n + 1
+					}
+					in := make([]float64, n*m)
+					for i := range in {
+						in[i] = val(r, i) + float64(k)
+					}
+					ib := bytesOf(in)
+					ob := make([]byte, 8*m)
+					if k%2 == 1 {
+						ob = ib[r*8*m : (r+1)*8*m]
+					}
+					before := g.rdCalls
+					c.Sig, c.Ticket = uint32(k), g.Ticket()
+					if err := g.ReduceScatter(c, ib, ob, sumF64()); err != nil {
+						return fmt.Errorf("call %d: %w", k, err)
+					}
+					if r == 0 && g.scatterDoubles(len(ib)) {
+						scattered.Add(1)
+						if g.rdCalls > before {
+							doubled.Add(1)
+						}
+					}
+					// rdSeen counts the eligible calls, the allreduces'
+					// too: one in rdSample goes flat.
+					if went, want := g.rdCalls > before, g.scatterDoubles(len(ib)) && g.rdSeen%rdSample != 0; went != want {
+						return fmt.Errorf("call %d (%d B): doubled %v, want %v", k, len(ib), went, want)
+					}
+					if err := checkSum(ob, n, func(q, i int) float64 { return val(q, r*m+i) + float64(k) }); err != nil {
+						return fmt.Errorf("call %d (%d B a block): %w", k, 8*m, err)
+					}
+					// A doubling allreduce between: the other set of entries.
+					a := bytesOf([]float64{float64(r), float64(k)})
+					c.Sig, c.Ticket = uint32(1000+k), g.Ticket()
+					if err := g.Allreduce(c, a, a, sumF64()); err != nil {
+						return fmt.Errorf("call %d (allreduce): %w", k, err)
+					}
+					if got := f64s(a); got[0] != float64(n*(n-1)/2) || got[1] != float64(n*k) {
+						return fmt.Errorf("call %d (allreduce): %v", k, got)
+					}
+				}
+				return nil
+			})
+			if doubled.Load() == 0 {
+				t.Errorf("none of %d eligible reduce-scatters doubled", scattered.Load())
+			}
+		})
 	}
 }

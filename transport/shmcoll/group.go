@@ -137,6 +137,7 @@ type Group struct {
 	rdCalls, rdSeen      uint64      // calls that doubled, and calls that could have (doubling.go)
 	blocks               [][]byte    // blocks[q]: rank q's block, mapped here
 	srcs                 [][]byte    // scratch: one source per rank
+	rdAll                [rdCap]byte // scratch: a doubling reduce-scatter's whole result
 	comb                 combineTask // scratch: combine's work
 
 	f     uint64 // the last chunk this rank used
@@ -1105,6 +1106,11 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 	es, blk := r.ElemSize, len(out)
 	if g.slot/g.n < es {
 		return fmt.Errorf("shmcoll: %d ranks do not fit an element of %d bytes each in a %d-byte slot", g.n, es, g.slot)
+	}
+	if g.scatterDoubles(len(in)) {
+		if g.rdSeen++; g.rdSeen%rdSample != 0 {
+			return g.scatterDoubling(c, in, out, r)
+		}
 	}
 	size, count := chunks(blk, es, g.slot/g.n)
 	srcs := g.srcs
