@@ -179,8 +179,8 @@ func nodeSplit(n int, op float64) float64 {
 
 // nodeShape says how the area runs p, for the planner's reason (Explain,
 // BRAID_DEBUG=info): an allreduce or reduce flat, in two phases, along the
-// chain or by recursive doubling, a reduce-scatter by recursive doubling,
-// and the chunks of a call cut in several; "" where there is nothing to
+// chain or by recursive doubling, an allgather or reduce-scatter by
+// recursive doubling, and the chunks of a call cut in several; "" where there is nothing to
 // say.
 func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 	if g == nil {
@@ -199,6 +199,10 @@ func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 			s = "one phase (every rank reads every input)"
 		default:
 			s = "two phases (a reduce-scatter, then an allgather)"
+		}
+	case sched.Allgather:
+		if rounds := g.GatherDoublingRounds(int(b)); rounds > 0 {
+			s = fmt.Sprintf("recursive doubling in %d rounds (one call in 16 flat)", rounds)
 		}
 	case sched.ReduceScatter:
 		if rounds := g.ScatterDoublingRounds(int(b)); rounds > 0 {
@@ -307,7 +311,13 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			t += b / beta
 		}
 	case sched.Allgather:
-		t = sync + n*b/beta
+		if rounds := g.GatherDoublingRounds(int(b)); rounds > 0 {
+			// Rounds of a few partners (shmcoll's gatherDoubling), the
+			// blocks read in all of them the output's.
+			t = float64(rounds)*nodeRound + n*b/beta
+		} else {
+			t = sync + n*b/beta
+		}
 	case sched.ReduceScatter:
 		if rounds := g.ScatterDoublingRounds(int(b)); rounds > 0 {
 			// The whole input by recursive doubling, as an allreduce's

@@ -31,8 +31,8 @@ var _ algo.Algorithm = nodeAlgo{}
 // TestMatrixShm runs the matrix's cases through the shared area: every
 // dtype and op at the small counts, float32 at the large ones (many
 // chunks), in place and not, every root, on 1–9 ranks, and the small
-// counts on 16 and 17 (allreduce and reduce-scatter also by recursive
-// doubling, on 4, 5, 8, 16 and 17 ranks).
+// counts on 16 and 17 (allreduce, reduce-scatter and allgather also by
+// recursive doubling, on 4, 8, 16 and 17 ranks).
 func TestMatrixShm(t *testing.T) {
 	for _, coll := range nodeCollectives {
 		t.Run(coll.String(), func(t *testing.T) {
@@ -52,13 +52,15 @@ func TestMatrixShm(t *testing.T) {
 			for _, n := range []int{16, 17} {
 				runCases(t, coll, "shm", n, nil, small(n))
 			}
-			if coll == sched.Allreduce || coll == sched.ReduceScatter {
-				// Recursive doubling, which the area takes from 4 ranks
-				// where they have a core each (not on a 2-core machine):
-				// an allreduce of up to 1 KiB, a reduce-scatter of up
-				// to 1 KiB in blocks of up to a line.
+			if coll == sched.Allreduce || coll == sched.ReduceScatter || coll == sched.Allgather {
+				// Recursive doubling, which the area takes on 4, 8 and
+				// 16 or more ranks where they have a core each (not on a
+				// 2-core machine): an allreduce of up to 1 KiB, a
+				// reduce-scatter of up to 1 KiB in blocks of up to a
+				// line, an allgather of up to 1 KiB on a power of two
+				// ranks.
 				undo := braid.KeepDoubling()
-				for _, n := range []int{4, 5, 8, 16, 17} {
+				for _, n := range []int{4, 8, 16, 17} {
 					runCases(t, coll, "shm", n, nil, small(n))
 				}
 				undo()
@@ -195,17 +197,23 @@ func TestShmShapeExplained(t *testing.T) {
 	defer undo()
 	for _, tc := range []struct {
 		coll     string
-		n, count int
+		n, count int // count: a rank's block for reducescatter and allgather
 		want     string
+		not      bool // the reason must not say want
 	}{
-		{"allreduce", 16, 64, "recursive doubling in 2 rounds"},
-		{"allreduce", 17, 64, "recursive doubling in 4 rounds"},
-		{"allreduce", 4, 2, "recursive doubling in 1 rounds"},
-		{"allreduce", 3, 2, "one phase"},
-		{"allreduce", 4, 4096, "two phases"},
-		// A block of a float (count is a rank's block), and of 32.
-		{"reducescatter", 16, 1, "the whole input by recursive doubling in 2 rounds"},
-		{"reducescatter", 8, 16, "the whole input by recursive doubling in 2 rounds"},
+		{"allreduce", 16, 64, "recursive doubling in 2 rounds", false},
+		{"allreduce", 17, 64, "recursive doubling in 4 rounds", false},
+		{"allreduce", 4, 2, "recursive doubling in 1 rounds", false},
+		{"allreduce", 3, 2, "one phase", false},
+		{"allreduce", 8, 2, "one phase", false}, // inside a flag line
+		{"allreduce", 8, 16, "recursive doubling in 2 rounds", false},
+		{"allreduce", 4, 4096, "two phases", false},
+		{"reducescatter", 16, 1, "the whole input by recursive doubling in 2 rounds", false},
+		{"reducescatter", 8, 16, "the whole input by recursive doubling in 2 rounds", false},
+		{"reducescatter", 8, 17, "doubling", true}, // blocks over a line
+		{"allgather", 16, 4, "recursive doubling in 2 rounds", false},
+		{"allgather", 8, 2, "recursive doubling in 2 rounds", false},
+		{"allgather", 5, 2, "doubling", true}, // not a power of two
 	} {
 		comms, err := braid.NewLocal(tc.n, nil)
 		if err != nil {
@@ -215,22 +223,14 @@ func TestShmShapeExplained(t *testing.T) {
 		for _, c := range comms {
 			c.Close()
 		}
-		if err != nil || a != "shm" || !strings.Contains(why, "the area runs it as "+tc.want) {
-			t.Errorf("%s, %d ranks, %d floats: %s (%s, %v), want shm run as %s", tc.coll, tc.n, tc.count, a, why, err, tc.want)
+		switch {
+		case err != nil || a != "shm":
+			t.Errorf("%s, %d ranks, %d floats: %s (%s, %v), want shm", tc.coll, tc.n, tc.count, a, why, err)
+		case tc.not && strings.Contains(why, tc.want):
+			t.Errorf("%s, %d ranks, %d floats: %s, want no %s", tc.coll, tc.n, tc.count, why, tc.want)
+		case !tc.not && !strings.Contains(why, "the area runs it as "+tc.want):
+			t.Errorf("%s, %d ranks, %d floats: %s, want shm run as %s", tc.coll, tc.n, tc.count, why, tc.want)
 		}
-	}
-	// Blocks over a line reduce-scatter flat: nothing to say of the shape.
-	comms, err := braid.NewLocal(8, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
-	if a, why, err := comms[0].Explain("reducescatter", 17, braid.Float32, 0); err != nil || strings.Contains(why, "doubling") {
-		t.Errorf("reducescatter, 8 ranks, blocks of 17 floats: %s (%s, %v), want no doubling", a, why, err)
 	}
 }
 

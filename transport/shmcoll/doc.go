@@ -45,9 +45,10 @@
 //     r-th slice of every input into its res slot and every rank copies the
 //     slices out (a reduce-scatter and an allgather in shared memory, two
 //     synchronisations). Both combine the inputs in rank order 0, 1, ...,
-//     n−1, so every rank gets the same bits. From 4 ranks (RDRanks), a
-//     call of at most RDMax bytes (1 KiB) goes by recursive doubling
-//     instead (doubling.go): ⌈log₂ n / 2⌉ rounds, in each of which a
+//     n−1, so every rank gets the same bits. From 16 ranks (RDRanks), and
+//     on 4 and 8, a call of at most RDMax bytes (1 KiB; on 8, more than
+//     a flag line holds) goes by recursive doubling instead
+//     (doubling.go): ⌈log₂ n / 2⌉ rounds, in each of which a
 //     rank exchanges its partial result with three partners (one in a
 //     last round where log₂ n is odd) through entries of its own at the
 //     end of its block; partners combine the lower ranks' part first, so
@@ -60,9 +61,12 @@
 //     chunks in flight. The root says in the chunk's flag line which part
 //     it wrote.
 //   - Allgather: every rank writes its block; every rank copies all blocks.
+//     On 4, 8, 16, 32 or 64 ranks, an output of at most RDMax bytes goes
+//     by recursive doubling (gatherDoubling): in each round a rank
+//     exchanges the blocks it has gathered with its partners.
 //   - ReduceScatter: every rank writes the chunk's part of every block; rank
-//     r reduces the r-th parts in rank order. Where the whole input would
-//     double as an allreduce and a block is at most a line (64 bytes), it
+//     r reduces the r-th parts in rank order. Where the whole input could
+//     double (doubles) and a block is at most a line (64 bytes), it
 //     goes as that allreduce by recursive doubling, each rank keeping its
 //     block (scatterDoubling).
 //   - Barrier: a chunk of no data.

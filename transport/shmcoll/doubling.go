@@ -4,9 +4,11 @@ import (
 	"sync/atomic"
 )
 
-// Recursive doubling through the area: a small allreduce of 4 ranks or
-// more (DefaultRDRanks) in rounds among a few partners each, instead of
-// every rank reading every rank's flag line at once (reduceFlat).
+// Recursive doubling through the area: a small allreduce of 16 ranks or
+// more (DefaultRDRanks), or of 4 or 8, in rounds among a few partners
+// each, instead of every rank reading every rank's flag line at once
+// (reduceFlat); small reduce-scatters and allgathers the same way
+// (scatterDoubling, gatherDoubling).
 //
 // In the flat reduction each of n ranks reads n−1 lines, each written by
 // another core and read by n−1 others: n² line transfers a call. In round
@@ -37,9 +39,12 @@ import (
 // against 1.69–1.81; 8 ranks 64 B in 1.11–1.48 against 1.52–1.62 and
 // 1 KiB in 2.48–3.08 against 2.87–3.17, and 8 B and 256 B within each
 // other's spread (1.21–1.28 against 1.16–1.24; 1.61–1.78 against
-// 1.52–1.59). So the area doubles from 4 ranks (DefaultRDRanks); 2 and
-// 3 ranks exchange with every other rank in one round anyway. At 32 and
-// more, which the node could not run, the flat storm only grows (n²
+// 1.52–1.59); end to end, though, 8 ranks allreduced 8–32 B faster flat
+// (reduceDoubles). So the area doubles from 16 ranks (DefaultRDRanks),
+// and on 4 and 8 (a power of two from rdSmall, doubles); 2 and 3 ranks
+// exchange with every other rank in one round anyway, and groups of 5–7
+// and 9–15, whose extra ranks add two steps, were not measured. At 32
+// and more, which the node could not run, the flat storm only grows (n²
 // lines against log₄ n rounds). Ranks that outnumber the cores do not
 // double (the communicator turns it off): each round waits for partners
 // that may not be running.
@@ -92,20 +97,38 @@ const (
 )
 
 // DefaultRDMax is the largest allreduce chunk that goes by recursive
-// doubling, and DefaultRDRanks the least number of ranks (see doubling.go).
+// doubling, and DefaultRDRanks the least number of ranks from which every
+// group doubles; below it, groups of a power of two from rdSmall ranks
+// double too (doubles; see doubling.go).
 const (
 	DefaultRDMax   = rdCap
-	DefaultRDRanks = 4
+	DefaultRDRanks = 16
+	rdSmall        = 4
 )
 
 // A call that doubles (at most RDMax ≤ rdCap bytes) is always one chunk:
 // every slot holds more.
 var _ = [1]struct{}{}[rdCap/minSlot]
 
-// doubles reports whether an allreduce of b bytes goes by recursive
-// doubling.
+// doubles reports whether a call of b bytes can go by recursive doubling:
+// at most RDMax bytes, in a group of RDRanks ranks or more, or of a power
+// of two from rdSmall (4 and 8 ranks, measured; groups of 5–7 and 9–15
+// would add two steps for their extra ranks, not measured).
 func (g *Group) doubles(b int) bool {
-	return g.rdMax > 0 && b <= g.rdMax && g.n >= g.rdRanks && g.n <= rdMaxRanks
+	return g.rdMax > 0 && b <= g.rdMax && g.n <= rdMaxRanks &&
+		(g.n >= g.rdRanks || g.n >= rdSmall && g.n&(g.n-1) == 0)
+}
+
+// reduceDoubles reports whether an allreduce of b bytes goes by recursive
+// doubling: where it can (doubles), but for data that fits a flag line
+// on a group below RDRanks of more than rdSmall ranks, where the flat
+// reduction reads only n−1 lines: on the 16-core node 8 ranks allreduced
+// 8–32 B flat in 1.69–1.93 µs end to end and by doubling in 1.68–2.27
+// (medians 1.70–1.85 against 1.79–1.98; session 27, braid bench, six
+// alternated rounds), while at 64 B doubling won (1.99–2.11 against
+// 2.03–3.10), as it does on 4 ranks at every size.
+func (g *Group) reduceDoubles(b int) bool {
+	return g.doubles(b) && (g.n >= g.rdRanks || g.n <= rdSmall || b > inline)
 }
 
 // doublingShape returns the ranks that double, p = 2^⌊log₂ n⌋ (the lowest
@@ -134,11 +157,17 @@ func rdRounds(log int) int { return (log + 1) / 2 }
 // DoublingRounds returns the rounds of an allreduce of b bytes by
 // recursive doubling (⌈log₂ p / 2⌉, and two more where the group is not a
 // power of two: the extra ranks' input and the result back to them), or 0
-// where it does not double. One call in 16 of those goes flat instead.
+// where it does not double (reduceDoubles). One call in 16 of those goes
+// flat instead.
 func (g *Group) DoublingRounds(b int) int {
-	if !g.doubles(b) {
+	if !g.reduceDoubles(b) {
 		return 0
 	}
+	return g.rounds()
+}
+
+// rounds returns the rounds of a call by recursive doubling in g.
+func (g *Group) rounds() int {
 	p, log := g.doublingShape()
 	rounds := rdRounds(log)
 	if p < g.n {
@@ -149,7 +178,7 @@ func (g *Group) DoublingRounds(b int) int {
 
 // scatterDoubles reports whether a reduce-scatter of whole bytes (every
 // rank's block, n of them) goes by recursive doubling of the whole input
-// (scatterDoubling): where an allreduce of whole bytes would double and
+// (scatterDoubling): where a call of whole bytes can double (doubles) and
 // a block is at most a line. With larger blocks the flat reduce-scatter,
 // which reads only the rank's own block of each input, costs less than
 // reducing n of them in every round: on the 16-core node, 8 ranks
@@ -165,7 +194,23 @@ func (g *Group) ScatterDoublingRounds(whole int) int {
 	if !g.scatterDoubles(whole) {
 		return 0
 	}
-	return g.DoublingRounds(whole)
+	return g.rounds()
+}
+
+// gatherDoubles reports whether an allgather of blocks of blk bytes goes
+// by recursive doubling (gatherDoubling): in a group of a power of two
+// ranks that doubles, where the whole output is at most RDMax.
+func (g *Group) gatherDoubles(blk int) bool {
+	return g.n&(g.n-1) == 0 && g.doubles(g.n*blk)
+}
+
+// GatherDoublingRounds is DoublingRounds for an allgather of blocks of
+// blk bytes: 0 where it does not double (gatherDoubles).
+func (g *Group) GatherDoublingRounds(blk int) int {
+	if !g.gatherDoubles(blk) {
+		return 0
+	}
+	return g.rounds()
 }
 
 // rdAt returns rank q's entry e of set s: its flag line and its data.
@@ -306,6 +351,56 @@ func (g *Group) scatterDoubling(c *Call, in, out []byte, r Reducer) error {
 	}
 	blk := len(out)
 	copy(out, all[g.rank*blk:(g.rank+1)*blk])
+	return nil
+}
+
+// gatherDoubling is an allgather of one chunk (the call's whole output,
+// at most RDMax bytes, on a power of two ranks: gatherDoubles) by
+// recursive doubling. In round k the ranks that differ only in bits
+// [shift, shift+log₂ radix) of their number (rdRound) exchange the blocks
+// that each has gathered so far: those of the 2^shift ranks that share
+// its higher bits, contiguous in out. After the last round every rank
+// holds all n. As the doubling allreduce, it reads a few partners a round
+// instead of every rank's flag line at once, and reuses its entries
+// without waiting (doubling.go). One call in rdSample goes flat, so that
+// every rank's arrival stamps are seen.
+func (g *Group) gatherDoubling(c *Call, in, out []byte) error {
+	f := g.next()
+	s := int(g.rdCalls & 1)
+	g.rdCalls++
+	blk, me := len(in), g.rank
+	_, log := g.doublingShape()
+	rounds := rdRounds(log)
+	// Take back the lines this call writes (see doubling.go).
+	for k := range rounds {
+		flag, data := g.rdAt(me, s, 1+k)
+		*u64(flag[flagArrive:]) = g.stamp
+		for o, b := 0, blk<<(2*k); b > inline && o < b; o += lineSize {
+			*u64(data[o:]) = 0
+		}
+	}
+	copy(out[me*blk:(me+1)*blk], in)
+	for k := range rounds {
+		shift, radix := rdRound(k, log)
+		b := blk << shift // the blocks of 2^shift ranks
+		lo := me &^ (1<<shift - 1) * blk
+		copy(g.rdBuf(me, s, 1+k, b), out[lo:lo+b])
+		g.rdPublish(s, 1+k, f, c.Sig, b)
+		mine := me >> shift & (radix - 1)
+		for d := range radix {
+			if d == mine {
+				continue
+			}
+			q := me&^((radix-1)<<shift) | d<<shift
+			w, err := g.rdRead(c, q, s, 1+k, f, b, "the blocks it gathered")
+			if err != nil {
+				return err
+			}
+			qlo := q &^ (1<<shift - 1) * blk
+			copy(out[qlo:qlo+b], w)
+		}
+	}
+	g.finish(f, c.Sig)
 	return nil
 }
 

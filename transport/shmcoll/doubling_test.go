@@ -101,20 +101,31 @@ func TestDoubling(t *testing.T) {
 	}
 }
 
-// TestDoublingOff: RDMax < 0, fewer than RDRanks ranks (by default 4),
-// and chunks above RDMax reduce flat (or in two phases), never by doubling.
-func TestDoublingOff(t *testing.T) {
+// TestDoublingScope: RDMax < 0, fewer than RDRanks ranks (by default 16)
+// but for 4 and 8, 8 ranks' data inside a flag line, and chunks above
+// RDMax reduce flat (or in two phases), never by doubling; with the
+// default options 4 and 8 ranks double (8 above a flag line's data), and
+// 16 and 17 at every size up to RDMax: every call but one in rdSample.
+func TestDoublingScope(t *testing.T) {
 	for _, tc := range []struct {
-		n int
-		o Options
-		m int
+		n       int
+		o       Options
+		m       int
+		doubled uint64 // of 3 calls
 	}{
-		{8, Options{RDMax: -1, RDRanks: 4}, 1},
-		{3, Options{RDRanks: 4}, 1},
-		{3, Options{}, 1}, // below DefaultRDRanks
-		{8, Options{RDMax: 256, RDRanks: 4}, 33},
-		{16, Options{}, 129},
-		{65, Options{RDRanks: 4}, 1}, // above rdMaxRanks
+		{8, Options{RDMax: -1, RDRanks: 4}, 1, 0},
+		{3, Options{RDRanks: 4}, 1, 0},
+		{3, Options{}, 1, 0},  // below DefaultRDRanks
+		{6, Options{}, 33, 0}, // below DefaultRDRanks, not a power of two
+		{15, Options{}, 1, 0}, // likewise
+		{8, Options{}, 5, 0},  // 40 bytes: inside a flag line
+		{8, Options{RDMax: 256, RDRanks: 4}, 33, 0},
+		{16, Options{}, 129, 0},
+		{65, Options{RDRanks: 4}, 1, 0}, // above rdMaxRanks
+		{4, Options{}, 1, 3},
+		{8, Options{}, 6, 3},
+		{16, Options{}, 1, 3},
+		{17, Options{}, 128, 3},
 	} {
 		runAll(t, tc.n, tc.o, func(g *Group, c *Call) error {
 			for range 3 {
@@ -124,8 +135,8 @@ func TestDoublingOff(t *testing.T) {
 					return err
 				}
 			}
-			if g.rdCalls != 0 {
-				return fmt.Errorf("n=%d %+v %d B: %d calls doubled", tc.n, tc.o, 8*tc.m, g.rdCalls)
+			if g.rdCalls != tc.doubled {
+				return fmt.Errorf("n=%d %+v %d B: %d calls of 3 doubled, want %d", tc.n, tc.o, 8*tc.m, g.rdCalls, tc.doubled)
 			}
 			return nil
 		})
@@ -305,6 +316,75 @@ func TestDoublingReduceScatter(t *testing.T) {
 			})
 			if doubled.Load() == 0 {
 				t.Errorf("none of %d eligible reduce-scatters doubled", scattered.Load())
+			}
+		})
+	}
+}
+
+// TestDoublingAllgather runs small allgathers, which go by recursive
+// doubling on a power of two ranks (gatherDoubling), back to back with
+// data that changes every call, in place and not, between doubling
+// allreduces (which take the same sets of entries) and allgathers too
+// large to double: every rank gets every block, and every eligible call
+// doubles but one in rdSample; on other rank counts none doubles.
+func TestDoublingAllgather(t *testing.T) {
+	const calls = 24
+	for _, n := range []int{4, 5, 8, 12, 16, 32, 64} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			var doubled atomic.Int64
+			runAll(t, n, Options{RDRanks: 4}, func(g *Group, c *Call) error {
+				r := g.Rank()
+				for k := range calls {
+					// Blocks of 1 to 3 bytes, of up to 5 float64s (the
+					// whole output at most RDMax, rdCap), and too large.
+					blk := 1 + k%3
+					switch k % 4 {
+					case 2:
+						blk = min(40, rdCap/n)
+					case 3:
+						blk = rdCap/n + 1
+					}
+					in := make([]byte, blk)
+					for i := range in {
+						in[i] = byte(r*7 + i + k)
+					}
+					out := make([]byte, n*blk)
+					if k%2 == 1 {
+						copy(out[r*blk:], in)
+						in = out[r*blk : (r+1)*blk]
+					}
+					before := g.rdCalls
+					c.Sig, c.Ticket = uint32(k), g.Ticket()
+					if err := g.Allgather(c, in, out); err != nil {
+						return fmt.Errorf("call %d: %w", k, err)
+					}
+					went := g.rdCalls > before
+					if want := g.gatherDoubles(blk) && g.rdSeen%rdSample != 0; went != want {
+						return fmt.Errorf("call %d (%d B blocks): doubled %v, want %v", k, blk, went, want)
+					}
+					if went && r == 0 {
+						doubled.Add(1)
+					}
+					for q := range n {
+						for i := range blk {
+							if got, want := out[q*blk+i], byte(q*7+i+k); got != want {
+								return fmt.Errorf("call %d (%d B blocks): block %d byte %d = %d, want %d", k, blk, q, i, got, want)
+							}
+						}
+					}
+					a := bytesOf([]float64{float64(r)})
+					c.Sig, c.Ticket = uint32(1000+k), g.Ticket()
+					if err := g.Allreduce(c, a, a, sumF64()); err != nil {
+						return fmt.Errorf("call %d (allreduce): %w", k, err)
+					}
+					if got := f64s(a)[0]; got != float64(n*(n-1)/2) {
+						return fmt.Errorf("call %d (allreduce): %v", k, got)
+					}
+				}
+				return nil
+			})
+			if pow := n&(n-1) == 0; pow != (doubled.Load() > 0) {
+				t.Errorf("%d ranks: %d allgathers doubled", n, doubled.Load())
 			}
 		})
 	}

@@ -783,7 +783,7 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
-	if g.doubles(len(in)) {
+	if g.reduceDoubles(len(in)) {
 		if g.rdSeen++; g.rdSeen%rdSample != 0 {
 			return g.reduceDoubling(c, in, out, r)
 		}
@@ -1061,6 +1061,11 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	blk := len(in)
+	if g.gatherDoubles(blk) {
+		if g.rdSeen++; g.rdSeen%rdSample != 0 {
+			return g.gatherDoubling(c, in, out)
+		}
+	}
 	size, count := chunks(blk, 1, g.slot)
 	inPlace := blk > 0 && &in[0] == &out[g.rank*blk]
 	g.startDirect(c, in, blk)
