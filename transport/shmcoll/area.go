@@ -95,7 +95,7 @@ func (o Options) resolve(n int) (Options, error) {
 }
 
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
-	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, rdMax: o.RDMax, rdRanks: o.RDRanks, blocks: blocks, srcs: make([][]byte, n)}
+	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, rdMax: o.RDMax, rdRanks: o.RDRanks, blocks: blocks, srcs: make([][]byte, n), rdAll: make([]byte, rdCap)}
 }
 
 // NewLocal returns the groups of n goroutine ranks of one process, sharing

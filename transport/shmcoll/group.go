@@ -137,7 +137,7 @@ type Group struct {
 	rdCalls, rdSeen      uint64      // calls that doubled, and calls that could have (doubling.go)
 	blocks               [][]byte    // blocks[q]: rank q's block, mapped here
 	srcs                 [][]byte    // scratch: one source per rank
-	rdAll                [rdCap]byte // scratch: a doubling reduce-scatter's whole result
+	rdAll                []byte      // scratch: a doubling reduce-scatter's whole result (rdCap bytes)
 	comb                 combineTask // scratch: combine's work
 
 	f     uint64 // the last chunk this rank used
