@@ -180,8 +180,8 @@ func nodeSplit(n int, op float64) float64 {
 // nodeShape says how the area runs p, for the planner's reason (Explain,
 // BRAID_DEBUG=info): an allreduce or reduce flat, in two phases, along the
 // chain or by recursive doubling, an allgather or reduce-scatter by
-// recursive doubling, and the chunks of a call cut in several; "" where there is nothing to
-// say.
+// recursive doubling, and the chunks of a call cut in several; "" where
+// there is nothing to say.
 func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 	if g == nil {
 		return ""
