@@ -256,3 +256,50 @@ func TestSetThreadsAffinityRace(t *testing.T) {
 		t.Errorf("%d threads left off the binding", escaped)
 	}
 }
+
+// TestHostCPUs: a process that its launcher bound to one CPU (taskset here,
+// as mpirun --bind-to core does) counts its cgroup's CPUs for the host's
+// ranks where their shares fit the cgroup's set, and its own one where
+// they do not (a job confined as a whole); unbound, its own count.
+func TestHostCPUs(t *testing.T) {
+	if os.Getenv("BRAID_TEST_HOSTCPUS_CHILD") != "" {
+		cg := cgroupCPUs()
+		fmt.Printf("counts %d %d %d %d\n", runtime.NumCPU(), hostCPUs(cg), hostCPUs(cg+1), cg)
+		return
+	}
+	if got, own := hostCPUs(1), runtime.NumCPU(); got < own {
+		t.Fatalf("hostCPUs(1) = %d, fewer than this process's %d", got, own)
+	}
+	cg := cgroupCPUs()
+	if cg < 2 {
+		t.Skipf("the cgroup's cpuset has %d CPUs (or none to read): nothing to narrow", cg)
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		t.Skip("no taskset to bind the child with")
+	}
+	cmd := exec.Command(taskset, "-c", "0", os.Args[0], "-test.run", "^TestHostCPUs$")
+	cmd.Env = append(os.Environ(), "BRAID_TEST_HOSTCPUS_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	var own, fit, over, cgroup int
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(l, "counts %d %d %d %d", &own, &fit, &over, &cgroup); err == nil {
+			break
+		}
+	}
+	if own != 1 || fit != cg || over != 1 || cgroup != cg {
+		t.Fatalf("bound to CPU 0: NumCPU %d, hostCPUs %d for %d ranks and %d for %d, cgroupCPUs %d; want 1, %d, 1, %d\n%s",
+			own, fit, cg, over, cg+1, cgroup, cg, cg, out)
+	}
+}
+
+func TestParentCgroup(t *testing.T) {
+	for in, want := range map[string]string{"/a/b": "/a", "/a/b/": "/a", "/a": "/", "/": "/", "": "/"} {
+		if got := parentCgroup(in); got != want {
+			t.Errorf("parentCgroup(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"log"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -77,7 +76,7 @@ type world struct {
 // setSpin chooses how long waiters poll: long while every local rank has a
 // core, briefly when ranks outnumber cores (as Open MPI's yield_when_idle).
 func (w *world) setSpin(localRanks int) {
-	if localRanks <= runtime.NumCPU() {
+	if localRanks <= hostCPUs(localRanks) {
 		w.spin = 50 * time.Microsecond
 	} else {
 		w.spin = -1

@@ -233,7 +233,7 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 		// rank could map it, so that all use it or none.
 		w.secret = info.Secret
 		g, err := shmcoll.Join(ctx, shmcoll.Config{Rank: info.Rank, Ranks: info.Size, Store: store,
-			Key: prefix + "/shmcoll", Secret: info.Secret, Options: areaOptions(o.SharedSlot, info.Size, runtime.NumCPU())})
+			Key: prefix + "/shmcoll", Secret: info.Secret, Options: areaOptions(o.SharedSlot, info.Size, hostCPUs(info.Size))})
 		switch {
 		case err == nil:
 			c.setNode(g)

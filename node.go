@@ -66,8 +66,9 @@ func nodeCopySpeedup(n int) float64 { return 1 + float64(n)/8 }
 
 // areaOptions returns the options of a shared area for n ranks of this
 // host with the given slot (0: the default): recursive doubling only while
-// the ranks have a core each (cores: runtime.NumCPU for processes,
-// GOMAXPROCS for goroutine ranks, which share the process's threads). Its
+// the ranks have a core each (cores: hostCPUs for processes, the host's
+// CPUs that its ranks may run on together; GOMAXPROCS for goroutine
+// ranks, which share the process's threads). Its
 // rounds each wait for their partners, which a rank without a core of its
 // own waits for to be scheduled; on this 2-core VM, 8 goroutine ranks
 // allreduced 8 bytes through the area in 12.0 µs by doubling and 8.4 flat
@@ -527,7 +528,7 @@ func (c *Comm) splitArea(ctx context.Context, sub *Comm, parents []int) error {
 	mine := make([]byte, rec)
 	var g *shmcoll.Group
 	var path string
-	opts := areaOptions(c.w.opts.SharedSlot, sub.Size(), runtime.NumCPU())
+	opts := areaOptions(c.w.opts.SharedSlot, sub.Size(), hostCPUs(c.LocalSize()))
 	if multi && sub.rank == 0 {
 		var err error
 		if g, path, err = shmcoll.Make("", sub.Size(), opts, c.w.secret); err != nil {
