@@ -260,11 +260,13 @@ func TestSetThreadsAffinityRace(t *testing.T) {
 // TestHostCPUs: a process that its launcher bound to one CPU (taskset here,
 // as mpirun --bind-to core does) counts its cgroup's CPUs for the host's
 // ranks where their shares fit the cgroup's set, and its own one where
-// they do not (a job confined as a whole); unbound, its own count.
+// they do not (a job confined as a whole); unbound, its own count. Its
+// tuning tables record the cgroup's CPUs (ThisMachine), as an unbound
+// process's do.
 func TestHostCPUs(t *testing.T) {
 	if os.Getenv("BRAID_TEST_HOSTCPUS_CHILD") != "" {
 		cg := cgroupCPUs()
-		fmt.Printf("counts %d %d %d %d\n", runtime.NumCPU(), hostCPUs(cg), hostCPUs(cg+1), cg)
+		fmt.Printf("counts %d %d %d %d %d\n", runtime.NumCPU(), hostCPUs(cg), hostCPUs(cg+1), cg, ThisMachine().Cores)
 		return
 	}
 	if got, own := hostCPUs(1), runtime.NumCPU(); got < own {
@@ -284,15 +286,15 @@ func TestHostCPUs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
-	var own, fit, over, cgroup int
+	var own, fit, over, cgroup, machine int
 	for _, l := range strings.Split(string(out), "\n") {
-		if _, err := fmt.Sscanf(l, "counts %d %d %d %d", &own, &fit, &over, &cgroup); err == nil {
+		if _, err := fmt.Sscanf(l, "counts %d %d %d %d %d", &own, &fit, &over, &cgroup, &machine); err == nil {
 			break
 		}
 	}
-	if own != 1 || fit != cg || over != 1 || cgroup != cg {
-		t.Fatalf("bound to CPU 0: NumCPU %d, hostCPUs %d for %d ranks and %d for %d, cgroupCPUs %d; want 1, %d, 1, %d\n%s",
-			own, fit, cg, over, cg+1, cgroup, cg, cg, out)
+	if own != 1 || fit != cg || over != 1 || cgroup != cg || machine != cg {
+		t.Fatalf("bound to CPU 0: NumCPU %d, hostCPUs %d for %d ranks and %d for %d, cgroupCPUs %d, ThisMachine's cores %d; want 1, %d, 1, %d, %d\n%s",
+			own, fit, cg, over, cg+1, cgroup, machine, cg, cg, cg, out)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -589,10 +588,14 @@ func loadTable(path string) (*plan.Table, error) {
 	return t, err
 }
 
-// ThisMachine returns what a tuning table records of this machine.
+// ThisMachine returns what a tuning table records of this machine: its
+// CPUs as hostCPUs counts them for one rank (the cgroup's set where a
+// launcher bound this process to a share of it, so that a table tuned
+// under braid run still matches ranks that mpirun --bind-to core or srun
+// bound to one CPU each), and its NUMA nodes.
 func ThisMachine() plan.Machine {
 	nodes, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
-	return plan.Machine{Cores: runtime.NumCPU(), NUMA: max(1, len(nodes))}
+	return plan.Machine{Cores: hostCPUs(1), NUMA: max(1, len(nodes))}
 }
 
 // model returns the link figures the planner costs algorithms with.
