@@ -213,6 +213,30 @@ func (g *Group) GatherDoublingRounds(blk int) int {
 	return g.rounds()
 }
 
+// doubled reports whether a call that may double (eligible) does: all but
+// one eligible call in rdSample, which goes flat so that every rank's
+// arrival stamps are seen (the doubling calls read only their partners').
+func (g *Group) doubled(eligible bool) bool {
+	if !eligible {
+		return false
+	}
+	g.rdSeen++
+	return g.rdSeen%rdSample != 0
+}
+
+// ownEntry takes back the lines of this rank's entry e of set s that a
+// call writes, b bytes of data: it stores the call's arrival stamp in the
+// flag line and touches the data lines beyond it, so that this core owns
+// them again (its partners' reads had taken them) by the time the data
+// is ready.
+func (g *Group) ownEntry(s, e, b int) {
+	flag, data := g.rdAt(g.rank, s, e)
+	*u64(flag[flagArrive:]) = g.stamp
+	for o := 0; b > inline && o < b; o += lineSize {
+		*u64(data[o:]) = 0
+	}
+}
+
 // rdAt returns rank q's entry e of set s: its flag line and its data.
 func (g *Group) rdAt(q, s, e int) (flag, data []byte) {
 	off := len(g.blocks[q]) - rdRegion + (s*rdEntries+e)*rdEntry
@@ -261,13 +285,7 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 		partnerX = me + p
 	}
 	// Take back the lines this call writes (see doubling.go).
-	own := func(e int) {
-		flag, data := g.rdAt(me, s, e)
-		*u64(flag[flagArrive:]) = g.stamp
-		for o := 0; b > inline && o < b; o += lineSize {
-			*u64(data[o:]) = 0
-		}
-	}
+	own := func(e int) { g.ownEntry(s, e, b) }
 	if extra {
 		own(0)
 		copy(g.rdBuf(me, s, 0, b), in)
@@ -373,11 +391,7 @@ func (g *Group) gatherDoubling(c *Call, in, out []byte) error {
 	rounds := rdRounds(log)
 	// Take back the lines this call writes (see doubling.go).
 	for k := range rounds {
-		flag, data := g.rdAt(me, s, 1+k)
-		*u64(flag[flagArrive:]) = g.stamp
-		for o, b := 0, blk<<(2*k); b > inline && o < b; o += lineSize {
-			*u64(data[o:]) = 0
-		}
+		g.ownEntry(s, 1+k, blk<<(2*k))
 	}
 	copy(out[me*blk:(me+1)*blk], in)
 	for k := range rounds {

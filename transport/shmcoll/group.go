@@ -783,10 +783,8 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
-	if g.reduceDoubles(len(in)) {
-		if g.rdSeen++; g.rdSeen%rdSample != 0 {
-			return g.reduceDoubling(c, in, out, r)
-		}
+	if g.doubled(g.reduceDoubles(len(in))) {
+		return g.reduceDoubling(c, in, out, r)
 	}
 	if size > g.flatMax && !g.Chained(size) {
 		g.startDirect(c, in, len(in))
@@ -1061,10 +1059,8 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 	}
 	defer func() { err = g.leave(c, err) }()
 	blk := len(in)
-	if g.gatherDoubles(blk) {
-		if g.rdSeen++; g.rdSeen%rdSample != 0 {
-			return g.gatherDoubling(c, in, out)
-		}
+	if g.doubled(g.gatherDoubles(blk)) {
+		return g.gatherDoubling(c, in, out)
 	}
 	size, count := chunks(blk, 1, g.slot)
 	inPlace := blk > 0 && &in[0] == &out[g.rank*blk]
@@ -1112,10 +1108,8 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 	if g.slot/g.n < es {
 		return fmt.Errorf("shmcoll: %d ranks do not fit an element of %d bytes each in a %d-byte slot", g.n, es, g.slot)
 	}
-	if g.scatterDoubles(len(in)) {
-		if g.rdSeen++; g.rdSeen%rdSample != 0 {
-			return g.scatterDoubling(c, in, out, r)
-		}
+	if g.doubled(g.scatterDoubles(len(in))) {
+		return g.scatterDoubling(c, in, out, r)
 	}
 	size, count := chunks(blk, es, g.slot/g.n)
 	srcs := g.srcs
