@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -206,11 +207,15 @@ func cpuRange(cpus []int) string {
 // (taskset -c 0-3 for 16 ranks) still counts its own.
 func hostCPUs(localRanks int) int {
 	own := runtime.NumCPU()
-	if cg := cgroupCPUs(); cg > own && localRanks*own <= cg {
+	if cg := cgroupCPUsOnce(); cg > own && localRanks*own <= cg {
 		return cg
 	}
 	return own
 }
+
+// cgroupCPUsOnce is cgroupCPUs, read once per process as runtime.NumCPU
+// is (Init asks twice, and every split of a communicator once more).
+var cgroupCPUsOnce = sync.OnceValue(cgroupCPUs)
 
 // cgroupCPUs counts the CPUs of this process's cgroup's cpuset (cgroup v2's
 // cpuset.cpus.effective, of the nearest cgroup up the path that has one;
