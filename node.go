@@ -206,7 +206,10 @@ func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 			s = fmt.Sprintf("recursive doubling in %d rounds (one call in 16 flat)", rounds)
 		}
 	case sched.ReduceScatter:
-		if rounds := g.ScatterDoublingRounds(int(b)); rounds > 0 {
+		switch rounds, halving := g.ScatterDoublingRounds(int(b)); {
+		case halving:
+			s = fmt.Sprintf("recursive halving in %d rounds (one call in 16 flat)", rounds)
+		case rounds > 0:
 			s = fmt.Sprintf("the whole input by recursive doubling in %d rounds (one call in 16 flat)", rounds)
 		}
 	}
@@ -320,11 +323,17 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			t = sync + n*b/beta
 		}
 	case sched.ReduceScatter:
-		if rounds := g.ScatterDoublingRounds(int(b)); rounds > 0 {
+		switch rounds, halving := g.ScatterDoublingRounds(int(b)); {
+		case halving:
+			// Recursive halving (shmcoll's scatterHalving): the input
+			// copied into the area, and parts that shrink by the radix
+			// a round read and reduced, about the input once.
+			t = float64(rounds)*nodeRound + 2*b/beta + b*gamma
+		case rounds > 0:
 			// The whole input by recursive doubling, as an allreduce's
 			// (shmcoll's scatterDoubling).
 			t = float64(rounds) * (nodeRound + b/beta + b*gamma)
-		} else {
+		default:
 			t = sync + b/beta + (n-1)*b/n*sgamma
 		}
 	}

@@ -208,9 +208,10 @@ func TestShmShapeExplained(t *testing.T) {
 		{"allreduce", 8, 2, "one phase", false}, // inside a flag line
 		{"allreduce", 8, 16, "recursive doubling in 2 rounds", false},
 		{"allreduce", 4, 4096, "two phases", false},
-		{"reducescatter", 16, 1, "the whole input by recursive doubling in 2 rounds", false},
-		{"reducescatter", 8, 16, "the whole input by recursive doubling in 2 rounds", false},
-		{"reducescatter", 8, 17, "doubling", true}, // blocks over a line
+		{"reducescatter", 16, 1, "recursive halving in 2 rounds", false},
+		{"reducescatter", 8, 17, "recursive halving in 2 rounds", false}, // blocks over a line
+		{"reducescatter", 17, 1, "the whole input by recursive doubling in 4 rounds", false},
+		{"reducescatter", 16, 17, "halving", true}, // the whole input over RDMax
 		{"allgather", 16, 4, "recursive doubling in 2 rounds", false},
 		{"allgather", 8, 2, "recursive doubling in 2 rounds", false},
 		{"allgather", 5, 2, "doubling", true}, // not a power of two

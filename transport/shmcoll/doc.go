@@ -66,9 +66,12 @@
 //     exchanges the blocks it has gathered with its partners.
 //   - ReduceScatter: every rank writes the chunk's part of every block; rank
 //     r reduces the r-th parts in rank order. Where the whole input could
-//     double (doubles) and a block is at most a line (64 bytes), it
-//     goes as that allreduce by recursive doubling, each rank keeping its
-//     block (scatterDoubling).
+//     double (doubles), it goes in rounds among a few partners
+//     (scatterDoubling): on 4, 8, 16, 32 or 64 ranks by recursive halving
+//     (in each round a rank keeps the part of its partial result that its
+//     digit names, reading only that part of its partners'); on others,
+//     where a block is at most a line (64 bytes), as that allreduce by
+//     recursive doubling, each rank keeping its block.
 //   - Barrier: a chunk of no data.
 //   - AllreducePAP and ReducePAP (pap.go): the arrival-aware reductions of
 //     "Efficient Process Arrival Pattern Aware Collective Communication

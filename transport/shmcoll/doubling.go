@@ -7,8 +7,9 @@ import (
 // Recursive doubling through the area: a small allreduce of 16 ranks or
 // more (DefaultRDRanks), or of 4 or 8, in rounds among a few partners
 // each, instead of every rank reading every rank's flag line at once
-// (reduceFlat); small reduce-scatters and allgathers the same way
-// (scatterDoubling, gatherDoubling).
+// (reduceFlat); small reduce-scatters (by recursive halving where the
+// ranks are a power of two: scatterDoubling) and allgathers the same way
+// (gatherDoubling).
 //
 // In the flat reduction each of n ranks reads n−1 lines, each written by
 // another core and read by n−1 others: n² line transfers a call. In round
@@ -177,24 +178,32 @@ func (g *Group) rounds() int {
 }
 
 // scatterDoubles reports whether a reduce-scatter of whole bytes (every
-// rank's block, n of them) goes by recursive doubling of the whole input
-// (scatterDoubling): where a call of whole bytes can double (doubles) and
-// a block is at most a line. With larger blocks the flat reduce-scatter,
-// which reads only the rank's own block of each input, costs less than
-// reducing n of them in every round: on the 16-core node, 8 ranks
-// reduce-scattered 1 KiB (blocks of 128 bytes) flat in 2.0–2.2 µs and
-// by doubling in 2.6–2.9 (BenchmarkArea, session 27).
+// rank's block, n of them) goes in rounds among a few partners
+// (scatterDoubling): where a call of whole bytes can double (doubles),
+// on a power of two ranks by recursive halving (scatterHalving), on
+// others, where a block is at most a line, by recursive doubling of the
+// whole input. Recursive doubling reduces the whole input in every round,
+// which with larger blocks costs more than the flat reduce-scatter, where
+// a rank reads only its own block of each input: on the 16-core node, 8
+// ranks reduce-scattered 1 KiB (blocks of 128 bytes) flat in 2.0–2.2 µs
+// and by doubling in 2.6–2.9 (BenchmarkArea, session 27). Halving reads
+// about the whole input once: 4 ranks reduce-scattered 512 B and 1 KiB
+// (blocks of 128 and 256 bytes) in 0.96–1.07 and 1.24–1.28 µs against
+// 1.31–1.50 and 1.48–1.52 flat, 8 ranks 1 KiB in 1.92–2.07 against
+// 2.29–2.50 (BenchmarkArea, session 28, three runs each).
 func (g *Group) scatterDoubles(whole int) bool {
-	return g.n > 0 && whole/g.n <= lineSize && g.doubles(whole)
+	return g.n > 0 && (g.n&(g.n-1) == 0 || whole/g.n <= lineSize) && g.doubles(whole)
 }
 
 // ScatterDoublingRounds is DoublingRounds for a reduce-scatter of whole
-// bytes: 0 where it does not double (scatterDoubles).
-func (g *Group) ScatterDoublingRounds(whole int) int {
+// bytes: 0 where it does not go in rounds (scatterDoubles); halving says
+// that the rounds halve the data (scatterHalving) rather than reduce the
+// whole input in each.
+func (g *Group) ScatterDoublingRounds(whole int) (rounds int, halving bool) {
 	if !g.scatterDoubles(whole) {
-		return 0
+		return 0, false
 	}
-	return g.rounds()
+	return g.rounds(), g.n&(g.n-1) == 0
 }
 
 // gatherDoubles reports whether an allgather of blocks of blk bytes goes
@@ -351,18 +360,25 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 }
 
 // scatterDoubling is a reduce-scatter of one chunk (the call's whole
-// input, at most RDMax bytes, blocks of at most a line: scatterDoubles)
-// as an allreduce of the whole input by recursive doubling, of which each
-// rank keeps its block (out). It reduces n times the bytes that the flat
-// reduce-scatter does, a line or a few at these sizes, for log₄ n rounds
-// among a few partners instead of every rank reading a line of every
-// rank's slot. On the 16-core node (session 27, BenchmarkArea, three runs
-// each) blocks of 8 B took 2.1–2.8 µs on 16 ranks against 4.5–6.9 flat,
-// 1.2–1.3 on 8 against 1.8–2.0, 0.63–0.71 on 4 against 0.80–0.97; blocks
-// of 64 B 1.8–1.9 on 8 ranks against 2.4–2.5. One call in rdSample goes
-// flat, as an allreduce's does, so that every rank's arrival stamps are
-// seen.
+// input, at most RDMax bytes: scatterDoubles) in rounds among a few
+// partners: on a power of two ranks by recursive halving
+// (scatterHalving), on others as an allreduce of the whole input by
+// recursive doubling, of which each rank keeps its block (out). Doubling
+// reduces n times the bytes that the flat reduce-scatter does, a line or
+// a few at these sizes, for log₄ n rounds among a few partners instead
+// of every rank reading a line of every rank's slot. On the 16-core node
+// (session 27, BenchmarkArea, three runs each) blocks of 8 B took 2.1–2.8
+// µs on 16 ranks against 4.5–6.9 flat, 1.2–1.3 on 8 against 1.8–2.0,
+// 0.63–0.71 on 4 against 0.80–0.97; blocks of 64 B 1.8–1.9 on 8 ranks
+// against 2.4–2.5. Halving took the 16-rank call of 64-byte blocks
+// (1 KiB) from 5.1–5.8 µs end to end to 3.5–3.9, and of 32-byte blocks
+// from 4.0–4.2 to 3.1–3.4 (braid bench, session 28, three alternated
+// rounds). One call in rdSample goes flat, as an allreduce's does, so
+// that every rank's arrival stamps are seen.
 func (g *Group) scatterDoubling(c *Call, in, out []byte, r Reducer) error {
+	if g.n&(g.n-1) == 0 {
+		return g.scatterHalving(c, in, out, r)
+	}
 	all := g.rdAll[:len(in)]
 	if err := g.reduceDoubling(c, in, all, r); err != nil {
 		return err
@@ -371,6 +387,82 @@ func (g *Group) scatterDoubling(c *Call, in, out []byte, r Reducer) error {
 	copy(out, all[g.rank*blk:(g.rank+1)*blk])
 	return nil
 }
+
+// scatterHalving is scatterDoubling on a power of two ranks, by
+// recursive halving: the rounds go through the bits of a rank's number
+// from the highest (halvingRound), and in each a rank keeps the part of
+// its partial result that its digit of the round names, reading only that
+// part of its partners' (a radix-4 round keeps a quarter). After the last
+// round a rank holds its own block, combined over every rank. A call
+// reads and reduces about a third more than the whole input (1 + 1/4 +
+// 1/16 ...) where recursive doubling reads it whole in every round. As in
+// the doubling allreduce, the partners of a round combine their parts in
+// the order of the round's digit, and entries are reused without waiting:
+// a rank writes entry e of a set again only two doubling calls later,
+// after a call between whose result took in every rank's input, written
+// after that rank had finished the call that read entry e.
+func (g *Group) scatterHalving(c *Call, in, out []byte, r Reducer) error {
+	f := g.next()
+	s := int(g.rdCalls & 1)
+	g.rdCalls++
+	me := g.rank
+	_, log := g.doublingShape()
+	rounds := rdRounds(log)
+	// Take back the lines this call writes (see doubling.go): entry 1+k
+	// holds the part kept before round k.
+	b := len(in)
+	for k := range rounds {
+		_, radix := halvingRound(k, log)
+		g.ownEntry(s, 1+k, b)
+		b /= radix
+	}
+	b = len(in)
+	cur := g.rdBuf(me, s, 1, b)
+	copy(cur, in)
+	var parts [4][]byte
+	for k := range rounds {
+		g.rdPublish(s, 1+k, f, c.Sig, b)
+		shift, radix := halvingRound(k, log)
+		mine := me >> shift & (radix - 1)
+		part := b / radix
+		for d := range radix {
+			if d == mine {
+				parts[d] = cur[mine*part : (mine+1)*part]
+				continue
+			}
+			q := me&^((radix-1)<<shift) | d<<shift
+			w, err := g.rdRead(c, q, s, 1+k, f, b, "its partial result")
+			if err != nil {
+				return err
+			}
+			parts[d] = w[mine*part : (mine+1)*part]
+		}
+		dst := out
+		if k+1 < rounds {
+			dst = g.rdBuf(me, s, 2+k, part)
+		}
+		// In the order of the digit, on every rank of the round alike.
+		r.K3(dst, parts[0], parts[1])
+		for d := 2; d < radix; d++ {
+			r.K(dst, parts[d])
+		}
+		cur, b = dst, part
+	}
+	g.finish(f, c.Sig)
+	return nil
+}
+
+// halvingRound returns round k's first bit and radix for recursive
+// halving on 2^log ranks: the bits of rdRound(k, log), counted from the
+// highest, so that the part a rank keeps is contiguous (the blocks of
+// the ranks that share its higher digits).
+func halvingRound(k, log int) (shift, radix int) {
+	s, radix := rdRound(k, log)
+	return log - s - bitsOf(radix), radix
+}
+
+// bitsOf returns log₂ of a radix of 2 or 4.
+func bitsOf(radix int) int { return radix / 2 }
 
 // gatherDoubling is an allgather of one chunk (the call's whole output,
 // at most RDMax bytes, on a power of two ranks: gatherDoubles) by

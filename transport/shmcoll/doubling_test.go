@@ -248,14 +248,15 @@ func TestDoublingMaker(t *testing.T) {
 }
 
 // TestDoublingReduceScatter runs small reduce-scatters, which go by
-// recursive doubling of the whole input (scatterDoubling), back to back
+// recursive halving on a power of two ranks and by recursive doubling of
+// the whole input on others (scatterDoubling), back to back
 // with data that changes every call, in place and not, between doubling
 // allreduces (which take the same sets of entries) and reduce-scatters
 // too large to double, for powers of two and not: every rank gets the
 // exact sum of its block, and every call doubles but one in rdSample.
 func TestDoublingReduceScatter(t *testing.T) {
 	const calls = 24
-	for _, n := range []int{4, 5, 8, 16, 17, 33} {
+	for _, n := range []int{4, 5, 8, 16, 17, 32, 33} {
 		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
 			var scattered, doubled atomic.Int64
 			runAll(t, n, Options{RDRanks: 4}, func(g *Group, c *Call) error {
@@ -263,7 +264,8 @@ func TestDoublingReduceScatter(t *testing.T) {
 				for k := range calls {
 					// Blocks of 1 to 3 float64s, the whole input at most
 					// RDMax (rdCap) bytes; a block over a line, which
-					// goes flat; a whole input too large to double.
+					// halves on 4 and 8 ranks and goes flat on the others;
+					// a whole input too large to double.
 					m := 1 + k%3
 					if 8*m*n > rdCap {
 						m = 1
