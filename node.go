@@ -204,6 +204,12 @@ func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 	case sched.Allgather:
 		if rounds := g.GatherDoublingRounds(int(b)); rounds > 0 {
 			s = fmt.Sprintf("recursive doubling in %d rounds (one call in 16 flat)", rounds)
+		} else if g.ByAddress(int(b)) {
+			s = "single copy (each rank reads the others' blocks out of their processes)"
+		}
+	case sched.Bcast:
+		if g.ByAddress(int(b)) {
+			s = "single copy (the others read the root's buffer out of its process)"
 		}
 	case sched.ReduceScatter:
 		switch rounds, halving := g.ScatterDoublingRounds(int(b)); {
@@ -311,7 +317,13 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 		// took 4.7–4.8 µs through the area against binomial's 5.5–5.7
 		// (5 alternated rounds, medians; 6.5–6.7 in whole slots).
 		t = sync + b/beta
-		if chunks == 1 && b > m.Eager {
+		switch {
+		case g.ByAddress(int(b)):
+			// The readers copy each chunk out of the root's buffer
+			// (shmcoll's single copy by address), and the root waits for
+			// them.
+			t += sync
+		case chunks == 1 && b > m.Eager:
 			t += b / beta
 		}
 	case sched.Allgather:
@@ -319,6 +331,11 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			// Rounds of a few partners (shmcoll's gatherDoubling), the
 			// blocks read in all of them the output's.
 			t = float64(rounds)*nodeRound + n*b/beta
+		} else if g.ByAddress(int(b)) {
+			// Each rank copies the others' blocks out of their buffers
+			// (single copy by address), and waits for them to have read
+			// its own.
+			t = 2*sync + (n-1)*b/beta
 		} else {
 			t = sync + n*b/beta
 		}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/braid-ccl/braid/internal/cma"
 	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/transport"
 )
@@ -227,35 +228,12 @@ func (r *recvReq) copyRndv() (bool, error) {
 	return true, err
 }
 
-// cmaRead copies len(dst) bytes at addr in process pid into dst with
-// process_vm_readv.
-func cmaRead(pid int, dst []byte, addr uint64) error {
-	for len(dst) > 0 {
-		local := [1]unix.Iovec{{Base: &dst[0]}}
-		local[0].SetLen(len(dst))
-		remote := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(dst)}}
-		n, err := unix.ProcessVMReadv(pid, local[:], remote[:], 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if n <= 0 {
-			return unix.EFAULT
-		}
-		dst = dst[n:]
-		addr += uint64(n)
-	}
-	return nil
-}
-
 // read copies len(dst) bytes at addr in process pid into dst; with
 // Options.SplitCMA, from par.MinSize on, the rank's threads (package par)
 // each copy a share of the pages with process_vm_readv calls of their own.
 func (r *recvReq) read(pid int, dst []byte, addr uint64) error {
 	if len(dst) < par.MinSize() || !r.c.m.opts.SplitCMA {
-		return cmaRead(pid, dst, addr)
+		return cma.Read(pid, dst, addr)
 	}
 	t := &r.cma
 	t.pid, t.dst, t.addr, t.err = pid, dst, addr, nil
@@ -276,7 +254,7 @@ type cmaTask struct {
 }
 
 func (t *cmaTask) Piece(lo, hi int) {
-	if err := cmaRead(t.pid, t.dst[lo:hi], t.addr+uint64(lo)); err != nil {
+	if err := cma.Read(t.pid, t.dst[lo:hi], t.addr+uint64(lo)); err != nil {
 		t.mu.Lock()
 		if t.err == nil {
 			t.err = err

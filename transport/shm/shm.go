@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/braid-ccl/braid/internal/cma"
 	"github.com/braid-ccl/braid/internal/shmfile"
 	"github.com/braid-ccl/braid/internal/size"
 	"github.com/braid-ccl/braid/transport"
@@ -355,7 +356,7 @@ func (m *mesh) mapPeer(ctx context.Context, i, peer int) (*conn, error) {
 	// the peer has it mapped.
 	if !m.opts.NoCMA {
 		var probe [8]byte
-		if cmaRead(pid, probe[:], base) == nil && *(*uint64)(unsafe.Pointer(&probe[0])) == magic {
+		if cma.Read(pid, probe[:], base) == nil && *(*uint64)(unsafe.Pointer(&probe[0])) == magic {
 			atomic.StoreUint64(c.in.CMA, 1)
 		}
 	}

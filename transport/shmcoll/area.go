@@ -56,6 +56,13 @@ type Options struct {
 	// DefaultRDMax (DefaultRDRanks), negative never. Every rank of a group
 	// must be given the same.
 	RDMax, RDRanks int
+	// CMAMin is the smallest chunk that a broadcast's root or an
+	// allgather's writer publishes by its address for the readers to
+	// copy with process_vm_readv (cma.go), in groups of at most CMARanks
+	// ranks; 0 means DefaultCMAMin (DefaultCMARanks), negative never, as
+	// BRAID_SHM_CMA=0 makes it for the shm transport too. Ranks may be
+	// given different ones.
+	CMAMin, CMARanks int
 }
 
 // Check returns the options with defaults filled in for a group of n
@@ -87,6 +94,15 @@ func (o Options) resolve(n int) (Options, error) {
 	if o.ChainRanks <= 0 {
 		o.ChainRanks = DefaultChainRanks
 	}
+	if o.CMAMin == 0 {
+		o.CMAMin = DefaultCMAMin
+		if os.Getenv("BRAID_SHM_CMA") == "0" {
+			o.CMAMin = -1
+		}
+	}
+	if o.CMARanks <= 0 {
+		o.CMARanks = DefaultCMARanks
+	}
 	if o.Slot < minSlot || o.Slot > maxSlot || o.Slot%lineSize != 0 {
 		return o, fmt.Errorf("shmcoll: slot of %d bytes: want a multiple of %d from %d to %d", o.Slot, lineSize, minSlot, maxSlot)
 	}
@@ -95,7 +111,11 @@ func (o Options) resolve(n int) (Options, error) {
 }
 
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
-	return &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, rdMax: o.RDMax, rdRanks: o.RDRanks, blocks: blocks, srcs: make([][]byte, n), rdAll: make([]byte, rdCap)}
+	g := &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, rdMax: o.RDMax, rdRanks: o.RDRanks, cmaMin: o.CMAMin, cmaRanks: o.CMARanks, blocks: blocks, srcs: make([][]byte, n), rdAll: make([]byte, rdCap)}
+	if o.CMAMin < 0 || n < 2 || n > o.CMARanks {
+		g.cma = cmaNo // never by address (cma.go)
+	}
+	return g
 }
 
 // NewLocal returns the groups of n goroutine ranks of one process, sharing
@@ -125,6 +145,7 @@ func NewLocal(n int, o Options) ([]*Group, error) {
 	for r := range gs {
 		gs[r] = newGroup(r, n, o, blocks)
 		gs[r].wake = w
+		gs[r].cma = cmaNo // one process: never by address (cma.go)
 	}
 	return gs, nil
 }
@@ -376,5 +397,6 @@ func mapped(mem []byte, rank, n int, o Options) *Group {
 	}
 	g := newGroup(rank, n, o, blocks)
 	g.release = func() error { return unix.Munmap(mem) }
+	g.publishCMA((*uint64)(unsafe.Pointer(&mem[hdrMagic])))
 	return g
 }

@@ -25,13 +25,22 @@ func mappedGroups(tb testing.TB, n int) []*Group {
 	// BRAID_BENCH_RDMAX sets RDMax (-1: no recursive doubling).
 	o.RDMax, _ = strconv.Atoi(os.Getenv("BRAID_BENCH_RDMAX"))
 	o.RDRanks, _ = strconv.Atoi(os.Getenv("BRAID_BENCH_RDRANKS"))
-	g0, path, err := Make(tb.TempDir(), n, o, []byte("bench"))
+	return areaGroups(tb, n, o)
+}
+
+// areaGroups returns n groups over one area file mapped n times in this
+// process, as processes map it (with o): they wait by spinning, and may
+// publish by address (each reads the others' memory with
+// process_vm_readv on this process).
+func areaGroups(tb testing.TB, n int, o Options) []*Group {
+	tb.Helper()
+	g0, path, err := Make(tb.TempDir(), n, o, []byte("area"))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	gs := []*Group{g0}
 	for r := 1; r < n; r++ {
-		g, err := Open(path, r, n, o, []byte("bench"))
+		g, err := Open(path, r, n, o, []byte("area"))
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/braid-ccl/braid/internal/par"
 	"github.com/braid-ccl/braid/transport"
 	"github.com/braid-ccl/braid/transport/shmreg"
 )
@@ -88,29 +89,56 @@ type directIn struct {
 	ref  shmreg.Ref
 	off  uint64 // the offset of the call's input in the allocation
 	last uint64 // the last chunk published by reference
+	cma  bool   // by its address in this process instead (cma.go)
+	addr uint64 // the address of the call's input, if cma
 }
 
 // startDirect looks for the call's input in registered memory; whole is
 // the bytes of every rank's input of the call, which readers of chunks
-// published by reference check the reference against.
-func (g *Group) startDirect(c *Call, in []byte, whole int) {
+// published by reference check the reference against. byAddr says that
+// the readers copy the input out unchanged (a broadcast, an allgather), so
+// that it may be published by its address where it is not registered
+// (cma.go).
+func (g *Group) startDirect(c *Call, in []byte, whole int, byAddr bool) {
 	c.whole = whole
-	if g.mem == nil || g.directMin < 0 || g.n == 1 || len(in) < g.directMin {
+	if g.n == 1 || len(in) == 0 {
 		return
 	}
-	if r, off, ok := g.mem.Find(in); ok {
-		g.dir = directIn{ok: true, ref: r, off: off}
+	if g.mem != nil && g.directMin >= 0 && len(in) >= g.directMin {
+		if r, off, ok := g.mem.Find(in); ok {
+			g.dir = directIn{ok: true, ref: r, off: off}
+			return
+		}
+	}
+	if byAddr && g.ByAddress(len(in)) && g.cmaOn() {
+		g.dir = directIn{ok: true, cma: true, addr: uint64(uintptr(unsafe.Pointer(&in[0])))}
 	}
 }
 
 // direct reports whether this rank publishes a chunk of nbytes by
 // reference.
-func (g *Group) direct(nbytes int) bool { return g.dir.ok && nbytes >= g.directMin && nbytes > 0 }
+func (g *Group) direct(nbytes int) bool {
+	switch {
+	case !g.dir.ok || nbytes <= 0:
+		return false
+	case g.dir.cma:
+		return nbytes >= g.cmaMin
+	}
+	return nbytes >= g.directMin
+}
 
 // commitDirect publishes chunk f, of nbytes, by reference to the call's
 // input.
 func (g *Group) commitDirect(f uint64, sig uint32, nbytes int) {
 	l := g.flag(g.rank, slotIn, f)
+	g.dir.last, g.lastPub = f, f
+	g.published.Add(1)
+	if g.dir.cma {
+		*u64(l[dirBase:]) = g.dir.addr
+		*u64(l[flagArrive:]) = g.stamp
+		g.publishLine(l, f, sig, uint32(nbytes)|flagDirect|flagCMA)
+		return
+	}
 	r := g.dir.ref
 	*u32(l[dirID:]) = r.ID
 	*u64(l[dirGen:]) = r.Gen
@@ -118,17 +146,33 @@ func (g *Group) commitDirect(f uint64, sig uint32, nbytes int) {
 	*u64(l[dirSize:]) = r.Size
 	*u64(l[dirOff:]) = g.dir.off
 	*u64(l[flagArrive:]) = g.stamp
-	g.dir.last, g.lastPub = f, f
-	g.published.Add(1)
 	g.publishLine(l, f, sig, uint32(nbytes)|flagDirect)
 }
 
 // input is one rank's input of a chunk as a reader finds it: the chunk's
-// bytes in the writer's slot (or flag line), or the writer's whole input
-// of the call in its registered memory.
+// bytes in the writer's slot (or flag line), the writer's whole input of
+// the call in its registered memory, or the address of its whole input in
+// its process (byAddr: copyOut reads it, at does not).
 type input struct {
-	slot []byte
-	all  []byte
+	slot   []byte
+	all    []byte
+	byAddr bool
+	q      int    // the writer, if byAddr
+	addr   uint64 // the address of its whole input, if byAddr
+}
+
+// copyOut copies the input into dst (total bytes of output, for
+// par.CopyOut): from slotLo in the slot, or from allLo in the whole input,
+// in memory or in the writer's process.
+func (g *Group) copyOut(c *Call, f uint64, s input, dst []byte, slotLo, allLo, total int) error {
+	if !s.byAddr {
+		par.CopyOut(dst, s.at(slotLo, allLo, len(dst)), total)
+		return nil
+	}
+	if err := g.copyFrom(s.q, dst, s.addr+uint64(allLo)); err != nil {
+		return &DirectError{Peer: s.q, Chunk: f - c.chunk0, Err: fmt.Errorf("process_vm_readv: %w", err)}
+	}
+	return nil
 }
 
 // at returns n bytes of the input: from slotLo in the slot, or from allLo
@@ -173,6 +217,10 @@ func (g *Group) readIn(c *Call, q int, f uint64, nbytes int) (input, error) {
 		}
 		return input{slot: g.slotBuf(q, slotIn, int(f&1))[pos : pos+nbytes]}, nil
 	}
+	if *u32(l[flagLen:])&flagCMA != 0 {
+		g.readDirect.Add(1)
+		return input{byAddr: true, q: q, addr: *u64(l[dirBase:])}, nil
+	}
 	fail := func(err error) (input, error) {
 		return input{}, &DirectError{Peer: q, Chunk: f - c.chunk0, Err: err}
 	}
@@ -203,7 +251,9 @@ func (g *Group) endDirect(c *Call, failed bool) error {
 	}
 	d := g.dir
 	g.dir = directIn{}
-	defer g.mem.Unpin(d.ref)
+	if !d.cma {
+		defer g.mem.Unpin(d.ref)
+	}
 	f := d.last
 	if f == 0 || g.known >= f {
 		return nil

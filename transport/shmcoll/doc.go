@@ -97,6 +97,14 @@
 // its last chunk published so. This is each writer's own decision (see
 // direct.go for which chunks): ranks need not agree on it.
 //
+// # Single copy by address
+//
+// A broadcast's root or an allgather's writer in a group of two processes
+// (Options.CMARanks) whose input of 16–256 KiB is not registered
+// publishes its address in its process instead, and the readers copy it
+// out with process_vm_readv(2) (cma.go), once every rank found that it can
+// read the others' processes.
+//
 // Every reader compares the writer's signature of the call with its own and
 // reports a mismatch (Group.Mismatch) instead of reading other arguments'
 // data. A wait that ends (context, deadline, failure of the communicator)

@@ -539,7 +539,7 @@ func (g *Group) awaitLine(c *Call, q int, l []byte, f uint64, nbytes int, what s
 		c.arrived()
 	}
 	sig := *u32(l[flagSig:])
-	n := int(*u32(l[flagLen:]) &^ flagDirect)
+	n := int(*u32(l[flagLen:]) &^ (flagDirect | flagCMA))
 	if v != f || sig != c.Sig || n != nbytes {
 		return nil, &MismatchError{Peer: q, Sig: sig, Want: c.Sig}
 	}

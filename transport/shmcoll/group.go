@@ -156,12 +156,16 @@ type Group struct {
 
 	// Registered memory (direct.go): the writer's side of the current
 	// call, and counts of the chunks published and read by reference.
-	mem        Memory
-	directMin  int
-	dir        directIn
-	lastPub    uint64 // the last chunk this rank published by reference
-	published  atomic.Uint64
-	readDirect atomic.Uint64
+	mem       Memory
+	directMin int
+	dir       directIn
+	// Single copy by address (cma.go): the scope, and whether every rank
+	// can read every other's process (cmaYes, cmaNo; 0: not known yet).
+	cmaMin, cmaRanks int
+	cma              uint64
+	lastPub          uint64 // the last chunk this rank published by reference
+	published        atomic.Uint64
+	readDirect       atomic.Uint64
 
 	// verified is this rank's copy of its verification line (lineVer),
 	// which the others read: the latest verification it published as a
@@ -360,6 +364,9 @@ func (g *Group) enter(c *Call) error {
 		return *e
 	}
 	c.chunk0 = g.f
+	if g.cma == 0 {
+		g.cmaOn() // every rank probes, writer or not (cma.go)
+	}
 	c.wake = g.wake
 	c.bo.Spin = c.Spin
 	g.stamp = c.Arrive
@@ -787,7 +794,7 @@ func (g *Group) Allreduce(c *Call, in, out []byte, r Reducer) (err error) {
 		return g.reduceDoubling(c, in, out, r)
 	}
 	if size > g.flatMax && !g.Chained(size) {
-		g.startDirect(c, in, len(in))
+		g.startDirect(c, in, len(in), false)
 	}
 	c.outLen = len(out)
 	for i := range count {
@@ -817,7 +824,7 @@ func (g *Group) Reduce(c *Call, in, out []byte, r Reducer, root int) (err error)
 	defer func() { err = g.leave(c, err) }()
 	size, count := chunks(len(in), r.ElemSize, g.slot)
 	if size > g.flatMax {
-		g.startDirect(c, in, len(in))
+		g.startDirect(c, in, len(in), false)
 	}
 	for i := range count {
 		off := i * size
@@ -893,6 +900,9 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 		if err != nil {
 			return err
 		}
+		if s.byAddr {
+			return &DirectError{Peer: q, Chunk: f - c.chunk0, Err: errReduceByAddr}
+		}
 		srcs[q] = s.at(lo*es, pos+lo*es, (hi-lo)*es)
 	}
 	g.sawAll(f)
@@ -932,7 +942,7 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 	// flag, every other rank's: nothing is left to compare.
 	g.partial = g.n > 1 && !c.Confirmed && (g.n > 2 || g.rank == root)
 	if g.rank == root {
-		g.startDirect(c, buf, len(buf))
+		g.startDirect(c, buf, len(buf), true)
 	} else {
 		c.whole = len(buf)
 	}
@@ -945,7 +955,9 @@ func (g *Group) Bcast(c *Call, buf []byte, root int) (err error) {
 			if err != nil {
 				return err
 			}
-			par.CopyOut(buf[off:off+b], s.at(0, off, b), len(buf))
+			if err := g.copyOut(c, f, s, buf[off:off+b], 0, off, len(buf)); err != nil {
+				return err
+			}
 			g.finish(f, c.Sig)
 			continue
 		}
@@ -1064,7 +1076,7 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 	}
 	size, count := chunks(blk, 1, g.slot)
 	inPlace := blk > 0 && &in[0] == &out[g.rank*blk]
-	g.startDirect(c, in, blk)
+	g.startDirect(c, in, blk, true)
 	for i := range count {
 		off := i * size
 		b := min(size, blk-off)
@@ -1077,18 +1089,19 @@ func (g *Group) Allgather(c *Call, in, out []byte) (err error) {
 		g.touch(slotIn, f)
 		for k := range g.n {
 			q := (g.rank + k) % g.n
-			var s []byte
-			if q == g.rank && direct {
-				s = in[off : off+b]
-			} else {
-				in, err := g.readIn(c, q, f, b)
+			dst := out[q*blk+off : q*blk+off+b]
+			switch {
+			case q == g.rank && inPlace:
+			case q == g.rank && direct:
+				par.CopyOut(dst, in[off:off+b], len(out))
+			default:
+				s, err := g.readIn(c, q, f, b)
 				if err != nil {
 					return err
 				}
-				s = in.at(0, off, b)
-			}
-			if q != g.rank || !inPlace {
-				par.CopyOut(out[q*blk+off:q*blk+off+b], s, len(out))
+				if err := g.copyOut(c, f, s, dst, 0, off, len(out)); err != nil {
+					return err
+				}
 			}
 		}
 		g.sawAll(f)
@@ -1113,7 +1126,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 	}
 	size, count := chunks(blk, es, g.slot/g.n)
 	srcs := g.srcs
-	g.startDirect(c, in, len(in))
+	g.startDirect(c, in, len(in), false)
 	inPlace := overlaps(in, out)
 	for i := range count {
 		off := i * size
@@ -1150,6 +1163,9 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 			s, err := g.readIn(c, q, f, g.n*b)
 			if err != nil {
 				return err
+			}
+			if s.byAddr {
+				return &DirectError{Peer: q, Chunk: f - c.chunk0, Err: errReduceByAddr}
 			}
 			srcs[q] = s.at(g.rank*b, g.rank*blk+off, b)
 		}
