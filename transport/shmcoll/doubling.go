@@ -43,8 +43,13 @@ import (
 // 1.52–1.59); end to end, though, 8 ranks allreduced 8–32 B faster flat
 // (reduceDoubles). So the area doubles from 16 ranks (DefaultRDRanks),
 // and on 4 and 8 (a power of two from rdSmall, doubles); 2 and 3 ranks
-// exchange with every other rank in one round anyway, and groups of 5–7
-// and 9–15, whose extra ranks add two steps, were not measured. At 32
+// exchange with every other rank in one round anyway. Groups of 5–7 and
+// 9–15 stay flat: their extra ranks add two steps, and on the node
+// (session 28, BenchmarkArea, three runs each, BRAID_BENCH_RDRANKS=4
+// against the default) doubling took 1.05–1.45 times the flat time for
+// allreduces of 8 B–1 KiB on 5–7 and 9 ranks; on 10–15 ranks the two
+// spread over each other (medians 0.73–1.54 of flat, reduce-scatters
+// of blocks up to 64 B 0.52–1.04). At 32
 // and more, which the node could not run, the flat storm only grows (n²
 // lines against log₄ n rounds). Ranks that outnumber the cores do not
 // double (the communicator turns it off): each round waits for partners
@@ -113,8 +118,8 @@ var _ = [1]struct{}{}[rdCap/minSlot]
 
 // doubles reports whether a call of b bytes can go by recursive doubling:
 // at most RDMax bytes, in a group of RDRanks ranks or more, or of a power
-// of two from rdSmall (4 and 8 ranks, measured; groups of 5–7 and 9–15
-// would add two steps for their extra ranks, not measured).
+// of two from rdSmall (4 and 8 ranks; groups of 5–7 and 9–15, whose extra
+// ranks add two steps, lost or did not win: see doubling.go).
 func (g *Group) doubles(b int) bool {
 	return g.rdMax > 0 && b <= g.rdMax && g.n <= rdMaxRanks &&
 		(g.n >= g.rdRanks || g.n >= rdSmall && g.n&(g.n-1) == 0)
