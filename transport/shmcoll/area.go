@@ -113,7 +113,7 @@ func (o Options) resolve(n int) (Options, error) {
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
 	g := &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, rdMax: o.RDMax, rdRanks: o.RDRanks, cmaMin: o.CMAMin, cmaRanks: o.CMARanks, blocks: blocks, srcs: make([][]byte, n), rdAll: make([]byte, rdCap)}
 	if o.CMAMin < 0 || n < 2 || n > o.CMARanks {
-		g.cma = cmaNo // never by address (cma.go)
+		g.cma.Store(cmaNo) // never by address (cma.go)
 	}
 	return g
 }
@@ -145,7 +145,7 @@ func NewLocal(n int, o Options) ([]*Group, error) {
 	for r := range gs {
 		gs[r] = newGroup(r, n, o, blocks)
 		gs[r].wake = w
-		gs[r].cma = cmaNo // one process: never by address (cma.go)
+		gs[r].cma.Store(cmaNo) // one process: never by address (cma.go)
 	}
 	return gs, nil
 }

@@ -89,7 +89,7 @@ const (
 // group of processes, unless a rank found that it cannot read another's
 // process (before the probe has run it assumes that it can).
 func (g *Group) ByAddress(nbytes int) bool {
-	return g.cmaMin >= 0 && g.n > 1 && g.n <= g.cmaRanks && nbytes >= g.cmaMin && nbytes <= cmaMax && g.cma != cmaNo && g.wake == nil
+	return g.cmaMin >= 0 && g.n > 1 && g.n <= g.cmaRanks && nbytes >= g.cmaMin && nbytes <= cmaMax && g.cma.Load() != cmaNo && g.wake == nil
 }
 
 // publishCMA says in this rank's block how to read its process: pid and
@@ -106,7 +106,7 @@ func (g *Group) publishCMA(magic *uint64) {
 // rank has published how to read it, or said whether it could, it
 // reports false, and tries again at the next call (probeCMA).
 func (g *Group) cmaOn() bool {
-	switch g.cma {
+	switch g.cma.Load() {
 	case cmaYes:
 		return true
 	case cmaNo:
@@ -121,11 +121,11 @@ func (g *Group) cmaOn() bool {
 		case 0:
 			return false
 		case cmaNo:
-			g.cma = cmaNo
+			g.cma.Store(cmaNo)
 			return false
 		}
 	}
-	g.cma = cmaYes
+	g.cma.Store(cmaYes)
 	return true
 }
 

@@ -127,8 +127,8 @@ func TestCMAUnreadable(t *testing.T) {
 		if p, rd := g.DirectStats(); p+rd != 0 {
 			t.Errorf("rank %d published %d chunks by address and read %d: want none", r, p, rd)
 		}
-		if g.cma != cmaNo {
-			t.Errorf("rank %d: single copy by address %d, want cmaNo", r, g.cma)
+		if g.cma.Load() != cmaNo {
+			t.Errorf("rank %d: single copy by address %d, want cmaNo", r, g.cma.Load())
 		}
 	}
 }

@@ -160,9 +160,10 @@ type Group struct {
 	directMin int
 	dir       directIn
 	// Single copy by address (cma.go): the scope, and whether every rank
-	// can read every other's process (cmaYes, cmaNo; 0: not known yet).
+	// can read every other's process (cmaYes, cmaNo; 0: not known yet),
+	// which the planner reads too (ByAddress), perhaps while a call runs.
 	cmaMin, cmaRanks int
-	cma              uint64
+	cma              atomic.Uint64
 	lastPub          uint64 // the last chunk this rank published by reference
 	published        atomic.Uint64
 	readDirect       atomic.Uint64
@@ -364,7 +365,7 @@ func (g *Group) enter(c *Call) error {
 		return *e
 	}
 	c.chunk0 = g.f
-	if g.cma == 0 {
+	if g.cma.Load() == 0 {
 		g.cmaOn() // every rank probes, writer or not (cma.go)
 	}
 	c.wake = g.wake
