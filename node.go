@@ -205,11 +205,11 @@ func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 		if rounds := g.GatherDoublingRounds(int(b)); rounds > 0 {
 			s = fmt.Sprintf("recursive doubling in %d rounds (one call in 16 flat)", rounds)
 		} else if g.ByAddress(int(b)) {
-			s = "single copy (each rank reads the others' blocks out of their processes)"
+			s = "single copy (each rank reads the others' blocks out of their processes, where the kernel lets it)"
 		}
 	case sched.Bcast:
 		if g.ByAddress(int(b)) {
-			s = "single copy (the others read the root's buffer out of its process)"
+			s = "single copy (the others read the root's buffer out of its process, where the kernel lets them)"
 		}
 	case sched.ReduceScatter:
 		switch rounds, halving := g.ScatterDoublingRounds(int(b)); {

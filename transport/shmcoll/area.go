@@ -60,8 +60,10 @@ type Options struct {
 	// allgather's writer publishes by its address for the readers to
 	// copy with process_vm_readv (cma.go), in groups of at most CMARanks
 	// ranks; 0 means DefaultCMAMin (DefaultCMARanks), negative never, as
-	// BRAID_SHM_CMA=0 makes it for the shm transport too. Ranks may be
-	// given different ones.
+	// BRAID_SHM_CMA=0 makes it for the shm transport too. Every rank of a
+	// group must be given the same: the communicator's planner prices the
+	// area by them (ByAddress), and ranks that plan differently report a
+	// mismatch.
 	CMAMin, CMARanks int
 }
 

@@ -85,11 +85,13 @@ const (
 )
 
 // ByAddress reports whether a broadcast's root or an allgather's writer
-// would publish a chunk of nbytes by its address (cma.go): in scope, in a
-// group of processes, unless a rank found that it cannot read another's
-// process (before the probe has run it assumes that it can).
+// publishes a chunk of nbytes by its address (cma.go) where the ranks may
+// read each other's processes: in scope, in a group of processes. It does
+// not depend on the probe, which ends at different calls on different
+// ranks, so that the planner, which prices the area by it, chooses alike
+// on every rank.
 func (g *Group) ByAddress(nbytes int) bool {
-	return g.cmaMin >= 0 && g.n > 1 && g.n <= g.cmaRanks && nbytes >= g.cmaMin && nbytes <= cmaMax && g.cma.Load() != cmaNo && g.wake == nil
+	return g.cmaMin >= 0 && g.n > 1 && g.n <= g.cmaRanks && nbytes >= g.cmaMin && nbytes <= cmaMax && g.wake == nil
 }
 
 // publishCMA says in this rank's block how to read its process: pid and

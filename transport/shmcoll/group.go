@@ -160,8 +160,8 @@ type Group struct {
 	directMin int
 	dir       directIn
 	// Single copy by address (cma.go): the scope, and whether every rank
-	// can read every other's process (cmaYes, cmaNo; 0: not known yet),
-	// which the planner reads too (ByAddress), perhaps while a call runs.
+	// can read every other's process (cmaYes, cmaNo; 0: not known yet;
+	// atomic, so that a reader outside the calls' order needs no lock).
 	cmaMin, cmaRanks int
 	cma              atomic.Uint64
 	lastPub          uint64 // the last chunk this rank published by reference
