@@ -349,11 +349,7 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 		if k+1 < rounds {
 			dst = g.rdBuf(me, s, 2+k, b)
 		}
-		// In the order of the digit, on every rank of the round alike.
-		r.K3(dst, parts[0], parts[1])
-		for d := 2; d < radix; d++ {
-			r.K(dst, parts[d])
-		}
+		combineDigits(r, dst, parts[:radix])
 		cur = dst
 	}
 	if partnerX >= 0 {
@@ -446,15 +442,21 @@ func (g *Group) scatterHalving(c *Call, in, out []byte, r Reducer) error {
 		if k+1 < rounds {
 			dst = g.rdBuf(me, s, 2+k, part)
 		}
-		// In the order of the digit, on every rank of the round alike.
-		r.K3(dst, parts[0], parts[1])
-		for d := 2; d < radix; d++ {
-			r.K(dst, parts[d])
-		}
+		combineDigits(r, dst, parts[:radix])
 		cur, b = dst, part
 	}
 	g.finish(f, c.Sig)
 	return nil
+}
+
+// combineDigits combines a round's parts into dst in the order of the
+// round's digit (parts[d] is the part of the partner whose digit is d),
+// on every rank of the round alike, so that they hold the same bits.
+func combineDigits(r Reducer, dst []byte, parts [][]byte) {
+	r.K3(dst, parts[0], parts[1])
+	for _, p := range parts[2:] {
+		r.K(dst, p)
+	}
 }
 
 // halvingRound returns round k's first bit and radix for recursive
