@@ -2,7 +2,9 @@ package shmcoll
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,5 +178,38 @@ func TestCMAOneRoot(t *testing.T) {
 	}
 	if _, r := gs[1].DirectStats(); r == 0 {
 		t.Error("the other rank read nothing by address")
+	}
+}
+
+// TestCMAReadFails: a reader that cannot read the root's process (here
+// the root's published pid changed after every rank agreed, as a root
+// that died would look) fails the call with a DirectError naming the
+// root, and the root, which waits for its reader, ends with a WaitError
+// naming the reader at its timeout instead of hanging.
+func TestCMAReadFails(t *testing.T) {
+	gs := areaGroups(t, 2, Options{})
+	runGroups(t, gs, cmaCalls) // every rank agrees on the single copy
+	if gs[0].cma.Load() != cmaYes || gs[1].cma.Load() != cmaYes {
+		t.Fatalf("single copy by address not agreed: %d, %d", gs[0].cma.Load(), gs[1].cma.Load())
+	}
+	*u64(gs[0].line(0, lineCMA)[cmaPID:]) = 1 << 30
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, g := range gs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &Call{Ctx: context.Background(), Timeout: 300 * time.Millisecond, Sig: 7, Ticket: g.Ticket()}
+			errs[r] = g.Bcast(c, make([]byte, 64<<10), 0)
+		}()
+	}
+	wg.Wait()
+	var de *DirectError
+	if !errors.As(errs[1], &de) || de.Peer != 0 || !de.ByAddr || !strings.Contains(errs[1].Error(), "process_vm_readv") {
+		t.Errorf("reader: %v, want a DirectError naming rank 0 and process_vm_readv", errs[1])
+	}
+	var we *WaitError
+	if !errors.As(errs[0], &we) || we.Peer != 1 || !strings.Contains(we.What, "single copy") {
+		t.Errorf("root: %v, want a WaitError naming rank 1", errs[0])
 	}
 }

@@ -170,7 +170,7 @@ func (g *Group) copyOut(c *Call, f uint64, s input, dst []byte, slotLo, allLo, t
 		return nil
 	}
 	if err := g.copyFrom(s.q, dst, s.addr+uint64(allLo)); err != nil {
-		return &DirectError{Peer: s.q, Chunk: f - c.chunk0, Err: fmt.Errorf("process_vm_readv: %w", err)}
+		return &DirectError{Peer: s.q, Chunk: f - c.chunk0, ByAddr: true, Err: err}
 	}
 	return nil
 }
@@ -185,15 +185,21 @@ func (s input) at(slotLo, allLo, n int) []byte {
 }
 
 // DirectError reports a rank's input published by reference that this
-// rank could not read.
+// rank could not read: in its registered memory, or out of its process
+// (ByAddr, cma.go).
 type DirectError struct {
-	Peer  int
-	Chunk uint64 // the call's chunk, counted from 1
-	Err   error
+	Peer   int
+	Chunk  uint64 // the call's chunk, counted from 1
+	ByAddr bool
+	Err    error
 }
 
 func (e *DirectError) Error() string {
-	return fmt.Sprintf("reading rank %d's input of chunk %d in its registered memory: %v", e.Peer, e.Chunk, e.Err)
+	where := "in its registered memory"
+	if e.ByAddr {
+		where = "out of its process (process_vm_readv)"
+	}
+	return fmt.Sprintf("reading rank %d's input of chunk %d %s: %v", e.Peer, e.Chunk, where, e.Err)
 }
 
 func (e *DirectError) Unwrap() error { return e.Err }
@@ -258,6 +264,10 @@ func (g *Group) endDirect(c *Call, failed bool) error {
 	if f == 0 || g.known >= f {
 		return nil
 	}
+	what := "the end of its reading of this rank's registered buffer"
+	if d.cma {
+		what = "the end of its reading of this rank's buffer (single copy)"
+	}
 	var bo transport.Backoff
 	t0 := time.Now()
 	low := ^uint64(0)
@@ -276,7 +286,7 @@ func (g *Group) endDirect(c *Call, failed bool) error {
 					return nil
 				}
 				bo.Idle(nil)
-			} else if err := c.idle(q, "the end of its reading of this rank's registered buffer", f-c.chunk0); err != nil {
+			} else if err := c.idle(q, what, f-c.chunk0); err != nil {
 				return err
 			}
 			v = atomic.LoadUint64(done)

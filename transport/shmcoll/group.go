@@ -902,7 +902,7 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 			return err
 		}
 		if s.byAddr {
-			return &DirectError{Peer: q, Chunk: f - c.chunk0, Err: errReduceByAddr}
+			return &DirectError{Peer: q, Chunk: f - c.chunk0, ByAddr: true, Err: errReduceByAddr}
 		}
 		srcs[q] = s.at(lo*es, pos+lo*es, (hi-lo)*es)
 	}
@@ -1166,7 +1166,7 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 				return err
 			}
 			if s.byAddr {
-				return &DirectError{Peer: q, Chunk: f - c.chunk0, Err: errReduceByAddr}
+				return &DirectError{Peer: q, Chunk: f - c.chunk0, ByAddr: true, Err: errReduceByAddr}
 			}
 			srcs[q] = s.at(g.rank*b, g.rank*blk+off, b)
 		}
