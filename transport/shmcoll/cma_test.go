@@ -213,3 +213,31 @@ func TestCMAReadFails(t *testing.T) {
 		t.Errorf("root: %v, want a WaitError naming rank 1", errs[0])
 	}
 }
+
+// TestByAddressStable: ByAddress, by which every rank's planner prices
+// the area, says the same before the probe, after it agreed and after it
+// refused, so that ranks whose probes end at different calls plan alike;
+// and it follows the scope (size, ranks, CMAMin, goroutine ranks).
+func TestByAddressStable(t *testing.T) {
+	g := areaGroups(t, 2, Options{})[0]
+	for _, state := range []uint64{0, cmaYes, cmaNo} {
+		g.cma.Store(state)
+		if !g.ByAddress(64<<10) || g.ByAddress(DefaultCMAMin-1) || g.ByAddress(cmaMax+1) {
+			t.Errorf("probe state %d: ByAddress 64 KiB %v, below the scope %v, above it %v; want true, false, false",
+				state, g.ByAddress(64<<10), g.ByAddress(DefaultCMAMin-1), g.ByAddress(cmaMax+1))
+		}
+	}
+	if g3 := areaGroups(t, 3, Options{})[0]; g3.ByAddress(64 << 10) {
+		t.Error("3 ranks, CMARanks 2: ByAddress true")
+	}
+	if g := areaGroups(t, 2, Options{CMAMin: -1})[0]; g.ByAddress(64 << 10) {
+		t.Error("CMAMin -1: ByAddress true")
+	}
+	local, err := NewLocal(2, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local[0].ByAddress(64 << 10) {
+		t.Error("goroutine ranks: ByAddress true")
+	}
+}
