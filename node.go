@@ -204,11 +204,11 @@ func nodeShape(g *shmcoll.Group, p sched.Params, es int) string {
 	case sched.Allgather:
 		if rounds := g.GatherDoublingRounds(int(b)); rounds > 0 {
 			s = fmt.Sprintf("recursive doubling in %d rounds (one call in 16 flat)", rounds)
-		} else if g.ByAddress(int(b)) {
+		} else if g.ByAddress(p.Count * es) {
 			s = "single copy (each rank reads the others' blocks out of their processes, where the kernel lets it)"
 		}
 	case sched.Bcast:
-		if g.ByAddress(int(b)) {
+		if g.ByAddress(p.Count * es) {
 			s = "single copy (the others read the root's buffer out of its process, where the kernel lets them)"
 		}
 	case sched.ReduceScatter:
@@ -318,7 +318,7 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 		// (5 alternated rounds, medians; 6.5–6.7 in whole slots).
 		t = sync + b/beta
 		switch {
-		case g.ByAddress(int(b)):
+		case g.ByAddress(p.Count * es):
 			// The readers copy each chunk out of the root's buffer
 			// (shmcoll's single copy by address), and the root waits for
 			// them.
@@ -331,7 +331,7 @@ func nodeLinkCost(g *shmcoll.Group, p sched.Params, es int, m cost.Model) float6
 			// Rounds of a few partners (shmcoll's gatherDoubling), the
 			// blocks read in all of them the output's.
 			t = float64(rounds)*nodeRound + n*b/beta
-		} else if g.ByAddress(int(b)) {
+		} else if g.ByAddress(p.Count * es) {
 			// Each rank copies the others' blocks out of their buffers
 			// (single copy by address), and waits for them to have read
 			// its own.
