@@ -85,8 +85,9 @@ const (
 )
 
 // ByAddress reports whether a broadcast's root or an allgather's writer
-// publishes a chunk of nbytes by its address (cma.go) where the ranks may
-// read each other's processes: in scope, in a group of processes. It does
+// publishes its input of nbytes (the broadcast's buffer, the rank's block)
+// by its address (cma.go) where the ranks may read each other's
+// processes: in scope, in a group of processes. It does
 // not depend on the probe, which ends at different calls on different
 // ranks, so that the planner, which prices the area by it, chooses alike
 // on every rank.
@@ -133,15 +134,11 @@ func (g *Group) cmaOn() bool {
 
 // probeCMA, once every rank has published how to read its process, reads
 // the area's magic out of every other rank's and publishes whether it
-// could read them all. Goroutine ranks (NewLocal) never publish by
-// address: they say no.
+// could read them all. Groups out of scope never get here: they start
+// with cma set to cmaNo (newGroup, NewLocal).
 func (g *Group) probeCMA() {
 	mine := u64(g.line(g.rank, lineCMA)[cmaCan:])
 	if atomic.LoadUint64(mine) != 0 {
-		return
-	}
-	if g.wake != nil || g.cmaMin < 0 {
-		atomic.StoreUint64(mine, cmaNo)
 		return
 	}
 	for q := range g.n {

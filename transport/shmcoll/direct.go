@@ -246,6 +246,17 @@ func (g *Group) readIn(c *Call, q int, f uint64, nbytes int) (input, error) {
 	return input{all: mem[off : off+uint64(c.whole)]}, nil
 }
 
+// readInMem is readIn for a reader that reduces the input where it lies,
+// which it cannot in another process: a chunk published by address (which
+// only broadcasts and allgathers publish) is an error there.
+func (g *Group) readInMem(c *Call, q int, f uint64, nbytes int) (input, error) {
+	s, err := g.readIn(c, q, f, nbytes)
+	if err == nil && s.byAddr {
+		err = &DirectError{Peer: q, Chunk: f - c.chunk0, ByAddr: true, Err: errReduceByAddr}
+	}
+	return s, err
+}
+
 // endDirect waits until every rank has finished the last chunk this rank
 // published by reference, so that its caller may reuse or free the input
 // once the call returns, and unpins it. After a failed call it waits at

@@ -122,7 +122,7 @@ var _ = [1]struct{}{}[rdCap/minSlot]
 // ranks add two steps, lost or did not win: see doubling.go).
 func (g *Group) doubles(b int) bool {
 	return g.rdMax > 0 && b <= g.rdMax && g.n <= rdMaxRanks &&
-		(g.n >= g.rdRanks || g.n >= rdSmall && g.n&(g.n-1) == 0)
+		(g.n >= g.rdRanks || g.n >= rdSmall && g.powerOfTwo())
 }
 
 // reduceDoubles reports whether an allreduce of b bytes goes by recursive
@@ -156,6 +156,23 @@ func rdRound(k, log int) (shift, radix int) {
 	shift = 2 * k
 	return shift, 1 << min(2, log-shift)
 }
+
+// rdPartner returns the partner of rank me in a round from bit shift of
+// radix radix (rdRound, halvingRound) whose digit there is d.
+func rdPartner(me, shift, radix, d int) int { return me&^((radix-1)<<shift) | d<<shift }
+
+// rdStart begins a call by recursive doubling or halving: it takes the
+// call's chunk number f and the set s of entries it uses (doubling calls
+// alternate between the two).
+func (g *Group) rdStart() (f uint64, s int) {
+	f, s = g.next(), int(g.rdCalls&1)
+	g.rdCalls++
+	return f, s
+}
+
+// powerOfTwo reports whether the group has a power of two ranks, which
+// recursive doubling needs no extra ranks for and recursive halving needs.
+func (g *Group) powerOfTwo() bool { return g.n&(g.n-1) == 0 }
 
 // rdRounds returns the rounds of a group of 2^log ranks: ⌈log/2⌉.
 func rdRounds(log int) int { return (log + 1) / 2 }
@@ -197,7 +214,7 @@ func (g *Group) rounds() int {
 // 1.31–1.50 and 1.48–1.52 flat, 8 ranks 1 KiB in 1.92–2.07 against
 // 2.29–2.50 (BenchmarkArea, session 28, three runs each).
 func (g *Group) scatterDoubles(whole int) bool {
-	return g.n > 0 && (g.n&(g.n-1) == 0 || whole/g.n <= lineSize) && g.doubles(whole)
+	return g.n > 0 && (g.powerOfTwo() || whole/g.n <= lineSize) && g.doubles(whole)
 }
 
 // ScatterDoublingRounds is DoublingRounds for a reduce-scatter of whole
@@ -208,14 +225,14 @@ func (g *Group) ScatterDoublingRounds(whole int) (rounds int, halving bool) {
 	if !g.scatterDoubles(whole) {
 		return 0, false
 	}
-	return g.rounds(), g.n&(g.n-1) == 0
+	return g.rounds(), g.powerOfTwo()
 }
 
 // gatherDoubles reports whether an allgather of blocks of blk bytes goes
 // by recursive doubling (gatherDoubling): in a group of a power of two
 // ranks that doubles, where the whole output is at most RDMax.
 func (g *Group) gatherDoubles(blk int) bool {
-	return g.n&(g.n-1) == 0 && g.doubles(g.n*blk)
+	return g.powerOfTwo() && g.doubles(g.n*blk)
 }
 
 // GatherDoublingRounds is DoublingRounds for an allgather of blocks of
@@ -286,9 +303,7 @@ func (g *Group) rdRead(c *Call, q, s, e int, f uint64, nbytes int, what string) 
 // reduceDoubling is an allreduce of one chunk (the call's whole input) by
 // recursive doubling.
 func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
-	f := g.next()
-	s := int(g.rdCalls & 1)
-	g.rdCalls++
+	f, s := g.rdStart()
 	b := len(in)
 	p, log := g.doublingShape()
 	rounds := rdRounds(log)
@@ -338,7 +353,7 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 				parts[d] = cur
 				continue
 			}
-			q := me&^((radix-1)<<shift) | d<<shift
+			q := rdPartner(me, shift, radix, d)
 			w, err := g.rdRead(c, q, s, 1+k, f, b, "its partial result")
 			if err != nil {
 				return err
@@ -377,7 +392,7 @@ func (g *Group) reduceDoubling(c *Call, in, out []byte, r Reducer) error {
 // rounds). One call in rdSample goes flat, as an allreduce's does, so
 // that every rank's arrival stamps are seen.
 func (g *Group) scatterDoubling(c *Call, in, out []byte, r Reducer) error {
-	if g.n&(g.n-1) == 0 {
+	if g.powerOfTwo() {
 		return g.scatterHalving(c, in, out, r)
 	}
 	all := g.rdAll[:len(in)]
@@ -403,9 +418,7 @@ func (g *Group) scatterDoubling(c *Call, in, out []byte, r Reducer) error {
 // after a call between whose result took in every rank's input, written
 // after that rank had finished the call that read entry e.
 func (g *Group) scatterHalving(c *Call, in, out []byte, r Reducer) error {
-	f := g.next()
-	s := int(g.rdCalls & 1)
-	g.rdCalls++
+	f, s := g.rdStart()
 	me := g.rank
 	_, log := g.doublingShape()
 	rounds := rdRounds(log)
@@ -431,7 +444,7 @@ func (g *Group) scatterHalving(c *Call, in, out []byte, r Reducer) error {
 				parts[d] = cur[mine*part : (mine+1)*part]
 				continue
 			}
-			q := me&^((radix-1)<<shift) | d<<shift
+			q := rdPartner(me, shift, radix, d)
 			w, err := g.rdRead(c, q, s, 1+k, f, b, "its partial result")
 			if err != nil {
 				return err
@@ -482,9 +495,7 @@ func bitsOf(radix int) int { return radix / 2 }
 // without waiting (doubling.go). One call in rdSample goes flat, so that
 // every rank's arrival stamps are seen.
 func (g *Group) gatherDoubling(c *Call, in, out []byte) error {
-	f := g.next()
-	s := int(g.rdCalls & 1)
-	g.rdCalls++
+	f, s := g.rdStart()
 	blk, me := len(in), g.rank
 	_, log := g.doublingShape()
 	rounds := rdRounds(log)
@@ -504,7 +515,7 @@ func (g *Group) gatherDoubling(c *Call, in, out []byte) error {
 			if d == mine {
 				continue
 			}
-			q := me&^((radix-1)<<shift) | d<<shift
+			q := rdPartner(me, shift, radix, d)
 			w, err := g.rdRead(c, q, s, 1+k, f, b, "the blocks it gathered")
 			if err != nil {
 				return err

@@ -897,12 +897,9 @@ func (g *Group) reduceTwo(c *Call, in, out []byte, r Reducer, root, pos int) err
 			srcs[q] = in[lo*es : hi*es]
 			continue
 		}
-		s, err := g.readIn(c, q, f, b)
+		s, err := g.readInMem(c, q, f, b)
 		if err != nil {
 			return err
-		}
-		if s.byAddr {
-			return &DirectError{Peer: q, Chunk: f - c.chunk0, ByAddr: true, Err: errReduceByAddr}
 		}
 		srcs[q] = s.at(lo*es, pos+lo*es, (hi-lo)*es)
 	}
@@ -1161,12 +1158,9 @@ func (g *Group) ReduceScatter(c *Call, in, out []byte, r Reducer) (err error) {
 				srcs[q] = own
 				continue
 			}
-			s, err := g.readIn(c, q, f, g.n*b)
+			s, err := g.readInMem(c, q, f, g.n*b)
 			if err != nil {
 				return err
-			}
-			if s.byAddr {
-				return &DirectError{Peer: q, Chunk: f - c.chunk0, ByAddr: true, Err: errReduceByAddr}
 			}
 			srcs[q] = s.at(g.rank*b, g.rank*blk+off, b)
 		}

@@ -52,21 +52,7 @@ func runAll(t *testing.T, n int, o Options, fn func(g *Group, c *Call) error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(gs[r], &Call{Ctx: context.Background(), Timeout: 20 * time.Second})
-		}()
-	}
-	wg.Wait()
-	for r, e := range errs {
-		if e != nil {
-			t.Fatalf("rank %d: %v", r, e)
-		}
-	}
+	runGroups(t, gs, fn)
 }
 
 // TestCollectives checks every collective against a reference, for rank
