@@ -267,9 +267,11 @@ type Call struct {
 	// rank of the host has a core. With 64 polls, 16 ranks on the 16-core
 	// node spent a fifth of an 8-byte allreduce's profile in sched_yield,
 	// each yield outlasting the wait it interrupted (session 18).
+	// A positive Spin also keeps a wait yielding its thread between polls
+	// for up to OwnCoreYield before it sleeps (pace).
 	Spin time.Duration
 
-	bo      transport.Backoff // paces a wait (Spin)
+	bo      transport.Backoff // paces a wait (Spin, pace)
 	whole   int               // the bytes of every rank's input of the call (direct.go)
 	outLen  int               // the bytes of the call's output, for par.CopyOut (the chain's)
 	wake    *wake             // goroutine ranks: the group's wake-up
@@ -369,7 +371,7 @@ func (g *Group) enter(c *Call) error {
 		g.cmaOn() // every rank probes, writer or not (cma.go)
 	}
 	c.wake = g.wake
-	c.bo.Spin = c.Spin
+	c.pace()
 	g.stamp = c.Arrive
 	if len(c.Arrivals) == g.n {
 		clear(c.Arrivals)
@@ -448,6 +450,33 @@ func (g *Group) leave(c *Call, err error) error {
 	}
 	g.served.Store(c.Ticket)
 	return err
+}
+
+// OwnCoreYield is how long a wait of a rank with a core of its own (a
+// positive Call.Spin) yields its thread between polls before it sleeps;
+// other waits yield for transport.YieldFor (2 ms).
+//
+// No rank can wake a rank of another process that sleeps on the area, so
+// a sleeping rank notices its peer up to a sleep late (up to
+// transport.MaxSleep, 2 ms). In a call of many chunks that lateness
+// spreads: the ranks waiting for the late one wait long enough to sleep
+// in turn. Under injected imbalance on the 16-core node (`braid bench
+// --imbalance 20` and 50, 16 ranks, a rank's compute before each call
+// drawn up to 1–13 ms), the 16-rank allreduce of 1 MiB through the area
+// took 10.6–28 times its balanced time after the last rank arrived, and
+// 1.07–1.45 times with a yield phase of a second (session 29, m1). A
+// rank with a core of its own takes nothing from its peers by yielding,
+// as Open MPI's ranks poll without end; past a second it sleeps, so that
+// a job stopped for longer (a rank writing a checkpoint) does not keep
+// every core busy, and the lateness is small beside such a wait.
+const OwnCoreYield = time.Second
+
+// pace sets the call's wait policy from Spin.
+func (c *Call) pace() {
+	c.bo.Spin, c.bo.Yield = c.Spin, 0
+	if c.Spin > 0 {
+		c.bo.Yield = OwnCoreYield
+	}
 }
 
 // idle is one empty poll of a wait for rank q.
@@ -1290,7 +1319,7 @@ func (c *Call) confirmIdle(q int, what string) error {
 func (g *Group) confirm(c *Call, f uint64, agg int) error {
 	c.wake = g.wake
 	c.chunk0 = f
-	c.bo.Spin = c.Spin
+	c.pace()
 	if agg == g.rank || agg < 0 || agg >= g.n {
 		if agg != g.rank {
 			_, err := g.confirmAll(c, f)

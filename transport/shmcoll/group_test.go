@@ -951,3 +951,33 @@ func TestChainStreamed(t *testing.T) {
 	t.Run("chain", TestAllreduceChain)
 	t.Run("pap", TestPAP)
 }
+
+// TestPace: a call, and a confirmation, of a rank with a core of its own
+// (a positive Spin) yield for OwnCoreYield before they sleep; others keep
+// the backoff's own yield phase.
+func TestPace(t *testing.T) {
+	for _, spin := range []time.Duration{0, -1, 50 * time.Microsecond} {
+		want := time.Duration(0)
+		if spin > 0 {
+			want = OwnCoreYield
+		}
+		gs := areaGroups(t, 1, Options{})
+		c := &Call{Ctx: context.Background(), Ticket: gs[0].Ticket(), Sig: 1, Timeout: 5 * time.Second, Spin: spin}
+		c.bo.Yield = time.Hour // what an earlier policy left
+		v := make([]byte, 8)
+		if err := gs[0].Allreduce(c, v, v, sumF64()); err != nil {
+			t.Fatal(err)
+		}
+		if c.bo.Yield != want || c.bo.Spin != spin {
+			t.Errorf("Spin %v: a call yields for %v (spin %v), want %v", spin, c.bo.Yield, c.bo.Spin, want)
+		}
+		k := &Call{Ctx: context.Background(), Timeout: 5 * time.Second, Spin: spin}
+		k.bo.Yield = time.Hour
+		if err := gs[0].Confirm(k, c.Last, 0); err != nil {
+			t.Fatal(err)
+		}
+		if k.bo.Yield != want {
+			t.Errorf("Spin %v: a confirmation yields for %v, want %v", spin, k.bo.Yield, want)
+		}
+	}
+}
