@@ -68,7 +68,7 @@ func (bruckAllgather) Program(p sched.Params, r int) sched.Program {
 		}
 		return []sched.Chunk{span(sched.Out, first*c, (n-first)*c), span(sched.Out, 0, (first+cnt-n)*c)}
 	}
-	g.copy(in, span(sched.Out, r*c, c))
+	own := span(sched.Out, r*c, c)
 	k := 0
 	for d := 1; d < n; d *= 2 {
 		cnt := min(d, n-d)
@@ -78,10 +78,21 @@ func (bruckAllgather) Program(p sched.Params, r int) sched.Program {
 			}
 			g.send(mod(r-d, n), 2*k+i, ch)
 		}
+		if d == 1 {
+			// The rank's own block after the first send, as the ring
+			// does: the copy overlaps the peer's reading of in (a single
+			// copy over shared memory), where before the send it delayed
+			// the exchange (2 ranks, 1 MiB on the 16-core node: 77–91 µs
+			// against the ring's 66–72, session 29).
+			g.copy(in, own)
+		}
 		for i, ch := range run(r+d, cnt) {
 			g.recv(mod(r+d, n), 2*k+i, ch)
 		}
 		k++
+	}
+	if n == 1 {
+		g.copy(in, own)
 	}
 	return g.program()
 }
