@@ -462,7 +462,7 @@ func (g *Group) leave(c *Call, err error) error {
 // spreads: the ranks waiting for the late one wait long enough to sleep
 // in turn. Under injected imbalance on the 16-core node (`braid bench
 // --imbalance 20` and 50, 16 ranks, a rank's compute before each call
-// drawn up to 1–13 ms), the 16-rank allreduce of 1 MiB through the area
+// drawn up to 1–35 ms), the 16-rank allreduce of 1 MiB through the area
 // took 10.6–28 times its balanced time after the last rank arrived, and
 // 1.07–1.45 times with a yield phase of a second (session 29, m1). A
 // rank with a core of its own takes nothing from its peers by yielding,
