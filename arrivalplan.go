@@ -12,14 +12,13 @@ import (
 	"github.com/braid-ccl/braid/algo"
 	"github.com/braid-ccl/braid/internal/choice"
 	"github.com/braid-ccl/braid/sched"
-	"github.com/braid-ccl/braid/transport/shmcoll"
 )
 
 // The planner's use of arrival statistics (issue 17, item 4). A call site
 // (a plan: collective, count, root and element size) on a communicator
 // with a shared area, whose algorithm the model chose, where the
-// arrival-aware reductions can pay (watchable: reduce above 16 KiB,
-// allreduce above the area's FlatMax), is watched: every arrivalWindow-th call ends with an agreement
+// arrival-aware reductions can pay (watchable: reduce and allreduce
+// above the area's FlatMax), is watched: every arrivalWindow-th call ends with an agreement
 // (an allgather of four numbers a rank, as MIAD's trials end with one) on
 // the window's
 //
@@ -130,12 +129,18 @@ type arrivalWatch struct {
 // offers the arrival-aware reductions, and they can differ from the
 // balanced choice for p:
 //
-//   - reduce above the root's leader chunks (16 KiB), where they form a
-//     chain in the order of arrival: on the 16-core node 0.26–0.67 of the
-//     best other Braid algorithm's latency at 256 KiB–2 MiB under MIF
-//     10–50 (the unpipelined chain); below, their reduce is the shared
-//     area's flat one in another order, and watching would only cost
-//     the trial windows (docs/PERFORMANCE.md, issue 17);
+//   - reduce above the area's FlatMax: up to the root's leader chunks
+//     (16 KiB) the root combines the inputs as they come and the others
+//     leave once they have written theirs, where the area's own reduce
+//     of such chunks (two phases) keeps every rank until the last
+//     arrival: on the 16-core node under MIF 10–50 the 4 and 16 KiB
+//     reduces of 8 and 16 ranks took 0.50–0.71 of the area's time
+//     (session 29), though balanced the 16-rank one of 16 KiB took 1.85
+//     times it; above, they form a chain in the order of arrival, 0.26–0.67
+//     of the best other Braid algorithm's latency at 256 KiB–2 MiB. Up to
+//     FlatMax the area's reduce is flat (the others leave at once too),
+//     and watching would only cost the trial windows (docs/PERFORMANCE.md,
+//     issue 17);
 //   - allreduce above the area's FlatMax, where they run the pipelined
 //     chain: after the last arrival one pass over the data is left (the
 //     last rank combines its input with its predecessor's partial
@@ -150,9 +155,7 @@ func (c *Comm) watchable(p sched.Params, es int, cand []string) bool {
 	}
 	b := int64(p.Count) * int64(es)
 	switch p.Coll {
-	case sched.Reduce:
-		return b > shmcoll.DefaultPAPLeaderMax
-	case sched.Allreduce:
+	case sched.Reduce, sched.Allreduce:
 		return b > int64(c.node.FlatMax())
 	}
 	return false

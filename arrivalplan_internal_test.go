@@ -66,9 +66,9 @@ func TestArrivalRule(t *testing.T) {
 	step(1e-6, 1.9e-6, 2.5e-6, false, "is below 2 × the call's")
 }
 
-// TestWatchable: the sites the arrival statistics may switch: reduce above
-// the root's leader chunks, allreduce above the shared area's FlatMax
-// (up to it, pap's allreduce is the area's own flat one); not the other
+// TestWatchable: the sites the arrival statistics may switch: reduce and
+// allreduce above the shared area's FlatMax (up to it, the area's reduce
+// and allreduce are flat, as pap's allreduce); not the other
 // collectives, not one rank, not with DisableArrival.
 func TestWatchable(t *testing.T) {
 	for _, tc := range []struct {
@@ -84,7 +84,8 @@ func TestWatchable(t *testing.T) {
 		{sched.Allreduce, 4, 1 << 20, false, true},
 		{sched.Allreduce, 4, 1 << 20, true, false},
 		{sched.Allreduce, 1, 1 << 20, false, false},
-		{sched.Reduce, 4, 16 << 10, false, false},
+		{sched.Reduce, 4, 2 << 10, false, false}, // FlatMax
+		{sched.Reduce, 4, 4 << 10, false, true},
 		{sched.Reduce, 4, 32 << 10, false, true},
 		{sched.Bcast, 4, 1 << 20, false, false},
 	} {
