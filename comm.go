@@ -74,12 +74,17 @@ type world struct {
 }
 
 // setSpin chooses how long waiters poll: long while every local rank has a
-// core, briefly when ranks outnumber cores (as Open MPI's yield_when_idle).
-func (w *world) setSpin(localRanks int) {
-	if localRanks <= hostCPUs(localRanks) {
+// core, briefly when ranks outnumber cores (as Open MPI's yield_when_idle),
+// and says which (level: info on the host's first rank, trace on the
+// others).
+func (w *world) setSpin(localRanks int, level string) {
+	cpus := hostCPUs(localRanks)
+	if localRanks <= cpus {
 		w.spin = 50 * time.Microsecond
+		w.debugf(level, "waits: %d ranks on this host's %d CPUs, a CPU each: a wait spins %v, then yields its thread between polls for up to %v, then sleeps", localRanks, cpus, w.spin, shmcoll.OwnCoreYield)
 	} else {
 		w.spin = -1
+		w.debugf(level, "waits: %d ranks share this host's %d CPUs: a wait yields its thread after %d polls, and sleeps after %v", localRanks, cpus, transport.OverSpinPolls, transport.YieldFor)
 	}
 }
 

@@ -250,15 +250,15 @@ func initFrom(ctx context.Context, o Options, info bootstrap.Info) (*Comm, error
 	if err := bootstrap.Settle(ctx, store); err != nil {
 		w.debugf("info", "settling the job's store: %v", err)
 	}
-	w.setSpin(c.LocalSize())
+	level := "trace"
+	if c.LocalRank() == 0 {
+		level = "info"
+	}
+	w.setSpin(c.LocalSize(), level)
 	setProcs(w, o, c.LocalSize())
 	if what, err := bindRank(o.Bind, c.LocalRank(), c.LocalSize()); err != nil {
 		return fail(&Error{Kind: InvalidArgument, Rank: info.Rank, Call: "Init", Peer: -1, Err: fmt.Errorf("BRAID_BIND=%s: %w", o.Bind, err)})
 	} else if what != "" {
-		level := "trace"
-		if c.LocalRank() == 0 {
-			level = "info"
-		}
 		w.debugf(level, "%s", what)
 	}
 	w.collectiveClose = true
