@@ -48,14 +48,8 @@ func TestCMAProcs(t *testing.T) {
 // cmaChild is one rank of TestCMAProcs.
 func cmaChild() int {
 	ctx := context.Background()
-	c, err := braid.Init(ctx, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, err)
-		c.Abort(err)
+	c, fail := childComm(ctx)
+	if c == nil {
 		return 1
 	}
 	n, r := c.Size(), c.Rank()

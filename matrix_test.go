@@ -494,6 +494,23 @@ func quickRaceExit() {
 	}
 }
 
+// childComm initialises a child process's communicator from the
+// environment its test set. fail ends the child on an error after that:
+// it prints the error, aborts the job and returns the child's exit
+// status. c is nil, the error printed, where Init failed.
+func childComm(ctx context.Context) (c *braid.Comm, fail func(error) int) {
+	c, err := braid.Init(ctx, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil, nil
+	}
+	return c, func(err error) int {
+		fmt.Fprintln(os.Stderr, err)
+		c.Abort(err)
+		return 1
+	}
+}
+
 func childMain(role string) int {
 	if f := childRoles[role]; f != nil {
 		return f()

@@ -214,9 +214,8 @@ func TestMatrixRegisteredProcs(t *testing.T) {
 func regMatrixChild() int {
 	braid.SetDirectMin(1)
 	ctx := context.Background()
-	c, err := braid.Init(ctx, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	c, fail := childComm(ctx)
+	if c == nil {
 		return 1
 	}
 	n, rank := c.Size(), c.Rank()
@@ -226,10 +225,7 @@ func regMatrixChild() int {
 			calls++
 			regIn, regOut := (rank+calls)%2 == 0, (rank+calls)%3 == 0
 			if err := regCall(c, coll, k, regIn, regOut); err != nil {
-				err = fmt.Errorf("%v %v %v count=%d root=%d inplace=%v registered in=%v out=%v: %w", coll, k.d, k.op, k.count, k.root, k.inPlace, regIn, regOut, err)
-				fmt.Fprintln(os.Stderr, err)
-				c.Abort(err)
-				return 1
+				return fail(fmt.Errorf("%v %v %v count=%d root=%d inplace=%v registered in=%v out=%v: %w", coll, k.d, k.op, k.count, k.root, k.inPlace, regIn, regOut, err))
 			}
 		}
 	}
@@ -367,14 +363,8 @@ func TestRegisteredStaleProcs(t *testing.T) {
 func regStaleChild() int {
 	braid.SetDirectMin(1)
 	ctx := context.Background()
-	c, err := braid.Init(ctx, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, err)
-		c.Abort(err)
+	c, fail := childComm(ctx)
+	if c == nil {
 		return 1
 	}
 	n, rank := c.Size(), c.Rank()
