@@ -114,7 +114,7 @@ func (o Options) resolve(n int) (Options, error) {
 
 func newGroup(rank, n int, o Options, blocks [][]byte) *Group {
 	g := &Group{rank: rank, n: n, slot: o.Slot, flatMax: o.FlatMax, chainMin: o.ChainMin, chainRanks: o.ChainRanks, bcastSeg: o.BcastSeg, rdMax: o.RDMax, rdRanks: o.RDRanks, cmaMin: o.CMAMin, cmaRanks: o.CMARanks, blocks: blocks, srcs: make([][]byte, n), rdAll: make([]byte, rdCap)}
-	if o.CMAMin < 0 || n < 2 || n > o.CMARanks {
+	if !g.cmaScope() {
 		g.cma.Store(cmaNo) // never by address (cma.go)
 	}
 	return g

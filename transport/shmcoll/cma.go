@@ -92,7 +92,14 @@ const (
 // ranks, so that the planner, which prices the area by it, chooses alike
 // on every rank.
 func (g *Group) ByAddress(nbytes int) bool {
-	return g.cmaMin >= 0 && g.n > 1 && g.n <= g.cmaRanks && nbytes >= g.cmaMin && nbytes <= cmaMax && g.wake == nil
+	return g.cmaScope() && nbytes >= g.cmaMin && nbytes <= cmaMax
+}
+
+// cmaScope reports whether the group may publish by address at all: 2 to
+// CMARanks ranks in processes of their own (not goroutine ranks), CMAMin
+// not negative. Groups out of it never probe (newGroup, NewLocal).
+func (g *Group) cmaScope() bool {
+	return g.cmaMin >= 0 && g.n > 1 && g.n <= g.cmaRanks && g.wake == nil
 }
 
 // publishCMA says in this rank's block how to read its process: pid and
